@@ -1,0 +1,40 @@
+/* tokenizer.h: Hugging Face tokenizer.json tokenizers (BPE byte-level and SentencePiece-style):
+ * loading, encoding with added/special tokens, decoding. Owned by src/text/tokenizer*.c. */
+#ifndef CF_TEXT_TOKENIZER_H
+#define CF_TEXT_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "cinfer.h"
+
+typedef struct cf_tokenizer cf_tokenizer;
+
+enum {
+    CF_TOK_ADD_SPECIAL = 1 << 0,   /* post-processor inserts BOS/EOS as HF add_special_tokens=True */
+    CF_TOK_PARSE_SPECIAL = 1 << 1, /* special added tokens in the text become their ids; without this
+                                      flag "<|im_end|>" in user text is encoded as plain text */
+};
+
+/* Loads DIR/tokenizer.json (+ tokenizer_config.json, special_tokens_map.json, generation_config.json). */
+cinfer_status cf_tokenizer_load(const char *dir, cf_tokenizer **out, cinfer_error *err);
+void cf_tokenizer_free(cf_tokenizer *tok);
+
+/* Encodes len bytes of text. *ids is malloc'd and owned by the caller. */
+cinfer_status cf_tokenizer_encode(const cf_tokenizer *tok, const char *text, size_t len, int flags,
+                                  int32_t **ids, size_t *n_ids, cinfer_error *err);
+
+/* Decodes ids to text (malloc'd, NUL-terminated, *len excludes the NUL) as HF decode() does,
+ * skipping special tokens when skip_special is non-zero. An id outside the vocabulary is an error. */
+cinfer_status cf_tokenizer_decode(const cf_tokenizer *tok, const int32_t *ids, size_t n_ids,
+                                  int skip_special, char **text, size_t *len, cinfer_error *err);
+
+int32_t cf_tokenizer_vocab_size(const cf_tokenizer *tok);        /* model vocab + added tokens */
+int32_t cf_tokenizer_bos_id(const cf_tokenizer *tok);            /* -1 when none */
+int cf_tokenizer_eos_ids(const cf_tokenizer *tok, const int32_t **ids); /* count; all EOS/stop ids */
+int cf_tokenizer_is_special(const cf_tokenizer *tok, int32_t id);
+int32_t cf_tokenizer_token_id(const cf_tokenizer *tok, const char *token); /* -1 when absent */
+const char *cf_tokenizer_token_text(const cf_tokenizer *tok, int32_t id); /* raw vocab string or NULL */
+const char *cf_tokenizer_bos_text(const cf_tokenizer *tok);       /* for chat templates; NULL if none */
+const char *cf_tokenizer_eos_text(const cf_tokenizer *tok);
+
+#endif
