@@ -1,0 +1,139 @@
+/* backend.h: the compute interface the model graph is written against. A backend owns memory and
+ * runs the operations below on it; cpu/ and cuda/ implement it. The model never names a backend and a
+ * backend never names an architecture.
+ *
+ * Conventions
+ * - A cf_tensor is a row-major 2-D view [rows, cols] of backend memory (device memory for CUDA) with a
+ *   row stride in elements (stride == cols when contiguous). Views are plain values; only tensors
+ *   returned by alloc/upload_weight are freed (with free_tensor).
+ * - Weights: upload_weight keeps or converts a host weight into the backend's weight storage
+ *   (CPU: the mmapped bf16/f16/f32 data as is; CUDA: bf16/f16 in device memory).
+ * - Activations: the model allocates them with act_dtype (CPU: F32; CUDA: its choice). Integer inputs
+ *   (token ids, positions) are CF_I32 tensors filled with write().
+ * - Operations are enqueued in order on the backend's single stream and return nothing: the first
+ *   failure is remembered (sticky) and reported by sync() or read(), which return the status.
+ * - Shapes are the caller's responsibility (the model checks them once at load); backends may assume them.
+ */
+#ifndef CF_BACKEND_BACKEND_H
+#define CF_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "cinfer.h"
+#include "base/dtype.h"
+
+typedef struct cf_tensor {
+    void *data;
+    cf_dtype dtype;
+    int64_t rows, cols, stride;
+} cf_tensor;
+
+/* Row range [r0, r0 + n) of t; columns [c0, c0 + nc) of t. */
+static inline cf_tensor cf_rows(cf_tensor t, int64_t r0, int64_t n) {
+    cf_tensor v = t;
+    v.data = (char *)t.data + (size_t)(r0 * t.stride) * cf_dtype_size(t.dtype);
+    v.rows = n;
+    return v;
+}
+static inline cf_tensor cf_cols(cf_tensor t, int64_t c0, int64_t nc) {
+    cf_tensor v = t;
+    v.data = (char *)t.data + (size_t)c0 * cf_dtype_size(t.dtype);
+    v.cols = nc;
+    return v;
+}
+/* A contiguous tensor seen as [rows, cols] with rows*cols unchanged (e.g. [n, heads*hd] as [n*heads, hd]). */
+static inline cf_tensor cf_reshape(cf_tensor t, int64_t rows, int64_t cols) {
+    cf_tensor v = t;
+    v.rows = rows;
+    v.cols = cols;
+    v.stride = cols;
+    return v;
+}
+
+typedef enum cf_act { CF_ACT_SILU, CF_ACT_GELU_TANH } cf_act;
+
+/* Attention of n_q query rows (one sequence, consecutive positions pos0 .. pos0+n_q-1) over a KV cache
+ * layer. Cache rows are slots: position p lives in slot p % cap. A query at position p sees the keys at
+ * positions k with max(0, p - window + 1) <= k <= p (window 0 = unlimited); the caller guarantees those
+ * slots hold them (cap >= window + n_q - 1 for windowed layers, cap > last position otherwise).
+ * q: [n_q, n_heads*head_dim]; k_cache: [cap, n_kv_heads*head_dim]; v_cache: [cap, n_kv_heads*v_head_dim];
+ * out: [n_q, n_heads*v_head_dim]. Query head h uses kv head h / (n_heads / n_kv_heads).
+ * score = scale * q.k; if softcap > 0: score = softcap * tanh(score / softcap); softmax in f32. */
+typedef struct cf_attn_args {
+    int n_q, pos0;
+    int n_heads, n_kv_heads, head_dim, v_head_dim;
+    int cap, window;
+    float scale, softcap;
+} cf_attn_args;
+
+typedef struct cf_backend cf_backend;
+
+typedef struct cf_backend_ops {
+    const char *name;
+    void (*destroy)(cf_backend *be);
+
+    /* memory */
+    cinfer_status (*alloc)(cf_backend *be, cf_dtype dt, int64_t rows, int64_t cols, cf_tensor *out, cinfer_error *err);
+    cinfer_status (*upload_weight)(cf_backend *be, const void *host, cf_dtype dt, int64_t rows, int64_t cols,
+                                   cf_tensor *out, cinfer_error *err);
+    void (*free_tensor)(cf_backend *be, cf_tensor *t);
+    void (*write)(cf_backend *be, cf_tensor dst, const void *host);  /* host data of dst's dtype, contiguous */
+    void (*fill)(cf_backend *be, cf_tensor dst, float value);
+    /* copies src to host as float32, rows*cols values contiguous; waits for queued work */
+    cinfer_status (*read)(cf_backend *be, float *host, cf_tensor src, cinfer_error *err);
+    cinfer_status (*sync)(cf_backend *be, cinfer_error *err);
+
+    /* operations */
+    /* out[i] = table[ids[i]] * scale; ids: I32 [n, 1] */
+    void (*embed)(cf_backend *be, cf_tensor out, cf_tensor table, cf_tensor ids, float scale);
+    /* out = x / sqrt(mean(x^2) + eps) * (w + w_offset), per row; w: [1, cols]; out may alias x */
+    void (*rmsnorm)(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, float eps, float w_offset);
+    /* out[n, d] = x[n, k] . w[d, k]^T (+ bias[1, d] if bias.data) */
+    void (*matmul)(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias);
+    /* out = a + b (elementwise, same shape); out may alias a or b */
+    void (*add)(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor b);
+    /* out = a * b (elementwise, same shape), or b broadcast when b has one row */
+    void (*mul)(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor b);
+    void (*scale)(cf_backend *be, cf_tensor x, float s);
+    /* out = act(gate) * up */
+    void (*glu)(cf_backend *be, cf_tensor out, cf_tensor gate, cf_tensor up, cf_act act);
+    /* x = cap * tanh(x / cap) */
+    void (*softcap)(cf_backend *be, cf_tensor x, float cap);
+    /* Rotary embedding in place on x [n, n_heads*head_dim] for positions pos[n] (I32 [n,1]):
+     * in each head, dims i and i + rot_dim/2 (i < rot_dim/2) rotate by angle pos * inv_freq[i]
+     * (inv_freq: F32 [1, rot_dim/2]); dims >= rot_dim are left as they are. */
+    void (*rope)(cf_backend *be, cf_tensor x, cf_tensor pos, int n_heads, int head_dim, int rot_dim, cf_tensor inv_freq);
+    /* copies rows of src into cache slots (pos0 + i) % cap for i < src.rows */
+    void (*kv_store)(cf_backend *be, cf_tensor cache, cf_tensor src, int pos0, int cap);
+    void (*attention)(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k_cache, cf_tensor v_cache, const cf_attn_args *a);
+    /* copies src to dst (same shape; dtype conversion allowed) */
+    void (*copy)(cf_backend *be, cf_tensor dst, cf_tensor src);
+} cf_backend_ops;
+
+struct cf_backend {
+    const cf_backend_ops *ops;
+    cf_dtype act_dtype;
+    int n_threads;
+};
+
+typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
+
+typedef struct cf_backend_params {
+    cf_device device;
+    int n_threads;       /* CPU threads; 0 = all cores */
+    int gpu_index;
+    size_t pool_bytes;   /* CUDA: 0 = sized from free device memory */
+} cf_backend_params;
+
+cf_backend_params cf_backend_default_params(void);
+cinfer_status cf_backend_create(const cf_backend_params *p, cf_backend **out, cinfer_error *err);
+void cf_backend_destroy(cf_backend *be);
+/* "cpu" / "cuda" -> device; error on anything else */
+cinfer_status cf_device_parse(const char *s, cf_device *out, cinfer_error *err);
+
+/* Per backend constructors (cuda's returns CINFER_E_NO_DEVICE without a GPU, CINFER_E_UNSUPPORTED when
+ * cinfer was built without CUDA). */
+cinfer_status cf_cpu_backend_create(const cf_backend_params *p, cf_backend **out, cinfer_error *err);
+cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **out, cinfer_error *err);
+
+#endif
