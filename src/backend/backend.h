@@ -7,7 +7,9 @@
  *   row stride in elements (stride == cols when contiguous). Views are plain values; only tensors
  *   returned by alloc/upload_weight are freed (with free_tensor).
  * - Weights: upload_weight keeps or converts a host weight into the backend's weight storage
- *   (CPU: the mmapped bf16/f16/f32 data as is; CUDA: bf16/f16 in device memory).
+ *   (CPU: the mmapped bf16/f16/f32 data as is, so the mapping must outlive the backend; CUDA: bf16/f16
+ *   in device memory). Weight tensors belong to the backend and are released when it is destroyed;
+ *   callers free_tensor only what alloc returned.
  * - Activations: the model allocates them with act_dtype (CPU: F32; CUDA: its choice). Integer inputs
  *   (token ids, positions) are CF_I32 tensors filled with write().
  * - Operations are enqueued in order on the backend's single stream and return nothing: the first

@@ -1,0 +1,275 @@
+/* cpu_backend.c: the reference backend. Float32 activations, weights used in place from the mmapped
+ * files (f32, bf16, f16), OpenMP over output rows. Every operation is written out plainly: this file is
+ * the definition of what each op in backend.h computes. */
+#include "backend/backend.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "base/status.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cpu_backend {
+    cf_backend base;
+} cpu_backend;
+
+#define NT(be) num_threads((be)->n_threads)
+
+static float *F(cf_tensor t) { return (float *)t.data; }
+static float *row(cf_tensor t, int64_t r) { return (float *)t.data + r * t.stride; }
+
+static void cpu_destroy(cf_backend *be) { free(be); }
+
+static cinfer_status cpu_alloc(cf_backend *be, cf_dtype dt, int64_t rows, int64_t cols, cf_tensor *out, cinfer_error *err) {
+    size_t bytes = (size_t)(rows * cols) * cf_dtype_size(dt);
+    size_t padded = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, padded ? padded : 64);
+    if (!p) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "cannot allocate %zu bytes of host memory", bytes);
+    memset(p, 0, padded ? padded : 64);
+    *out = (cf_tensor){.data = p, .dtype = dt, .rows = rows, .cols = cols, .stride = cols};
+    return CINFER_OK;
+}
+
+static cinfer_status cpu_upload_weight(cf_backend *be, const void *host, cf_dtype dt, int64_t rows, int64_t cols,
+                                       cf_tensor *out, cinfer_error *err) {
+    if (dt != CF_F32 && dt != CF_BF16 && dt != CF_F16)
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "the CPU backend computes with F32, BF16 or F16 weights, not %s", cf_dtype_name(dt));
+    *out = (cf_tensor){.data = (void *)host, .dtype = dt, .rows = rows, .cols = cols, .stride = cols};
+    return CINFER_OK;
+}
+
+static void cpu_free_tensor(cf_backend *be, cf_tensor *t) {
+    free(t->data);
+    t->data = NULL;
+}
+
+static void cpu_write(cf_backend *be, cf_tensor dst, const void *host) {
+    size_t rb = (size_t)dst.cols * cf_dtype_size(dst.dtype);
+    for (int64_t r = 0; r < dst.rows; r++)
+        memcpy((char *)dst.data + (size_t)(r * dst.stride) * cf_dtype_size(dst.dtype), (const char *)host + r * rb, rb);
+}
+
+static void cpu_fill(cf_backend *be, cf_tensor dst, float v) {
+    for (int64_t r = 0; r < dst.rows; r++)
+        for (int64_t c = 0; c < dst.cols; c++) row(dst, r)[c] = v;
+}
+
+static cinfer_status cpu_read(cf_backend *be, float *host, cf_tensor src, cinfer_error *err) {
+    size_t es = cf_dtype_size(src.dtype);
+    for (int64_t r = 0; r < src.rows; r++)
+        cf_to_f32(host + r * src.cols, (const char *)src.data + (size_t)(r * src.stride) * es, src.dtype, (size_t)src.cols);
+    return CINFER_OK;
+}
+
+static cinfer_status cpu_sync(cf_backend *be, cinfer_error *err) { return CINFER_OK; }
+
+static void cpu_embed(cf_backend *be, cf_tensor out, cf_tensor table, cf_tensor ids, float scale) {
+    const int32_t *id = ids.data;
+    size_t es = cf_dtype_size(table.dtype);
+    for (int64_t i = 0; i < out.rows; i++) {
+        float *o = row(out, i);
+        cf_to_f32(o, (const char *)table.data + (size_t)((int64_t)id[i] * table.stride) * es, table.dtype, (size_t)out.cols);
+        if (scale != 1.0f)
+            for (int64_t c = 0; c < out.cols; c++) o[c] *= scale;
+    }
+}
+
+/* y = x / sqrt(mean(x^2) + eps) * (w + w_offset) */
+static void cpu_rmsnorm(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, float eps, float w_offset) {
+    int64_t n = x.cols;
+    float *wf = malloc((size_t)n * sizeof *wf);
+    if (!wf) return;
+    cf_to_f32(wf, w.data, w.dtype, (size_t)n);
+    #pragma omp parallel for NT(be) if (x.rows > 16)
+    for (int64_t r = 0; r < x.rows; r++) {
+        const float *xr = row(x, r);
+        float *o = row(out, r);
+        double ss = 0;
+        for (int64_t c = 0; c < n; c++) ss += (double)xr[c] * xr[c];
+        float inv = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+        for (int64_t c = 0; c < n; c++) o[c] = xr[c] * inv * (wf[c] + w_offset);
+    }
+    free(wf);
+}
+
+/* out[n, d] = x[n, k] . w[d, k]^T + bias: each thread takes a block of weight rows and reuses every
+ * weight row for 4 activation rows at a time; activations are tiled so a tile stays in cache. */
+static void cpu_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
+    const int64_t n = x.rows, k = x.cols, d = w.rows;
+    const size_t wrow = (size_t)w.stride * cf_dtype_size(w.dtype);
+    cf_dot_fn dot = cf_cpu_dot_kernel(w.dtype);
+    const int64_t tile = 64;
+    for (int64_t t0 = 0; t0 < n; t0 += tile) {
+        int64_t tn = n - t0 < tile ? n - t0 : tile;
+        #pragma omp parallel for NT(be) schedule(static)
+        for (int64_t j = 0; j < d; j++) {
+            const void *wr = (const char *)w.data + (size_t)j * wrow;
+            for (int64_t i = 0; i < tn; i += 4) {
+                int nx = tn - i < 4 ? (int)(tn - i) : 4;
+                dot(row(x, t0 + i), x.stride, nx, wr, (int)k, row(out, t0 + i) + j, out.stride);
+            }
+        }
+    }
+    if (bias.data) {
+        float *b = malloc((size_t)d * sizeof *b);
+        if (!b) return;
+        cf_to_f32(b, bias.data, bias.dtype, (size_t)d);
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < d; j++) row(out, i)[j] += b[j];
+        free(b);
+    }
+}
+
+static void cpu_add(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor b) {
+    for (int64_t r = 0; r < out.rows; r++) {
+        float *o = row(out, r);
+        const float *ar = row(a, r), *br = row(b, r);
+        for (int64_t c = 0; c < out.cols; c++) o[c] = ar[c] + br[c];
+    }
+}
+
+static void cpu_mul(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor b) {
+    for (int64_t r = 0; r < out.rows; r++) {
+        float *o = row(out, r);
+        const float *ar = row(a, r), *br = row(b, b.rows == 1 ? 0 : r);
+        for (int64_t c = 0; c < out.cols; c++) o[c] = ar[c] * br[c];
+    }
+}
+
+static void cpu_scale(cf_backend *be, cf_tensor x, float s) {
+    for (int64_t r = 0; r < x.rows; r++)
+        for (int64_t c = 0; c < x.cols; c++) row(x, r)[c] *= s;
+}
+
+static void cpu_glu(cf_backend *be, cf_tensor out, cf_tensor gate, cf_tensor up, cf_act act) {
+    #pragma omp parallel for NT(be) if (out.rows > 4)
+    for (int64_t r = 0; r < out.rows; r++) {
+        float *o = row(out, r);
+        const float *g = row(gate, r), *u = row(up, r);
+        for (int64_t c = 0; c < out.cols; c++) {
+            float a;
+            if (act == CF_ACT_SILU) {
+                a = g[c] / (1.0f + expf(-g[c]));                                   /* silu(g) = g * sigmoid(g) */
+            } else {
+                const float k0 = 0.7978845608028654f;                              /* sqrt(2/pi) */
+                a = 0.5f * g[c] * (1.0f + tanhf(k0 * (g[c] + 0.044715f * g[c] * g[c] * g[c])));
+            }
+            o[c] = a * u[c];
+        }
+    }
+}
+
+static void cpu_softcap(cf_backend *be, cf_tensor x, float cap) {
+    for (int64_t r = 0; r < x.rows; r++)
+        for (int64_t c = 0; c < x.cols; c++) row(x, r)[c] = cap * tanhf(row(x, r)[c] / cap);
+}
+
+/* In each head, (x[i], x[i + rot/2]) rotates by pos * inv_freq[i] ("rotate_half" layout). */
+static void cpu_rope(cf_backend *be, cf_tensor x, cf_tensor pos, int n_heads, int head_dim, int rot_dim, cf_tensor inv_freq) {
+    const int32_t *p = pos.data;
+    const float *f = inv_freq.data;
+    const int half = rot_dim / 2;
+    for (int64_t t = 0; t < x.rows; t++) {
+        float cs[512], sn[512];
+        for (int i = 0; i < half && i < 512; i++) {
+            float ang = (float)p[t] * f[i];
+            cs[i] = cosf(ang);
+            sn[i] = sinf(ang);
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *v = row(x, t) + (int64_t)h * head_dim;
+            for (int i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i] = a * cs[i] - b * sn[i];
+                v[i + half] = b * cs[i] + a * sn[i];
+            }
+        }
+    }
+}
+
+static void cpu_kv_store(cf_backend *be, cf_tensor cache, cf_tensor src, int pos0, int cap) {
+    for (int64_t i = 0; i < src.rows; i++)
+        memcpy(row(cache, (pos0 + i) % cap), row(src, i), (size_t)src.cols * sizeof(float));
+}
+
+/* softmax(scale * q.k (softcapped)) . v over the visible keys of each query, per head */
+static void cpu_attention(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor kc, cf_tensor vc, const cf_attn_args *a) {
+    const int group = a->n_heads / a->n_kv_heads;
+    const int last = a->pos0 + a->n_q - 1;
+    const int max_keys = a->window > 0 && a->window < last + 1 ? a->window : last + 1;
+    #pragma omp parallel NT(be)
+    {
+        float *sc = malloc((size_t)max_keys * sizeof *sc);
+        #pragma omp for collapse(2) schedule(static)
+        for (int i = 0; i < a->n_q; i++) {
+            for (int h = 0; h < a->n_heads; h++) {
+                if (!sc) continue;
+                const int p = a->pos0 + i;
+                const int lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+                const int kvh = h / group;
+                const float *qv = row(q, i) + (int64_t)h * a->head_dim;
+                float mx = -INFINITY;
+                for (int k = lo; k <= p; k++) {
+                    const float *kv = row(kc, k % a->cap) + (int64_t)kvh * a->head_dim;
+                    float s = 0;
+                    for (int c = 0; c < a->head_dim; c++) s += qv[c] * kv[c];
+                    s *= a->scale;
+                    if (a->softcap > 0) s = a->softcap * tanhf(s / a->softcap);
+                    sc[k - lo] = s;
+                    if (s > mx) mx = s;
+                }
+                float sum = 0;
+                for (int k = lo; k <= p; k++) { sc[k - lo] = expf(sc[k - lo] - mx); sum += sc[k - lo]; }
+                float *o = row(out, i) + (int64_t)h * a->v_head_dim;
+                for (int c = 0; c < a->v_head_dim; c++) o[c] = 0;
+                for (int k = lo; k <= p; k++) {
+                    const float *vv = row(vc, k % a->cap) + (int64_t)kvh * a->v_head_dim;
+                    const float wgt = sc[k - lo] / sum;
+                    for (int c = 0; c < a->v_head_dim; c++) o[c] += wgt * vv[c];
+                }
+            }
+        }
+        free(sc);
+    }
+}
+
+static void cpu_copy(cf_backend *be, cf_tensor dst, cf_tensor src) {
+    size_t es = cf_dtype_size(src.dtype);
+    for (int64_t r = 0; r < dst.rows; r++)
+        cf_to_f32(row(dst, r), (const char *)src.data + (size_t)(r * src.stride) * es, src.dtype, (size_t)dst.cols);
+}
+
+static const cf_backend_ops cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .upload_weight = cpu_upload_weight,
+    .free_tensor = cpu_free_tensor,
+    .write = cpu_write,
+    .fill = cpu_fill,
+    .read = cpu_read,
+    .sync = cpu_sync,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .matmul = cpu_matmul,
+    .add = cpu_add,
+    .mul = cpu_mul,
+    .scale = cpu_scale,
+    .glu = cpu_glu,
+    .softcap = cpu_softcap,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .copy = cpu_copy,
+};
+
+cinfer_status cf_cpu_backend_create(const cf_backend_params *p, cf_backend **out, cinfer_error *err) {
+    cpu_backend *b = calloc(1, sizeof *b);
+    if (!b) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    b->base.ops = &cpu_ops;
+    b->base.act_dtype = CF_F32;
+    b->base.n_threads = p->n_threads > 0 ? p->n_threads : omp_get_num_procs();
+    *out = &b->base;
+    return CINFER_OK;
+}

@@ -1,0 +1,15 @@
+/* cpu_kernels.h: the inner loops of the CPU backend (dot products over f32/bf16/f16 weights) with
+ * runtime selection between AVX2+FMA and portable C. */
+#ifndef CF_BACKEND_CPU_KERNELS_H
+#define CF_BACKEND_CPU_KERNELS_H
+
+#include <stdint.h>
+#include "base/dtype.h"
+
+/* out[r * ostride] = dot(x + r * xstride, w[0..k)) for r < nx (nx <= 4), w of type wdt. */
+typedef void (*cf_dot_fn)(const float *x, int64_t xstride, int nx, const void *w, int k, float *out, int64_t ostride);
+
+cf_dot_fn cf_cpu_dot_kernel(cf_dtype wdt);
+const char *cf_cpu_isa(void);
+
+#endif
