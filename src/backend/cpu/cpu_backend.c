@@ -16,7 +16,6 @@ typedef struct cpu_backend {
 
 #define NT(be) num_threads((be)->n_threads)
 
-static float *F(cf_tensor t) { return (float *)t.data; }
 static float *row(cf_tensor t, int64_t r) { return (float *)t.data + r * t.stride; }
 
 static void cpu_destroy(cf_backend *be) { free(be); }
@@ -236,6 +235,7 @@ static void cpu_attention(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor 
 
 static void cpu_copy(cf_backend *be, cf_tensor dst, cf_tensor src) {
     size_t es = cf_dtype_size(src.dtype);
+    #pragma omp parallel for NT(be) if (dst.rows > 16)
     for (int64_t r = 0; r < dst.rows; r++)
         cf_to_f32(row(dst, r), (const char *)src.data + (size_t)(r * src.stride) * es, src.dtype, (size_t)dst.cols);
 }

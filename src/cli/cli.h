@@ -1,0 +1,49 @@
+/* cli.h: the verbs of the cinfer program and the small argument helpers they share. Every verb takes
+ * (argc, argv) with argv[0] its own name and returns the process exit status: 0 ok, 1 failure,
+ * 2 bad usage (with a one-line reason on stderr). */
+#ifndef CF_CLI_H
+#define CF_CLI_H
+
+#include <stdint.h>
+#include "cinfer.h"
+#include "backend/backend.h"
+
+int cf_cmd_run(int argc, char **argv);
+int cf_cmd_logits(int argc, char **argv);
+int cf_cmd_info(int argc, char **argv);
+int cf_cmd_bench(int argc, char **argv);
+int cf_cmd_tokenize(int argc, char **argv);
+int cf_cmd_detokenize(int argc, char **argv);
+int cf_cmd_chat_template(int argc, char **argv);
+
+#define CF_EXIT_USAGE 2
+
+/* Prints "cinfer VERB: message" and returns CF_EXIT_USAGE. */
+int cf_usage_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints "cinfer VERB: <error message>" and returns 1 (2 for invalid-argument statuses). */
+int cf_report(const char *verb, const cinfer_error *err);
+
+/* Matches argv[*i] against a flag taking a value ("--flag V" or "--flag=V"). Returns 1 and sets *val
+ * (advancing *i) on a match, 0 on no match, -1 (after printing the reason) if the value is missing. */
+int cf_flag_value(const char *verb, int argc, char **argv, int *i, const char *flag, const char **val);
+int cf_is_help(const char *arg);
+
+/* Strict number parsing; return 0 on success. */
+int cf_parse_long(const char *s, long lo, long hi, long *out);
+int cf_parse_float(const char *s, float lo, float hi, float *out);
+/* "5,17,300" or "5 17 300" -> malloc'd ids. */
+int cf_parse_ids(const char *s, int32_t **ids, int *n);
+
+/* The embedded default model folder, or NULL if this build has none. */
+const char *cf_default_model_dir(void);
+
+/* Common flags shared by the model verbs. */
+typedef struct cf_common_opts {
+    const char *model;
+    cf_device device;
+    int threads;
+} cf_common_opts;
+/* Handles --model, --device, --threads at argv[*i]; same return convention as cf_flag_value. */
+int cf_common_flag(const char *verb, int argc, char **argv, int *i, cf_common_opts *o);
+
+#endif

@@ -1,0 +1,195 @@
+/* cmd_bench.c: `cinfer bench`: prefill and decode speed of one sequence, the memory bandwidth and GEMM
+ * rate of the same backend measured in the same run, and decode as a fraction of the bandwidth roofline
+ * (tokens/s <= bandwidth / bytes read per token). */
+#include "cli/cli.h"
+#include "model/model.h"
+#include "base/status.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Copy bandwidth of the backend (bytes read + written per second), median of reps copies of bytes. */
+static cinfer_status measure_bandwidth(cf_backend *be, size_t bytes, double *gbs, cinfer_error *err) {
+    int64_t cols = 1 << 16, rows = (int64_t)(bytes / 4 / (size_t)cols);
+    cf_tensor a, b;
+    CF_TRY(be->ops->alloc(be, CF_F32, rows, cols, &a, err));
+    cinfer_status st = be->ops->alloc(be, CF_F32, rows, cols, &b, err);
+    if (st != CINFER_OK) { be->ops->free_tensor(be, &a); return st; }
+    be->ops->fill(be, a, 1.0f);
+    be->ops->copy(be, b, a);
+    st = be->ops->sync(be, err);
+    double t[7];
+    for (int r = 0; r < 7 && st == CINFER_OK; r++) {
+        double t0 = now_s();
+        be->ops->copy(be, b, a);
+        st = be->ops->sync(be, err);
+        t[r] = now_s() - t0;
+    }
+    if (st == CINFER_OK) *gbs = 2.0 * (double)(rows * cols * 4) / median(t, 7) / 1e9;
+    be->ops->free_tensor(be, &a);
+    be->ops->free_tensor(be, &b);
+    return st;
+}
+
+/* GEMM rate of the backend's matmul on an [n, k] x [d, k]^T product with the model's weight dtype. */
+static cinfer_status measure_gemm(cf_model *m, int n, double *gflops, cinfer_error *err) {
+    cf_backend *be = m->be;
+    cf_tensor w = m->lw[0].w_up;          /* a real weight: [ffn, dim] */
+    cf_tensor x, y, none = {0};
+    CF_TRY(be->ops->alloc(be, be->act_dtype, n, w.cols, &x, err));
+    cinfer_status st = be->ops->alloc(be, be->act_dtype, n, w.rows, &y, err);
+    if (st != CINFER_OK) { be->ops->free_tensor(be, &x); return st; }
+    be->ops->fill(be, x, 0.01f);
+    be->ops->matmul(be, y, x, w, none);
+    st = be->ops->sync(be, err);
+    double t[5];
+    for (int r = 0; r < 5 && st == CINFER_OK; r++) {
+        double t0 = now_s();
+        be->ops->matmul(be, y, x, w, none);
+        st = be->ops->sync(be, err);
+        t[r] = now_s() - t0;
+    }
+    if (st == CINFER_OK) *gflops = 2.0 * n * (double)w.rows * (double)w.cols / median(t, 5) / 1e9;
+    be->ops->free_tensor(be, &x);
+    be->ops->free_tensor(be, &y);
+    return st;
+}
+
+static const char *bench_help =
+    "usage: cinfer bench (--model DIR | --random-weights CONFIG.json) [options]\n"
+    "Measures prefill and decode tokens/s of one sequence and decode as a fraction of the memory-bandwidth\n"
+    "roofline, with the bandwidth (a copy loop) and the GEMM rate measured in the same run.\n"
+    "  --prompt N        prompt tokens (default 128)\n"
+    "  --gen N           decoded tokens (default 128)\n"
+    "  --reps N          repetitions; medians are reported (default 3)\n"
+    "  --device cpu|cuda, --threads N\n"
+    "  --json            print one JSON object instead of a table\n";
+
+int cf_cmd_bench(int argc, char **argv) {
+    const char *verb = "bench";
+    cf_common_opts o = {.model = NULL, .device = CF_DEVICE_CPU};
+    const char *random_cfg = NULL, *v;
+    long n_prompt = 128, n_gen = 128, reps = 3;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (cf_is_help(argv[i])) { fputs(bench_help, stdout); return 0; }
+        if ((r = cf_common_flag(verb, argc, argv, &i, &o)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
+        if ((r = cf_flag_value(verb, argc, argv, &i, "--random-weights", &random_cfg)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
+        long *target = NULL;
+        const char *names[] = {"--prompt", "--gen", "--reps"};
+        long *targets[] = {&n_prompt, &n_gen, &reps};
+        for (int k = 0; k < 3 && !target; k++) {
+            if ((r = cf_flag_value(verb, argc, argv, &i, names[k], &v)) != 0) {
+                if (r < 0) return CF_EXIT_USAGE;
+                target = targets[k];
+                if (cf_parse_long(v, 1, 1 << 20, target)) return cf_usage_error(verb, "%s must be a positive integer, got '%s'", names[k], v);
+            }
+        }
+        if (target) continue;
+        if (!strcmp(argv[i], "--json")) { json = 1; continue; }
+        return cf_usage_error(verb, "unknown argument '%s'", argv[i]);
+    }
+    if (!o.model && !random_cfg) o.model = cf_default_model_dir();
+    if (!o.model && !random_cfg) return cf_usage_error(verb, "give --model DIR or --random-weights CONFIG.json");
+    if (reps > 100) return cf_usage_error(verb, "--reps must be at most 100");
+
+    cinfer_error err = {0};
+    cf_model *m = NULL;
+    cf_model_params p = cf_model_default_params();
+    p.backend.device = o.device;
+    p.backend.n_threads = o.threads;
+    double t0 = now_s();
+    cinfer_status st = random_cfg ? cf_model_random(random_cfg, 1234, &p, &m, &err) : cf_model_load(o.model, &p, &m, &err);
+    if (st != CINFER_OK) return cf_report(verb, &err);
+    double load_s = now_s() - t0;
+    const cf_hparams *hp = &m->hp;
+    if (n_prompt + n_gen > hp->max_ctx) {
+        cf_model_free(m);
+        return cf_usage_error(verb, "--prompt + --gen (%ld) exceeds the model's context of %d", n_prompt + n_gen, hp->max_ctx);
+    }
+    int rc = 0;
+    double bw = 0, gemm = 0;
+    size_t bw_bytes = o.device == CF_DEVICE_CUDA ? (size_t)2 << 30 : (size_t)512 << 20;
+    if (measure_bandwidth(m->be, bw_bytes, &bw, &err) != CINFER_OK || measure_gemm(m, 256, &gemm, &err) != CINFER_OK) {
+        rc = cf_report(verb, &err);
+        cf_model_free(m);
+        return rc;
+    }
+    int32_t *ids = malloc((size_t)n_prompt * sizeof *ids);
+    float *logits = malloc((size_t)hp->vocab * sizeof *logits);
+    double *pre = calloc((size_t)reps, sizeof *pre), *dec = calloc((size_t)reps, sizeof *dec);
+    if (!ids || !logits || !pre || !dec) { fprintf(stderr, "cinfer bench: out of memory\n"); rc = 1; goto done; }
+    uint64_t x = 88172645463325252ull;
+    for (long i = 0; i < n_prompt; i++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; ids[i] = (int32_t)(x % (uint64_t)hp->vocab); }
+    for (long r = 0; r < reps; r++) {
+        cf_seq *s = NULL;
+        if (cf_seq_create(m, (int)(n_prompt + n_gen), &s, &err) != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
+        double a = now_s();
+        st = cf_model_eval(m, s, ids, (int)n_prompt, logits, 0, &err);
+        double b = now_s();
+        for (long t = 0; t < n_gen && st == CINFER_OK; t++) {
+            int32_t next = 0;
+            for (int k = 1; k < hp->vocab; k++) if (logits[k] > logits[next]) next = k;
+            st = cf_model_eval(m, s, &next, 1, logits, 0, &err);
+        }
+        double c = now_s();
+        cf_seq_free(s);
+        if (st != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
+        pre[r] = n_prompt / (b - a);
+        dec[r] = n_gen / (c - b);
+    }
+    {
+        double prefill = median(pre, (int)reps), decode = median(dec, (int)reps);
+        /* bytes per decoded token: all weights but the embedding gather, plus the average KV cache read */
+        double kv_avg = (double)cf_hparams_kv_bytes_per_token(hp, cf_dtype_size(m->be->act_dtype)) * (n_prompt + n_gen / 2.0);
+        double bytes = (double)m->decode_bytes + kv_avg;
+        double roof = bw * 1e9 / bytes;
+        double prefill_gflops = prefill * 2.0 * (double)m->decode_bytes / (double)cf_dtype_size(m->lw[0].wq.dtype) / 1e9;
+        if (json) {
+            printf("{\"model\":\"%s\",\"arch\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"params\":%lld,\"weight_dtype\":\"%s\","
+                   "\"weight_bytes\":%lld,\"decode_bytes_per_token\":%.0f,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"reps\":%ld,"
+                   "\"load_s\":%.3f,\"bandwidth_gb_s\":%.2f,\"gemm_gflop_s\":%.1f,\"prefill_tokens_per_s\":%.2f,"
+                   "\"prefill_gflop_s\":%.1f,\"prefill_fraction_of_gemm\":%.4f,\"decode_tokens_per_s\":%.3f,"
+                   "\"roofline_tokens_per_s\":%.3f,\"roofline_fraction\":%.4f}\n",
+                   random_cfg ? random_cfg : o.model, hp->arch_name, m->be->ops->name, m->be->n_threads,
+                   (long long)cf_hparams_n_params(hp), m->dtype_summary, (long long)m->weight_bytes, bytes, n_prompt, n_gen, reps,
+                   load_s, bw, gemm, prefill, prefill_gflops, prefill_gflops / gemm, decode, roof, decode / roof);
+        } else {
+            printf("model        %s (%s, %.1f M params, %s)\n", random_cfg ? random_cfg : o.model, hp->arch_name,
+                   cf_hparams_n_params(hp) / 1e6, m->dtype_summary);
+            printf("device       %s, %d threads; load %.2f s\n", m->be->ops->name, m->be->n_threads, load_s);
+            printf("bandwidth    %.1f GB/s (copy, read+write)   GEMM %.1f GFLOP/s\n", bw, gemm);
+            printf("prefill      %ld tokens: %.1f tokens/s (%.1f GFLOP/s, %.0f%% of GEMM)\n", n_prompt, prefill, prefill_gflops,
+                   100 * prefill_gflops / gemm);
+            printf("decode       %ld tokens: %.2f tokens/s; roofline %.2f tokens/s (%.1f MB/token): %.1f%%\n", n_gen, decode, roof,
+                   bytes / 1e6, 100 * decode / roof);
+        }
+    }
+done:
+    free(ids);
+    free(logits);
+    free(pre);
+    free(dec);
+    cf_model_free(m);
+    return rc;
+}

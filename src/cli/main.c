@@ -1,0 +1,32 @@
+/* main.c: the cinfer program: dispatches to a verb. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct verb {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *what;
+} verb;
+
+static const verb verbs[] = {
+    {"run", cf_cmd_run, "generate tokens after a prompt"},
+    {"logits", cf_cmd_logits, "write the logits of every prompt position to a file"},
+    {"info", cf_cmd_info, "describe a model folder"},
+    {"bench", cf_cmd_bench, "measure prefill and decode speed against the bandwidth roofline"},
+};
+
+static void usage(FILE *fp) {
+    fprintf(fp, "usage: cinfer VERB [options]   (cinfer VERB --help for a verb's options)\n\nverbs:\n");
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) fprintf(fp, "  %-14s %s\n", verbs[i].name, verbs[i].what);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { usage(stderr); return 2; }
+    if (cf_is_help(argv[1])) { usage(stdout); return 0; }
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        if (!strcmp(argv[1], verbs[i].name)) return verbs[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "cinfer: unknown verb '%s' (see cinfer --help)\n", argv[1]);
+    return 2;
+}

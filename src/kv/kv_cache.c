@@ -1,0 +1,78 @@
+/* kv_cache.c: allocation, bookkeeping and rollback of a sequence's KV cache. */
+#include "kv/kv_cache.h"
+#include "base/status.h"
+
+#include <stdlib.h>
+
+cinfer_status cf_kv_create(cf_backend *be, const cf_kv_spec *specs, int n_layers, int max_ctx, int chunk,
+                           cf_kv_cache **out, cinfer_error *err) {
+    *out = NULL;
+    cf_kv_cache *kv = calloc(1, sizeof *kv);
+    if (!kv) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    kv->be = be;
+    kv->n_layers = n_layers;
+    kv->max_ctx = max_ctx;
+    kv->chunk = chunk;
+    kv->layers = calloc((size_t)n_layers, sizeof *kv->layers);
+    if (!kv->layers) { free(kv); return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory"); }
+    for (int l = 0; l < n_layers; l++) {
+        const cf_kv_spec *s = &specs[l];
+        cf_kv_layer *L = &kv->layers[l];
+        L->window = s->window;
+        L->cap = s->window > 0 && s->window + chunk < max_ctx ? s->window + chunk : max_ctx;
+        if (s->shared) continue;
+        cinfer_status st = be->ops->alloc(be, be->act_dtype == CF_F32 ? CF_F32 : be->act_dtype, L->cap,
+                                          (int64_t)s->n_kv_heads * s->head_dim, &L->k, err);
+        if (st == CINFER_OK)
+            st = be->ops->alloc(be, be->act_dtype, L->cap, (int64_t)s->n_kv_heads * s->v_head_dim, &L->v, err);
+        if (st != CINFER_OK) {
+            cf_kv_free(kv);
+            return cf_wrap(err, st, "allocating the KV cache (layer %d, %d slots)", l, L->cap);
+        }
+    }
+    *out = kv;
+    return CINFER_OK;
+}
+
+void cf_kv_free(cf_kv_cache *kv) {
+    if (!kv) return;
+    for (int l = 0; l < kv->n_layers; l++) {
+        if (kv->layers[l].k.data) kv->be->ops->free_tensor(kv->be, &kv->layers[l].k);
+        if (kv->layers[l].v.data) kv->be->ops->free_tensor(kv->be, &kv->layers[l].v);
+    }
+    free(kv->layers);
+    free(kv);
+}
+
+void cf_kv_advance(cf_kv_cache *kv, int count) {
+    kv->n += count;
+    /* A window layer of cap slots still holds positions >= n - cap; a query at position q needs
+     * q - window + 1 and up, so truncating to q is exact while q - window + 1 >= n - cap. */
+    for (int l = 0; l < kv->n_layers; l++) {
+        const cf_kv_layer *L = &kv->layers[l];
+        if (L->window > 0 && L->cap < kv->max_ctx) {
+            int f = kv->n - L->cap + L->window - 1;
+            if (f > kv->floor) kv->floor = f;
+        }
+    }
+}
+
+cinfer_status cf_kv_truncate(cf_kv_cache *kv, int n, cinfer_error *err) {
+    if (n < 0 || n > kv->n)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "cannot truncate a sequence of %d tokens to %d", kv->n, n);
+    if (n < kv->floor)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT,
+                       "cannot roll back to %d tokens: sliding-window layers only keep enough to return to %d", n, kv->floor);
+    kv->n = n;
+    return CINFER_OK;
+}
+
+int64_t cf_kv_bytes(const cf_kv_cache *kv) {
+    int64_t b = 0;
+    for (int l = 0; l < kv->n_layers; l++) {
+        const cf_kv_layer *L = &kv->layers[l];
+        if (L->k.data) b += L->k.rows * L->k.cols * (int64_t)cf_dtype_size(L->k.dtype);
+        if (L->v.data) b += L->v.rows * L->v.cols * (int64_t)cf_dtype_size(L->v.dtype);
+    }
+    return b;
+}

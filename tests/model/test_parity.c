@@ -1,0 +1,109 @@
+/* test_parity.c: every fixture model under tests/fixtures/models/ against its transformers goldens:
+ * max |logit - golden| over all prompt positions <= 1e-4, and the greedy continuation identical up to
+ * the first step whose golden top1-top2 margin is below 1e-4. Usage: test_parity FIXTURE_DIR [device] */
+#include "model/model.h"
+#include "base/status.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, fp) != (size_t)n) { free(b); b = NULL; }
+    fclose(fp);
+    if (b) { b[n] = 0; if (len) *len = (size_t)n; }
+    return b;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { fprintf(stderr, "usage: test_parity FIXTURE_DIR [cpu|cuda] [tolerance]\n"); return 2; }
+    const char *dir = argv[1];
+    float tol = argc > 3 ? strtof(argv[3], NULL) : 1e-4f;
+    cf_model_params p = cf_model_default_params();
+    cinfer_error err = {0};
+    if (argc > 2 && cf_device_parse(argv[2], &p.backend.device, &err) != CINFER_OK) { fprintf(stderr, "%s\n", err.message); return 2; }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/golden.json", dir);
+    char *gtext = slurp(path, NULL);
+    if (!gtext) { fprintf(stderr, "cannot read %s\n", path); return 1; }
+    cJSON *g = cJSON_Parse(gtext);
+    free(gtext);
+    cf_model *m = NULL;
+    if (cf_model_load(dir, &p, &m, &err) != CINFER_OK) {
+        fprintf(stderr, "load %s: %s\n", dir, err.message);
+        cJSON_Delete(g);
+        return err.code == CINFER_E_NO_DEVICE ? 77 : 1;
+    }
+    const int V = m->hp.vocab;
+    int failures = 0, k = 0;
+    cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(g, "cases")) {
+        cJSON *prompt = cJSON_GetObjectItem(c, "prompt"), *greedy = cJSON_GetObjectItem(c, "greedy"), *margins = cJSON_GetObjectItem(c, "margins");
+        int n = cJSON_GetArraySize(prompt);
+        int32_t *ids = malloc((size_t)n * sizeof *ids);
+        for (int i = 0; i < n; i++) ids[i] = cJSON_GetArrayItem(prompt, i)->valueint;
+        cf_seq *s = NULL;
+        float *lg = malloc((size_t)n * V * sizeof *lg);
+        if (cf_seq_create(m, 0, &s, &err) != CINFER_OK || cf_model_eval(m, s, ids, n, lg, 1, &err) != CINFER_OK) {
+            fprintf(stderr, "case %d: %s\n", k, err.message);
+            failures++;
+        } else {
+            cJSON *lf = cJSON_GetObjectItem(c, "logits");
+            size_t glen = 0;
+            float *gold = NULL;
+            if (cJSON_IsString(lf)) {
+                snprintf(path, sizeof path, "%s/%s", dir, lf->valuestring);
+                gold = (float *)slurp(path, &glen);
+            }
+            if (gold && glen != (size_t)n * V * sizeof(float)) {
+                fprintf(stderr, "case %d: %s has %zu bytes, expected %zu\n", k, path, glen, (size_t)n * V * sizeof(float));
+                failures++;
+            } else if (gold) {
+                double maxd = 0;
+                for (size_t i = 0; i < (size_t)n * V; i++) maxd = fmax(maxd, fabs((double)lg[i] - gold[i]));
+                printf("%s case %d (%d tokens): max |logit - golden| = %.3g\n", dir, k, n, maxd);
+                if (!(maxd <= tol)) failures++;
+            }
+            free(gold);
+            /* greedy continuation from the last prompt logits */
+            float *last = lg + (size_t)(n - 1) * V;
+            int ng = cJSON_GetArraySize(greedy), agree = 0;
+            for (int t = 0; t < ng; t++) {
+                int best = 0;
+                for (int j = 1; j < V; j++) if (last[j] > last[best]) best = j;
+                int want = cJSON_GetArrayItem(greedy, t)->valueint;
+                double margin = cJSON_GetArrayItem(margins, t)->valuedouble;
+                if (best != want) {
+                    if (margin < 1e-4) { printf("  greedy: stop comparing at step %d (golden margin %.2g)\n", t, margin); break; }
+                    fprintf(stderr, "%s case %d: greedy step %d: got %d, want %d (margin %.3g)\n", dir, k, t, best, want, margin);
+                    failures++;
+                    break;
+                }
+                agree++;
+                if (t + 1 < ng && cf_model_eval(m, s, &best, 1, last, 0, &err) != CINFER_OK) {
+                    fprintf(stderr, "case %d: %s\n", k, err.message);
+                    failures++;
+                    break;
+                }
+            }
+            printf("  greedy: %d/%d tokens identical\n", agree, ng);
+        }
+        cf_seq_free(s);
+        free(lg);
+        free(ids);
+        k++;
+    }
+    cf_model_free(m);
+    cJSON_Delete(g);
+    if (k == 0) { fprintf(stderr, "%s: no cases\n", dir); return 1; }
+    printf("%s: %s\n", dir, failures ? "FAIL" : "ok");
+    return failures ? 1 : 0;
+}
