@@ -21,7 +21,8 @@ int cf_usage_error(const char *verb, const char *fmt, ...) {
 
 int cf_report(const char *verb, const cinfer_error *err) {
     fprintf(stderr, "cinfer %s: %s\n", verb, err->message);
-    return err->code == CINFER_E_INVALID_ARGUMENT ? CF_EXIT_USAGE : 1;
+    int bad_input = err->code == CINFER_E_INVALID_ARGUMENT || (err->code >= CINFER_E_EMPTY_PROMPT && err->code < CINFER_STATUS_COUNT);
+    return bad_input ? CF_EXIT_USAGE : 1;
 }
 
 int cf_is_help(const char *arg) { return !strcmp(arg, "--help") || !strcmp(arg, "-h"); }

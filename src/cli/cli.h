@@ -20,7 +20,7 @@ int cf_cmd_chat_template(int argc, char **argv);
 
 /* Prints "cinfer VERB: message" and returns CF_EXIT_USAGE. */
 int cf_usage_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Prints "cinfer VERB: <error message>" and returns 1 (2 for invalid-argument statuses). */
+/* Prints "cinfer VERB: <error message>" and returns 1, or 2 when the caller's input was at fault. */
 int cf_report(const char *verb, const cinfer_error *err);
 
 /* Matches argv[*i] against a flag taking a value ("--flag V" or "--flag=V"). Returns 1 and sets *val

@@ -37,7 +37,7 @@ if [ -n "$model" ]; then
   check "run bad output" 2 "$bin" run --model "$model" --prompt-ids 1 --output xml
   check "logits no out" 2 "$bin" logits --model "$model" --prompt-ids 1,2
   check "run missing model" 1 "$bin" run --model /nonexistent/model --prompt-ids 1 --output ids
-  check "run id out of range" 1 "$bin" run --model "$model" --prompt-ids 1,99999999 --output ids
+  check "run id out of range" 2 "$bin" run --model "$model" --prompt-ids 1,99999999 --output ids
   out=$("$bin" run --model "$model" --prompt-ids 5,17,30 --max-tokens 7 --temperature 0 --ignore-eos --output ids)
   if [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && [ "$(echo $out | wc -w)" = 7 ] && [[ "$out" =~ ^[0-9\ ]+$ ]]; then pass=$((pass+1)); else echo "FAIL run --output ids printed '$out'"; fails=$((fails+1)); fi
   tmp=$(mktemp)
