@@ -68,7 +68,16 @@ typedef struct cf_attn_args {
     float scale, softcap;
 } cf_attn_args;
 
+/* Device-side sampling (optional op sample): the truncations of sample/sampler.h, without processors. */
+typedef struct cf_sample_args {
+    float temperature;   /* 0 = argmax */
+    int top_k;           /* 0 or >= vocab = off */
+    float top_p;         /* 1 = off */
+    float min_p;         /* 0 = off */
+} cf_sample_args;
+
 typedef struct cf_backend cf_backend;
+typedef struct cf_graph cf_graph;
 
 typedef struct cf_backend_ops {
     const char *name;
@@ -110,6 +119,30 @@ typedef struct cf_backend_ops {
     void (*attention)(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k_cache, cf_tensor v_cache, const cf_attn_args *a);
     /* copies src to dst (same shape; dtype conversion allowed) */
     void (*copy)(cf_backend *be, cf_tensor dst, cf_tensor src);
+
+    /* Optional operations, added for the CUDA backend: NULL where a backend lacks them (the CPU leaves
+     * them NULL); the model uses them when present. */
+    /* kv_store and attention with positions read from an I32 device tensor pos [n, 1] instead of host
+     * ints: row i of src goes to slot pos[i] % cap; attention_pos uses pos0 = pos[0] (a->pos0 is ignored)
+     * and sizes its launch for the longest possible key range (a->window, else a->cap). With these a
+     * decode step depends only on device data, so one recorded graph replays at every position. */
+    void (*kv_store_pos)(cf_backend *be, cf_tensor cache, cf_tensor src, cf_tensor pos, int cap);
+    void (*attention_pos)(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k_cache, cf_tensor v_cache,
+                          const cf_attn_args *a, cf_tensor pos);
+    /* ids[i] = index of the largest value of logits row i, ties to the lowest index; ids: I32 [n, 1] */
+    void (*argmax)(cf_backend *be, cf_tensor ids, cf_tensor logits);
+    /* ids[i] = a draw from softmax(logits row i / temperature) truncated by top-k, top-p, min-p in the
+     * order and with the tie rules of sample/sampler.h (no processors, no log-probabilities); u: F32 [n, 1]
+     * of uniforms in [0, 1) written by the caller, one per row, select the token. */
+    void (*sample)(cf_backend *be, cf_tensor ids, cf_tensor logits, cf_tensor u, const cf_sample_args *s);
+    /* Recording a step (CUDA graphs): ops enqueued between graph_begin and graph_end are recorded, not
+     * run; graph_launch runs the recording on the tensors' contents at launch time. Between begin and end
+     * call no write, read, sync, alloc or free_tensor; host arguments (shapes, pos0) are frozen into the
+     * recording, so use the *_pos ops for what changes per step. */
+    cinfer_status (*graph_begin)(cf_backend *be, cinfer_error *err);
+    cinfer_status (*graph_end)(cf_backend *be, cf_graph **out, cinfer_error *err);
+    void (*graph_launch)(cf_backend *be, cf_graph *g);
+    void (*graph_free)(cf_backend *be, cf_graph *g);
 } cf_backend_ops;
 
 struct cf_backend {
