@@ -164,7 +164,9 @@ int cf_cmd_bench(int argc, char **argv) {
         double kv_avg = (double)cf_hparams_kv_bytes_per_token(hp, cf_dtype_size(m->be->act_dtype)) * (n_prompt + n_gen / 2.0);
         double bytes = (double)m->decode_bytes + kv_avg;
         double roof = bw * 1e9 / bytes;
-        double prefill_gflops = prefill * 2.0 * (double)m->decode_bytes / (double)cf_dtype_size(m->lw[0].wq.dtype) / 1e9;
+        /* 2 flops per weight used per token: everything but the embedding gather */
+        double used_params = (double)cf_hparams_n_params(hp) - (hp->tied ? 0.0 : (double)hp->vocab * hp->dim);
+        double prefill_gflops = prefill * 2.0 * used_params / 1e9;
         if (json) {
             printf("{\"model\":\"%s\",\"arch\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"params\":%lld,\"weight_dtype\":\"%s\","
                    "\"weight_bytes\":%lld,\"decode_bytes_per_token\":%.0f,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"reps\":%ld,"
