@@ -48,8 +48,8 @@ ARCH = {
                               num_attention_heads=3, num_key_value_heads=1, head_dim=64),
 }
 HPARAMS = {
-    "cinfer-tiny": dict(lr=1.5e-3, epochs=8.0, dropout=0.1, time_cap=170.0),
-    "cinfer-tiny-draft": dict(lr=2e-3, epochs=8.0, dropout=0.0, time_cap=80.0),
+    "cinfer-tiny": dict(lr=2e-3, epochs=10.0, time_cap=170.0),
+    "cinfer-tiny-draft": dict(lr=2e-3, epochs=10.0, time_cap=80.0),
 }
 SHARED_HP = dict(batch=16, seq=1024, warmup=100, min_lr_ratio=0.1, weight_decay=0.1,
                  beta1=0.9, beta2=0.95, grad_clip=1.0, log_every=25, eval_every=100)
@@ -172,25 +172,6 @@ def count_params(model):
     return total, total - emb
 
 
-def add_residual_dropout(model, p):
-    """Dropout on each attention and MLP output before the residual add, in training only. Hooks live
-    on the training copy; the saved model is a fresh LlamaForCausalLM without them."""
-    if p <= 0:
-        return
-
-    def attn_hook(mod, inputs, out):
-        if isinstance(out, tuple):
-            return (F.dropout(out[0], p, mod.training),) + tuple(out[1:])
-        return F.dropout(out, p, mod.training)
-
-    def mlp_hook(mod, inputs, out):
-        return F.dropout(out, p, mod.training)
-
-    for layer in model.model.layers:
-        layer.self_attn.register_forward_hook(attn_hook)
-        layer.mlp.register_forward_hook(mlp_hook)
-
-
 def valid_chunks(ids, seq):
     n = (ids.numel() - 1) // seq
     return ids[:n * seq].view(n, seq), ids[1:n * seq + 1].view(n, seq)
@@ -222,7 +203,6 @@ def train_model(name, train_ids, valid_xy, hp, steps_override, dev):
         model.lm_head.weight = model.model.embed_tokens.weight
     total, non_emb = count_params(model)
     log(f"[{name}] attention implementation: {getattr(model.config, '_attn_implementation', '?')}")
-    add_residual_dropout(model, hp["dropout"])
     model.train()
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -545,18 +525,16 @@ def write_card(out_dir, res):
     for name in ("cinfer-tiny", "cinfer-tiny-draft"):
         h, m = res["hparams"][name], res["models"][name]
         hp_rows.append([f"`{name}`", h["lr"], h["warmup"], h["min_lr_ratio"], h["weight_decay"],
-                        f"({h['beta1']}, {h['beta2']})", h["grad_clip"], h["dropout"],
-                        f"{h['batch']}×{h['seq']}", m["steps"], m["epochs_seen"],
+                        f"({h['beta1']}, {h['beta2']})", h["grad_clip"], f"{h['batch']}×{h['seq']}", m["steps"], m["epochs_seen"],
                         f"{m['train_seconds']:.0f}s"])
     L.append(md_table(["model", "peak lr", "warmup", "final lr ratio", "weight decay",
-                       "AdamW betas", "grad clip", "residual dropout", "batch×seq", "steps",
+                       "AdamW betas", "grad clip", "batch×seq", "steps",
                        "epochs", "time"], hp_rows))
     L.append("")
     L.append("AdamW (fused), linear warmup then cosine decay, bf16 autocast over float32 master "
              "weights, random windows of the packed token stream. Validation loss is measured "
              f"every {SHARED_HP['eval_every']} steps; the saved weights are those of the step with "
-             "the lowest validation loss (`best step` below). Residual dropout is applied on each "
-             "attention and MLP output during training only; the saved models have no dropout.\n")
+             "the lowest validation loss (`best step` below). No dropout.\n")
     L.append("## Results\n")
     L.append("Measured on the saved bf16 weights loaded as float32 (transformers), full validation "
              "split in non-overlapping 1024-token windows; perplexity is per token of this "
@@ -598,8 +576,8 @@ def write_card(out_dir, res):
              "`margins` the top-1 minus top-2 logit at each of those steps.\n")
     L.append("## Loss curves\n")
     for name in ("cinfer-tiny", "cinfer-tiny-draft"):
-        L.append(f"`{name}` (train loss: mean over the last {SHARED_HP['log_every']} steps, with "
-                 "dropout where used; valid loss: bf16 autocast, during training):\n")
+        L.append(f"`{name}` (train loss: mean over the last {SHARED_HP['log_every']} training "
+                 "steps; valid loss: bf16 autocast, during training):\n")
         L.append(md_table(["step", "lr", "train loss", "valid loss", "valid ppl", "seconds"],
                           [[c["step"], f"{c['lr']:.2e}", f"{c['train_loss']:.4f}",
                             f"{c['valid_loss']:.4f}", f"{math.exp(c['valid_loss']):.2f}",
