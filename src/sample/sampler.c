@@ -216,8 +216,8 @@ static int32_t draw(cf_sampler *s, const float *l, float lmax) {
         return draw_row(s->w, V, s->blocks, u * total);
     }
 
-    /* After top-k, top-p and min-p each keep a best-first prefix; the shorter of the two is their
-     * composition in either order, so min-p's cheap filter runs first. The largest weight is 1. */
+    /* Top-p and min-p each keep a best-first prefix of what top-k left, so either order gives the
+     * shorter of the two prefixes: min-p's cheap filter goes first. The largest weight is 1. */
     if (min_p) {
         int32_t m = 0;
         for (int32_t i = 0; i < n; i++)

@@ -23,17 +23,24 @@
  *      then one draw from what is left. "Most likely first" is the total order (p desc, id asc);
  *      at least one token always survives.
  *
- * Cost per token for vocabulary V, history window W and top-k k (documented, not asymptotic
- * hand-waving; see select.c): processors O(W + n_bias); greedy O(V) compares; log-probabilities
- * one O(V) pass with exp; top-k a heap selection O(V) compares typical, O(V log k) worst, then exp
- * on k only; top-p without top-k one O(V) exp pass plus a mass-quickselect O(V) expected (no sort);
- * min-p alone O(V) compares plus exp on the survivors.
+ * Cost per token for vocabulary V and penalty window W (tests/sample/bench_sampler.c measures it at
+ * V = 151936): processors O(W + number of biases); then a vectorized max/NaN scan
+ * of V. Greedy stops there. Top-k: a size-k heap over V that only looks closer at values above its
+ * root (O(V) compares typical, O(V log k) worst), exp on the k survivors. Top-p without top-k: one
+ * vectorized exp pass over V; only tokens heavier than (1 - top_p) * sum / V are gathered (the
+ * lighter ones together cannot reach 1 - top_p of the mass, so the nucleus is among the heavier),
+ * and the nucleus is found among them by a bucketed mass quickselect, O(candidates) expected;
+ * nothing is sorted. Min-p alone: a compare scan, exp on the survivors.
+ * Plain temperature: the exp pass and a draw that skips whole blocks. Log-probabilities: one more
+ * exp pass and a top-N heap.
  *
  * Randomness: the draw at each step comes from xoshiro256** seeded (through splitmix64) by
- * (seed, history length). A draw is therefore a function of the seed, the number of tokens in the
- * history and the logits: the same on every machine, unaffected by other samplers, repeated if
- * the same step is sampled twice, and restored by cf_sampler_truncate (a speculative rollback
- * resamples exactly what plain decoding would). */
+ * (seed, history length). A draw is a function of the seed, the number of history tokens and the
+ * logits: unaffected by other samplers, repeated if the same step is sampled twice, and restored by
+ * cf_sampler_truncate (after a speculative rollback the step resamples exactly what plain decoding
+ * would). The exp and the sums are this module's own, in a fixed order (bit-identical with and
+ * without AVX2), so equal logits give equal draws across machines built with the project's flags
+ * (ISO C mode: no contracted multiply-adds). */
 #ifndef CF_SAMPLE_SAMPLER_H
 #define CF_SAMPLE_SAMPLER_H
 

@@ -1,12 +1,13 @@
 /* test_sampler.c: sampler correctness. Validation codes, processors against hand-computed values,
  * argmax ties, log-probabilities against a direct log-softmax, seeded determinism, selection helpers
- * against full sorts, and chi-square goodness of fit of the sampled distributions (with a check that
+ * against full sorts, the vectorized row kernels against scalar references, and chi-square goodness of fit of the sampled distributions (with a check that
  * the chi-square routine rejects a wrong distribution). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "sample/sampler.h"
+#include "sample/kernels.h"
 #include "sample/select.h"
 
 static int failures;
@@ -390,6 +391,65 @@ static void test_select(void) {
     }
 }
 
+/* ---- row kernels ---- */
+
+static void test_kernels(void) {
+    double worst = 0;
+    for (int i = 0; i <= 90000; i++) {
+        float x = -0.001f * (float)i;
+        double e = exp((double)x), rel = fabs(cf_exp_neg(x) - e) / e;
+        if (x < -87.0f)
+            CHECK(cf_exp_neg(x) == 0, "exp(%g) is not flushed to 0", x);
+        else if (rel > worst)
+            worst = rel;
+    }
+    CHECK(worst < 3e-7, "exp relative error %g", worst);
+    printf("exp: worst relative error %.3g on [-87, 0]\n", worst);
+    CHECK(cf_exp_neg(0) == 1 && cf_exp_neg(-87.5f) == 0 && cf_exp_neg(-INFINITY) == 0, "exp edge values");
+
+    enum { N = 1000 + 5 };
+    static float v[N], w[N];
+    static double blocks[(N + CF_EXP_BLOCK - 1) / CF_EXP_BLOCK];
+    for (int i = 0; i < N; i++) v[i] = 6 * tgauss();
+    v[17] = -INFINITY;
+    const float shift = 20, scale = 0.8f;
+    double total = cf_row_exp(v, w, N, shift, scale, blocks), ref = 0, from_blocks = 0;
+    int same = 1;
+    for (int i = 0; i < N; i++) {
+        same &= w[i] == cf_exp_neg((v[i] - shift) * scale);
+        ref += exp(((double)v[i] - shift) * scale);
+    }
+    for (int b = 0; b < (N + CF_EXP_BLOCK - 1) / CF_EXP_BLOCK; b++) from_blocks += blocks[b];
+    CHECK(same, "row exp differs from the scalar exp");
+    CHECK(fabs(total - ref) < 1e-6 * ref && total == from_blocks, "row exp sum %.9g, want %.9g (blocks %.9g)", total, ref,
+          from_blocks);
+
+    for (int n = 1; n < 60; n++) {
+        float m = -INFINITY;
+        for (int i = 0; i < n; i++) m = v[i] > m ? v[i] : m;
+        bool bad = true;
+        CHECK(cf_row_max(v, n, &bad) == m && !bad, "row max over %d", n);
+        for (int q = 0; q < 5; q++) {
+            float x = 4 * tgauss();
+            int from = (int)(trand() * n), want = from;
+            while (want < n && !(v[want] > x)) want++;
+            CHECK(cf_row_next_above(v, n, from, x) == want, "next above %g from %d in %d", x, from, n);
+        }
+    }
+    float row[40];
+    for (int i = 0; i < 40; i++) row[i] = (float)i;
+    bool bad = false;
+    row[38] = NAN;
+    cf_row_max(row, 40, &bad);
+    CHECK(bad, "NaN in the tail not flagged");
+    row[38] = 0;
+    row[3] = INFINITY;
+    cf_row_max(row, 40, &bad);
+    CHECK(bad, "+inf not flagged");
+    row[3] = -INFINITY;
+    CHECK(cf_row_max(row, 40, &bad) == 39 && !bad, "-inf flagged or max wrong");
+}
+
 /* ---- chi-square goodness of fit ---- */
 
 /* Regularized upper incomplete gamma Q(a, x): series below a + 1, Lentz continued fraction above. */
@@ -438,25 +498,25 @@ static double chi_square_p(const long *count, const double *prob, int n, long dr
     return cells < 2 ? 1 : gamma_q((cells - 1) / 2.0, chi / 2);
 }
 
-enum { SMALL_V = 10, DRAWS = 200000 };
+enum { DRAWS = 200000, SMALL_V = 10, SPREAD_V = 600 };
 static const float small_logits[SMALL_V] = {2.0f, 1.5f, 1.4f, 0.3f, -0.2f, 1.5f, -1.0f, -3.0f, 0.9f, 0.0f};
 
 /* Expected distribution computed independently: softmax(l / T), sort by (p desc, id asc), top-k,
  * renormalize, top-p prefix, renormalize, min-p against the max. */
-static void expected(const cf_sampling_params *p, double *prob) {
-    int order[SMALL_V];
-    double w[SMALL_V], m = -INFINITY, z = 0;
-    for (int i = 0; i < SMALL_V; i++) m = fmax(m, small_logits[i] / (double)p->temperature);
-    for (int i = 0; i < SMALL_V; i++) w[i] = exp(small_logits[i] / (double)p->temperature - m);
-    for (int i = 0; i < SMALL_V; i++) order[i] = i;
-    for (int i = 1; i < SMALL_V; i++)
+static void expected(const float *logits, int V, const cf_sampling_params *p, double *prob) {
+    int order[SPREAD_V];
+    double w[SPREAD_V], m = -INFINITY, z = 0;
+    for (int i = 0; i < V; i++) m = fmax(m, logits[i] / (double)p->temperature);
+    for (int i = 0; i < V; i++) w[i] = exp(logits[i] / (double)p->temperature - m);
+    for (int i = 0; i < V; i++) order[i] = i;
+    for (int i = 1; i < V; i++)
         for (int j = i; j > 0 && (w[order[j]] > w[order[j - 1]] ||
                                   (w[order[j]] == w[order[j - 1]] && order[j] < order[j - 1])); j--) {
             int t = order[j];
             order[j] = order[j - 1];
             order[j - 1] = t;
         }
-    int keep = p->top_k > 0 && p->top_k < SMALL_V ? p->top_k : SMALL_V;
+    int keep = p->top_k > 0 && p->top_k < V ? p->top_k : V;
     for (int i = 0; i < keep; i++) z += w[order[i]];
     double acc = 0;
     int nucleus = 0;
@@ -468,16 +528,16 @@ static void expected(const cf_sampling_params *p, double *prob) {
     keep = minp;
     z = 0;
     for (int i = 0; i < keep; i++) z += w[order[i]];
-    for (int i = 0; i < SMALL_V; i++) prob[i] = 0;
+    for (int i = 0; i < V; i++) prob[i] = 0;
     for (int i = 0; i < keep; i++) prob[order[i]] = w[order[i]] / z;
 }
 
-static void draw_counts(const cf_sampling_params *p, long *count) {
-    cf_sampler *s = make(p, SMALL_V);
-    for (int i = 0; i < SMALL_V; i++) count[i] = 0;
+static void draw_counts(const float *logits, int V, const cf_sampling_params *p, long *count) {
+    cf_sampler *s = make(p, V);
+    float l[SPREAD_V];
+    for (int i = 0; i < V; i++) count[i] = 0;
     for (long d = 0; d < DRAWS; d++) {
-        float l[SMALL_V];
-        memcpy(l, small_logits, sizeof l);
+        memcpy(l, logits, (size_t)V * sizeof *l);
         cf_sample_result r;
         cf_sampler_sample(s, l, &r, NULL);
         count[r.token]++;
@@ -489,14 +549,24 @@ static void draw_counts(const cf_sampling_params *p, long *count) {
 static void test_distribution(void) {
     /* The threshold: a false failure has probability 1e-6 per case (each at a fixed seed). */
     const double alpha = 1e-6;
-    struct { float t, top_p, min_p; int top_k; } cases[] = {
-        {1.0f, 1.0f, 0.0f, 0},  {0.7f, 1.0f, 0.0f, 0},  {1.8f, 1.0f, 0.0f, 0},
-        {1.3f, 1.0f, 0.0f, 4},  {1.0f, 0.8f, 0.0f, 0},  {0.6f, 0.5f, 0.0f, 0},
-        {0.9f, 1.0f, 0.15f, 0}, {1.0f, 1.0f, 0.5f, 0},  {1.1f, 0.9f, 0.05f, 6},
-        {2.0f, 0.75f, 0.3f, 0}, {1.0f, 0.95f, 0.0f, 3}, {1.0f, 1.0f, 0.0f, 2},
+    /* Twelve live tokens spread over three CF_EXP_BLOCK blocks, the rest masked: the full-row
+     * draw has to walk the blocks. */
+    static float spread[SPREAD_V];
+    const int live[12] = {3, 40, 41, 200, 255, 256, 300, 301, 450, 511, 512, 599};
+    for (int i = 0; i < SPREAD_V; i++) spread[i] = -INFINITY;
+    for (int i = 0; i < 12; i++) spread[live[i]] = small_logits[i % SMALL_V] + 0.1f * (float)i;
+    struct { const float *l; int v; float t, top_p, min_p; int top_k; } cases[] = {
+        {small_logits, SMALL_V, 1.0f, 1.0f, 0.0f, 0},  {small_logits, SMALL_V, 0.7f, 1.0f, 0.0f, 0},
+        {small_logits, SMALL_V, 1.8f, 1.0f, 0.0f, 0},  {small_logits, SMALL_V, 1.3f, 1.0f, 0.0f, 4},
+        {small_logits, SMALL_V, 1.0f, 0.8f, 0.0f, 0},  {small_logits, SMALL_V, 0.6f, 0.5f, 0.0f, 0},
+        {small_logits, SMALL_V, 0.9f, 1.0f, 0.15f, 0}, {small_logits, SMALL_V, 1.0f, 1.0f, 0.5f, 0},
+        {small_logits, SMALL_V, 1.1f, 0.9f, 0.05f, 6}, {small_logits, SMALL_V, 2.0f, 0.75f, 0.3f, 0},
+        {small_logits, SMALL_V, 1.0f, 0.95f, 0.0f, 3}, {small_logits, SMALL_V, 1.0f, 1.0f, 0.0f, 2},
+        {spread, SPREAD_V, 0.8f, 1.0f, 0.0f, 0},       {spread, SPREAD_V, 1.0f, 0.85f, 0.0f, 0},
+        {spread, SPREAD_V, 1.2f, 1.0f, 0.1f, 0},       {spread, SPREAD_V, 1.0f, 0.9f, 0.0f, 7},
     };
-    long count[SMALL_V];
-    double prob[SMALL_V];
+    static long count[SPREAD_V];
+    static double prob[SPREAD_V];
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         cf_sampling_params p = cf_sampling_default_params();
         p.seed = 1000 + c;
@@ -504,11 +574,11 @@ static void test_distribution(void) {
         p.top_p = cases[c].top_p;
         p.min_p = cases[c].min_p;
         p.top_k = cases[c].top_k;
-        expected(&p, prob);
-        draw_counts(&p, count);
-        double pv = chi_square_p(count, prob, SMALL_V, DRAWS);
-        CHECK(pv > alpha, "case %zu (T %g top_k %d top_p %g min_p %g): p-value %g", c, cases[c].t, cases[c].top_k,
-              cases[c].top_p, cases[c].min_p, pv);
+        expected(cases[c].l, cases[c].v, &p, prob);
+        draw_counts(cases[c].l, cases[c].v, &p, count);
+        double pv = chi_square_p(count, prob, cases[c].v, DRAWS);
+        CHECK(pv > alpha, "case %zu (V %d T %g top_k %d top_p %g min_p %g): p-value %g", c, cases[c].v, cases[c].t,
+              cases[c].top_k, cases[c].top_p, cases[c].min_p, pv);
     }
 
     /* The routine must reject wrong distributions: samples at T = 0.7 against T = 0.8, and plain
@@ -516,14 +586,14 @@ static void test_distribution(void) {
     cf_sampling_params p = cf_sampling_default_params();
     p.seed = 5;
     p.temperature = 0.7f;
-    draw_counts(&p, count);
+    draw_counts(small_logits, SMALL_V, &p, count);
     p.temperature = 0.8f;
-    expected(&p, prob);
+    expected(small_logits, SMALL_V, &p, prob);
     double pv = chi_square_p(count, prob, SMALL_V, DRAWS);
     CHECK(pv < alpha, "T 0.7 samples pass as T 0.8 (p-value %g)", pv);
     p.temperature = 1.0f;
-    draw_counts(&p, count);
-    expected(&p, prob);
+    draw_counts(small_logits, SMALL_V, &p, count);
+    expected(small_logits, SMALL_V, &p, prob);
     CHECK(chi_square_p(count, prob, SMALL_V, DRAWS) > alpha, "T 1 samples fail against T 1");
     prob[0] *= 1.03;
     prob[1] = 1 - (prob[0] + prob[2] + prob[3] + prob[4] + prob[5] + prob[6] + prob[7] + prob[8] + prob[9]);
@@ -531,7 +601,7 @@ static void test_distribution(void) {
     CHECK(pv < alpha, "a 3%% shift of mass from token 1 to token 0 goes unnoticed (p-value %g)", pv);
     /* Drawing a token the expected distribution excludes fails outright. */
     p.top_k = 2;
-    expected(&p, prob);
+    expected(small_logits, SMALL_V, &p, prob);
     CHECK(chi_square_p(count, prob, SMALL_V, DRAWS) == 0, "draws outside the support pass");
 }
 
@@ -589,6 +659,7 @@ int main(void) {
     test_logprobs();
     test_determinism();
     test_select();
+    test_kernels();
     test_distribution();
     test_support_large();
     if (failures) {
