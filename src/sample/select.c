@@ -1,4 +1,5 @@
-/* select.c: top-k heap selection, small sorts and mass quickselect over sampler candidates. */
+/* select.c: top-k heap selection, small sorts, mass quickselect (plain and bucketed) and gathering
+ * over sampler candidates. */
 #include "sample/select.h"
 
 #include <math.h>

@@ -1,6 +1,7 @@
 /* select.h: partial selection over (value, id) candidates, used by the sampler: the k best without a
- * full sort, and the smallest best-first prefix reaching a given mass. "Best" is the total order
- * (value desc, id asc), so ties always resolve to the lowest id. Owned by src/sample/select.c. */
+ * full sort, the smallest best-first prefix reaching a given mass (plain and bucketed), and gathering
+ * the heavy entries of a row. "Best" is the total order (value desc, id asc), so ties always resolve
+ * to the lowest id. Owned by src/sample/select.c. */
 #ifndef CF_SAMPLE_SELECT_H
 #define CF_SAMPLE_SELECT_H
 
