@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds the training text for the default models (tools/train/README.md): King James Bible chapters,
+"""Builds the training text for the default models (models/README.md): King James Bible chapters,
 Brown corpus files (POS tags stripped, detokenized) and non-offensive fortunes, one document per unit,
 split into train/valid by a seeded hash of each document's name. Writes train.txt.gz, valid.txt.gz and
 stats.json; documents are separated by a line holding only <|endoftext|>."""
