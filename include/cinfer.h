@@ -39,6 +39,7 @@ typedef enum cinfer_status {
     CINFER_E_PENALTY,
     CINFER_E_NOT_A_NUMBER,
     CINFER_E_BUSY,
+    CINFER_E_TIMEOUT,            /* a wait ended before its event (cinfer_session_next / _wait) */
     CINFER_STATUS_COUNT
 } cinfer_status;
 
@@ -50,6 +51,272 @@ typedef struct cinfer_error {
 
 /* A short stable name for a status code ("invalid_argument", "io", ...). */
 const char *cinfer_status_name(cinfer_status s);
+
+/* ---- models ---------------------------------------------------------------------------------- */
+
+typedef enum cinfer_device { CINFER_DEVICE_CPU, CINFER_DEVICE_CUDA } cinfer_device;
+
+typedef struct cinfer_model_params {
+    size_t struct_size;          /* sizeof(cinfer_model_params), set by cinfer_model_default_params */
+    cinfer_device device;
+    int gpu_index;
+    int n_threads;               /* CPU threads; 0 = all cores */
+    /* Called with 0 at the start, after each loading stage (weights, tokenizer, chat template) and
+     * with 1 at the end. */
+    void (*progress)(float fraction, void *user);
+    /* Polled between stages; non-zero stops the load with CINFER_E_CANCELLED. */
+    int (*cancel)(void *user);
+    void *user;
+} cinfer_model_params;
+
+typedef struct cinfer_model cinfer_model;
+
+typedef struct cinfer_model_info {
+    const char *architecture;    /* config.json's architectures[0] */
+    int vocab;                   /* rows of the logits; valid token ids are [0, vocab) */
+    int context;                 /* the model's context length */
+    int has_tokenizer;           /* tokenizer.json was found: text prompts work */
+    int has_chat_template;       /* chat messages work */
+    int n_eos;                   /* ids that end generation unless ignore_eos */
+    const int32_t *eos_ids;
+} cinfer_model_info;
+
+cinfer_model_params cinfer_model_default_params(void);
+/* Loads a Hugging Face model folder: config.json, *.safetensors, and when present tokenizer.json and a
+ * chat template. */
+cinfer_status cinfer_model_load(const char *dir, const cinfer_model_params *p, cinfer_model **out,
+                                cinfer_error *err);
+/* Frees the model; an engine still open on it is freed first (see cinfer_engine_free). */
+void cinfer_model_free(cinfer_model *m);
+cinfer_model_info cinfer_model_get_info(const cinfer_model *m);
+
+/* Text to ids as the model's tokenizer does (add_special: BOS/EOS as the tokenizer's post-processor
+ * adds them). *ids is released with cinfer_free. */
+cinfer_status cinfer_tokenize(const cinfer_model *m, const char *text, size_t len, int add_special,
+                              int32_t **ids, size_t *n_ids, cinfer_error *err);
+/* Ids to text (special tokens skipped); *text is NUL-terminated and released with cinfer_free. */
+cinfer_status cinfer_detokenize(const cinfer_model *m, const int32_t *ids, size_t n_ids, char **text,
+                                size_t *len, cinfer_error *err);
+void cinfer_free(void *p);
+
+/* ---- engine ---------------------------------------------------------------------------------- */
+
+typedef struct cinfer_engine_params {
+    size_t struct_size;
+    int max_queued;              /* sessions waiting for their turn; beyond it open fails with
+                                    CINFER_E_BUSY. 0 = no limit */
+    /* The clock behind deadlines and timings, in seconds (any origin, never decreasing); NULL = the
+     * monotonic clock. Tests inject one to drive deadlines without sleeping. */
+    double (*now)(void *user);
+    void *now_user;
+    /* Receives one line per notable event (the plan of each request, failures); NULL = silent. */
+    void (*log)(const char *line, void *user);
+    void *log_user;
+} cinfer_engine_params;
+
+/* One engine per model: it owns the scheduler thread that runs the model's sessions. */
+typedef struct cinfer_engine cinfer_engine;
+
+cinfer_engine_params cinfer_engine_default_params(void);
+/* CINFER_E_BUSY when the model already has an engine. */
+cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *p, cinfer_engine **out,
+                                   cinfer_error *err);
+/* Cancels every session (reason CINFER_CANCEL_ENGINE_CLOSED), waits until each is terminal and its
+ * native resources (sequence state, sampler) are released, stops the scheduler thread and frees the
+ * engine. The sessions stay readable; each is still freed with cinfer_session_free. */
+void cinfer_engine_free(cinfer_engine *e);
+
+/* ---- requests -------------------------------------------------------------------------------- */
+
+#define CINFER_MAX_TOP_LOGPROBS 20
+
+typedef struct cinfer_message {
+    const char *role;            /* "system", "user", "assistant", ... as the template knows them */
+    const char *content;
+} cinfer_message;
+
+typedef struct cinfer_logit_bias {
+    int32_t token;
+    float bias;
+} cinfer_logit_bias;
+
+/* One generation request. The prompt is exactly one of: token ids, text (tokenized with the model's
+ * tokenizer, special tokens added as its post-processor does), or chat messages (rendered with the
+ * model's chat template, then tokenized without adding special tokens). Everything is copied at open:
+ * the caller may free or reuse its buffers as soon as cinfer_session_open returns. */
+typedef struct cinfer_request {
+    size_t struct_size;
+    const int32_t *prompt_ids;
+    size_t n_prompt_ids;
+    const char *prompt_text;
+    const cinfer_message *messages;
+    size_t n_messages;
+    int add_generation_prompt;   /* messages: end with the assistant header (default 1) */
+
+    int32_t max_tokens;          /* > 0; default 512 */
+    int fit_context;             /* non-zero: lower max_tokens to the room the context leaves after
+                                    the prompt instead of failing with CINFER_E_CONTEXT_OVERFLOW */
+    float temperature;           /* >= 0, 0 = greedy; default 1 */
+    int32_t top_k;               /* >= 0, 0 = off */
+    float top_p;                 /* (0, 1], 1 = off */
+    float min_p;                 /* [0, 1], 0 = off */
+    float repetition_penalty;    /* > 0, 1 = off */
+    int32_t repetition_window;   /* last N tokens (prompt included), 0 = all; default 20 */
+    float presence_penalty;      /* [-2, 2] */
+    float frequency_penalty;     /* [-2, 2] */
+    const cinfer_logit_bias *logit_bias;
+    size_t n_logit_bias;
+    int64_t seed;                /* < 0: a fresh seed per request (default), reported in the result */
+    const char *const *stop;     /* stop strings: generation ends before the first match; the match and
+                                    anything after it are not emitted */
+    size_t n_stop;
+    const int32_t *stop_ids;     /* generated ids that end generation (not emitted) */
+    size_t n_stop_ids;
+    int ignore_eos;              /* do not end at the model's end-of-sequence ids */
+    int logprobs;                /* report the log-probability of each generated token */
+    int32_t top_logprobs;        /* and the most likely alternatives, [0, CINFER_MAX_TOP_LOGPROBS] */
+    const char *draft;           /* draft source for speculative decoding: NULL, "" or "none" */
+} cinfer_request;
+
+cinfer_request cinfer_request_default(void);
+
+/* ---- sessions -------------------------------------------------------------------------------- */
+
+typedef enum cinfer_session_state {
+    CINFER_STATE_CREATED,        /* opened, waiting for its turn */
+    CINFER_STATE_PREPARING,      /* sequence state allocated, prompt being evaluated */
+    CINFER_STATE_RUNNING,        /* generating */
+    CINFER_STATE_SETTLING,       /* generation over, native resources being released */
+    CINFER_STATE_TERMINAL,       /* the outcome is final and the result is complete */
+} cinfer_session_state;
+
+typedef enum cinfer_outcome {
+    CINFER_OUTCOME_NONE,         /* not terminal yet */
+    CINFER_OUTCOME_COMPLETED,
+    CINFER_OUTCOME_CANCELLED,
+    CINFER_OUTCOME_FAILED,
+} cinfer_outcome;
+
+typedef enum cinfer_finish {
+    CINFER_FINISH_NONE,
+    CINFER_FINISH_STOP,          /* an end-of-sequence id, a stop id or a stop string */
+    CINFER_FINISH_LENGTH,        /* max_tokens reached */
+} cinfer_finish;
+
+typedef enum cinfer_cancel_reason {
+    CINFER_CANCEL_NONE,
+    CINFER_CANCEL_REQUESTED,       /* cinfer_session_cancel */
+    CINFER_CANCEL_CONSUMER_CLOSED, /* the callback returned non-zero, or the session was freed live */
+    CINFER_CANCEL_CONSUMER_IDLE,   /* a pulling consumer left events unread past idle_timeout */
+    CINFER_CANCEL_ENGINE_CLOSED,   /* cinfer_engine_free */
+} cinfer_cancel_reason;
+
+typedef struct cinfer_token_logprob {
+    int32_t token;
+    float logprob;
+} cinfer_token_logprob;
+
+/* Log-probabilities of one generated token: log-softmax of the logits after the processors (bias,
+ * penalties), before temperature and truncation. */
+typedef struct cinfer_logprobs {
+    int32_t token;
+    float logprob;
+    int32_t n_top;
+    cinfer_token_logprob top[CINFER_MAX_TOP_LOGPROBS]; /* most likely first */
+} cinfer_logprobs;
+
+typedef enum cinfer_event_kind {
+    CINFER_EVENT_TOKEN,          /* one committed token */
+    CINFER_EVENT_END,            /* the session is terminal; no event follows */
+} cinfer_event_kind;
+
+typedef struct cinfer_event {
+    cinfer_event_kind kind;
+    int32_t index;               /* TOKEN: position in the completion, from 0 */
+    int32_t token;
+    /* The text this event adds to the output (UTF-8, not NUL-terminated). Text is held back while it
+     * may be the start of a stop string or ends inside a UTF-8 sequence, so a token can add nothing;
+     * END carries whatever was held back when generation ended without a stop string. Valid until the
+     * callback returns or the next cinfer_session_next call. */
+    const char *text;
+    size_t text_len;
+    const cinfer_logprobs *logprobs; /* TOKEN when logprobs were asked for, else NULL */
+} cinfer_event;
+
+typedef enum cinfer_output_mode {
+    CINFER_OUTPUT_COLLECT,       /* read the result after cinfer_session_wait */
+    CINFER_OUTPUT_PULL,          /* events through cinfer_session_next */
+    CINFER_OUTPUT_CALLBACK,      /* events through on_event, on the engine's thread */
+} cinfer_output_mode;
+
+typedef struct cinfer_session_params {
+    size_t struct_size;
+    cinfer_output_mode output;
+    /* CALLBACK: called for every event in order, END included; returning non-zero cancels the session
+     * (reason CINFER_CANCEL_CONSUMER_CLOSED). It must not block for long (it holds up the engine) and
+     * must not free the session. */
+    int (*on_event)(const cinfer_event *ev, void *user);
+    void *user;
+    /* PULL: cancel (reason CINFER_CANCEL_CONSUMER_IDLE) when events have waited unread for longer than
+     * this many seconds of the engine's clock since the consumer last pulled. 0 = never. */
+    double idle_timeout;
+} cinfer_session_params;
+
+typedef struct cinfer_usage {
+    int32_t prompt_tokens;
+    int32_t cached_tokens;       /* prompt tokens served from a prompt cache */
+    int32_t completion_tokens;   /* tokens in the result */
+    double queue_s;              /* open to the start of preparation */
+    double ttft_s;               /* open to the first generated token */
+    double prefill_tps;          /* prompt tokens / prompt evaluation time */
+    double decode_tps;           /* tokens generated after the first / the time they took */
+    double total_s;              /* open to terminal */
+} cinfer_usage;
+
+typedef struct cinfer_result {
+    cinfer_outcome outcome;
+    cinfer_finish finish;        /* COMPLETED */
+    cinfer_cancel_reason cancel_reason; /* CANCELLED */
+    cinfer_error error;          /* FAILED: what went wrong */
+    const char *plan;            /* how the request ran, e.g. "text:serial" */
+    const char *text;            /* NUL-terminated */
+    size_t text_len;
+    const int32_t *tokens;       /* the committed tokens (end-of-sequence and stop ids excluded) */
+    size_t n_tokens;
+    const cinfer_logprobs *logprobs; /* n_tokens entries when logprobs were asked for, else NULL */
+    uint64_t seed;               /* the sampling seed used (drawn fresh when the request named none) */
+    cinfer_usage usage;
+} cinfer_result;
+
+typedef struct cinfer_session cinfer_session;
+
+cinfer_session_params cinfer_session_default_params(void);
+/* Validates and copies the request, plans it and queues it. A request that fails validation allocates
+ * nothing and returns its own status (CINFER_E_EMPTY_PROMPT, _TOKEN_OUT_OF_RANGE, _MAX_TOKENS,
+ * _CONTEXT_OVERFLOW, _TOP_LOGPROBS, _TEMPERATURE, _TOP_K, _TOP_P, _MIN_P, _PENALTY, _NOT_A_NUMBER,
+ * _INVALID_ARGUMENT, _UNSUPPORTED for a draft source, _TOKENIZER / _TEMPLATE for text and messages). */
+cinfer_status cinfer_session_open(cinfer_engine *e, const cinfer_request *req, const cinfer_session_params *p,
+                                  cinfer_session **out, cinfer_error *err);
+/* Thread-safe and idempotent; takes effect within one decode step (or one prompt chunk). */
+void cinfer_session_cancel(cinfer_session *s);
+cinfer_session_state cinfer_session_get_state(const cinfer_session *s);
+/* The plan chosen at open ("text:serial"). */
+const char *cinfer_session_plan(const cinfer_session *s);
+/* PULL: the next event, waiting up to timeout seconds (< 0 = no limit, 0 = poll). CINFER_E_TIMEOUT when
+ * none came in time; CINFER_E_INVALID_ARGUMENT in another output mode; after END, END again. */
+cinfer_status cinfer_session_next(cinfer_session *s, cinfer_event *ev, double timeout, cinfer_error *err);
+/* Waits until the session is terminal (timeout as above) and points *result at its result, which lives
+ * as long as the session. Returns CINFER_OK for every outcome: read result->outcome. */
+cinfer_status cinfer_session_wait(cinfer_session *s, double timeout, const cinfer_result **result,
+                                  cinfer_error *err);
+/* Cancels a live session (reason CINFER_CANCEL_CONSUMER_CLOSED), waits until the engine has released
+ * it, and frees it. */
+void cinfer_session_free(cinfer_session *s);
+
+const char *cinfer_state_name(cinfer_session_state s);
+const char *cinfer_outcome_name(cinfer_outcome o);
+const char *cinfer_finish_name(cinfer_finish f);
+const char *cinfer_cancel_reason_name(cinfer_cancel_reason r);
 
 #ifdef __cplusplus
 }

@@ -30,6 +30,7 @@ static const char *const names[CINFER_STATUS_COUNT] = {
     [CINFER_E_PENALTY] = "penalty",
     [CINFER_E_NOT_A_NUMBER] = "not_a_number",
     [CINFER_E_BUSY] = "busy",
+    [CINFER_E_TIMEOUT] = "timeout",
 };
 
 const char *cinfer_status_name(cinfer_status s) {

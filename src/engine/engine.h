@@ -1,0 +1,125 @@
+/* engine.h: the insides of the public handles (cinfer_model, cinfer_engine, cinfer_session) shared by
+ * the engine's files: the validated copy of a request, the planner, the session's published output and
+ * the scheduler's per-session state. */
+#ifndef CF_ENGINE_ENGINE_H
+#define CF_ENGINE_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "cinfer.h"
+#include "model/model.h"
+#include "sample/sampler.h"
+
+typedef struct cf_tokenizer cf_tokenizer;
+typedef struct cf_chat_template cf_chat_template;
+typedef struct cf_detok cf_detok;
+typedef struct cf_stop cf_stop;
+
+struct cinfer_model {
+    cf_model *m;
+    cf_tokenizer *tok;          /* NULL when the folder has no tokenizer.json */
+    cf_chat_template *tmpl;     /* NULL when it has no chat template */
+    int32_t *eos;               /* config/generation_config EOS ids and the tokenizer's, deduplicated */
+    int n_eos;
+    cinfer_engine *engine;      /* the one engine on this model, or NULL */
+};
+
+/* A request as the engine keeps it: validated, every buffer owned. */
+typedef struct cf_request {
+    int32_t *prompt;
+    int n_prompt;
+    int max_tokens;
+    cf_sampling_params sp;      /* sp.logit_bias points into bias */
+    cf_logit_bias *bias;
+    char **stop;
+    int n_stop;
+    int32_t *stop_ids;
+    int n_stop_ids;
+    int ignore_eos;
+    char draft[64];
+} cf_request;
+
+/* Checks and copies r. Nothing is allocated unless every field is valid. */
+cinfer_status cf_request_build(const cinfer_model *m, const cinfer_request *r, cf_request *out, cinfer_error *err);
+void cf_request_free(cf_request *q);
+
+/* How a request runs; chosen once at open, never changed. */
+typedef enum cf_mechanism { CF_MECH_SERIAL } cf_mechanism;
+
+typedef struct cf_plan {
+    cf_mechanism mechanism;
+    char id[48];                /* "text:serial" */
+    int output_limit;           /* tokens the request may generate */
+} cf_plan;
+
+/* Chooses the plan of a validated request without touching device state. */
+cinfer_status cf_plan_request(const cf_request *q, cf_plan *out, cinfer_error *err);
+
+struct cinfer_session {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t id;
+    cinfer_engine *engine;      /* valid until released */
+    pthread_t sched_thread;
+
+    /* fixed at open */
+    cf_request req;
+    cf_plan plan;
+    cinfer_session_params ctl;
+    double (*now)(void *);
+    void *now_user;
+    double t_open;
+
+    _Atomic int state;          /* cinfer_session_state */
+    _Atomic int cancel;         /* cinfer_cancel_reason; the first reason wins */
+
+    /* the scheduler's: native resources and progress, touched by the engine thread only */
+    cf_seq *seq;
+    cf_sampler *smp;
+    cf_detok *detok;            /* NULL without a tokenizer: the output has no text */
+    cf_stop *stop;              /* NULL without stop strings */
+    float *logits;
+    int n_prefilled;
+    int pending;                /* a committed token not yet evaluated */
+    int32_t last;
+    int n_sampled;
+    double t_prep, t_prefilled, t_first, t_last;
+
+    /* published output, under mu */
+    int32_t *tokens;
+    size_t n_tokens, cap_tokens;
+    size_t *text_end;           /* text length after token i's event */
+    cinfer_logprobs *lp;        /* per token when logprobs were asked for */
+    char *text;
+    size_t text_len, text_cap;
+    cinfer_result result;       /* complete once state is TERMINAL */
+    int released;               /* the engine will not touch the session again */
+    int orphaned;               /* freed from the engine's thread: the engine frees it when done */
+
+    /* PULL consumer side, under mu */
+    size_t n_read;
+    int end_read;
+    double t_unread;            /* since when the oldest unread event has waited */
+    char *ev_text;
+    size_t ev_cap;
+    cinfer_logprobs ev_lp;
+
+    cinfer_session *next;       /* the engine's queue */
+};
+
+/* session.c: publishing, for the scheduler. */
+cinfer_status cf_session_publish(cinfer_session *s, int32_t token, const cf_sample_result *sr, const char *text,
+                                 size_t len, cinfer_error *err);
+/* Appends the text released at the end (held-back text) to the output. */
+cinfer_status cf_session_publish_tail(cinfer_session *s, const char *text, size_t len, cinfer_error *err);
+/* Sets the outcome, marks the session terminal and wakes its waiters. */
+void cf_session_finish(cinfer_session *s, cinfer_outcome o, cinfer_finish f, const cinfer_error *e);
+/* The engine is done with s: END to a callback consumer, then released (or freed when orphaned). */
+void cf_session_release(cinfer_session *s);
+/* Records a cancel reason if none is recorded yet. */
+void cf_session_request_cancel(cinfer_session *s, cinfer_cancel_reason r);
+void cf_session_destroy(cinfer_session *s);
+
+#endif
