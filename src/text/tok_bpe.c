@@ -1,0 +1,413 @@
+/* tok_bpe.c: the BPE model of tokenizer.json: vocabulary and merge tables, and HF's merge order (the
+ * lowest-ranked adjacent pair first, leftmost among equals) run with a binary heap over a linked list
+ * of symbols, so a word of n characters costs O(n log n). Supports byte_fallback, unk_token with
+ * fuse_unk, ignore_merges, continuing_subword_prefix and end_of_word_suffix. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "text/tok_impl.h"
+
+#define CACHE_MAX_ENTRIES 200000
+#define CACHE_MAX_WORD 256
+
+struct tk_bpe {
+    tk_strmap vocab;
+    tk_buf strs;          /* all token strings */
+    size_t *tok_off;      /* per id, SIZE_MAX when absent */
+    uint32_t *tok_len;
+    int32_t max_id;
+    size_t vocab_len;
+    tk_u64map merges;     /* (a << 32 | b) -> (rank << 32 | merged id) */
+    int32_t *char_id;     /* 0x10000 entries: id of the one-character token, -1; NULL with prefix/suffix */
+    int32_t byte_id[256]; /* "<0xXX>" tokens, -1 when absent */
+    int byte_fallback, fuse_unk, ignore_merges;
+    int32_t unk_id;       /* -1: no unk_token */
+    char *prefix, *suffix; /* NULL when absent or empty */
+    size_t prefix_len, suffix_len;
+};
+
+typedef struct sym {
+    int32_t c, prev, next;
+    uint32_t len; /* 0: merged away */
+} sym;
+
+typedef struct hitem {
+    uint32_t rank, pos;
+    int32_t id;
+} hitem;
+
+struct tk_bpe_cache {
+    tk_strmap words; /* word -> (offset in ids << 8 | count) */
+    int ready;
+    tk_ids ids;
+    sym *syms;
+    size_t syms_cap;
+    hitem *heap;
+    size_t heap_n, heap_cap;
+    tk_buf key;
+};
+
+void tk_bpe_free(tk_bpe *b) {
+    if (!b) return;
+    tk_strmap_free(&b->vocab);
+    tk_buf_free(&b->strs);
+    free(b->tok_off);
+    free(b->tok_len);
+    tk_u64map_free(&b->merges);
+    free(b->char_id);
+    free(b->prefix);
+    free(b->suffix);
+    free(b);
+}
+
+size_t tk_bpe_vocab_len(const tk_bpe *b) { return b->vocab_len; }
+int32_t tk_bpe_max_id(const tk_bpe *b) { return b->max_id; }
+
+int32_t tk_bpe_id(const tk_bpe *b, const char *s, size_t n) { return (int32_t)tk_strmap_get(&b->vocab, s, n); }
+
+const char *tk_bpe_token(const tk_bpe *b, int32_t id, size_t *len) {
+    if (id < 0 || id > b->max_id || b->tok_off[id] == SIZE_MAX) return NULL;
+    *len = b->tok_len[id];
+    return b->strs.p + b->tok_off[id];
+}
+
+static char *opt_str(const cJSON *model, const char *key, size_t *len) {
+    const char *s = tk_json_str(model, key);
+    *len = 0;
+    if (!s || !*s) return NULL;
+    *len = strlen(s);
+    char *d = malloc(*len + 1);
+    if (d) memcpy(d, s, *len + 1);
+    return d;
+}
+
+static cinfer_status load_vocab(tk_bpe *b, const cJSON *vocab, cinfer_error *err) {
+    if (!cJSON_IsObject(vocab)) return cf_fail(err, CINFER_E_FORMAT, "BPE model without a \"vocab\" object");
+    size_t n = (size_t)cJSON_GetArraySize(vocab);
+    if (tk_strmap_init(&b->vocab, n)) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the vocabulary");
+    b->max_id = -1;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, vocab) {
+        double d = it->valuedouble;
+        if (!cJSON_IsNumber(it) || d < 0 || d > INT32_MAX - 1 || d != floor(d))
+            return cf_fail(err, CINFER_E_FORMAT, "vocab entry \"%.60s\" has no valid id", it->string);
+        if ((int32_t)d > b->max_id) b->max_id = (int32_t)d;
+    }
+    size_t ids = (size_t)b->max_id + 1;
+    b->tok_off = malloc((ids ? ids : 1) * sizeof *b->tok_off);
+    b->tok_len = malloc((ids ? ids : 1) * sizeof *b->tok_len);
+    if (!b->tok_off || !b->tok_len) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the vocabulary");
+    for (size_t i = 0; i < ids; i++) b->tok_off[i] = SIZE_MAX;
+    cJSON_ArrayForEach(it, vocab) {
+        int32_t id = (int32_t)it->valuedouble;
+        size_t len = strlen(it->string);
+        b->tok_off[id] = b->strs.n;
+        b->tok_len[id] = (uint32_t)len;
+        tk_buf_put(&b->strs, it->string, len);
+        if (b->strs.oom || tk_strmap_put(&b->vocab, it->string, len, id))
+            return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the vocabulary");
+    }
+    b->vocab_len = b->vocab.count;
+    return CINFER_OK;
+}
+
+static cinfer_status add_merge(tk_bpe *b, const char *l, size_t ll, const char *r, size_t rl, uint32_t rank,
+                               tk_buf *tmp, cinfer_error *err) {
+    int32_t a = tk_bpe_id(b, l, ll), c = tk_bpe_id(b, r, rl);
+    if (a < 0 || c < 0)
+        return cf_fail(err, CINFER_E_FORMAT, "merge %u: token \"%.*s\" is not in the vocabulary", rank,
+                       (int)(a < 0 ? ll : rl), a < 0 ? l : r);
+    size_t skip = b->prefix_len <= rl ? b->prefix_len : rl; /* HF drops the prefix length from the right part */
+    tmp->n = 0;
+    tk_buf_put(tmp, l, ll);
+    tk_buf_put(tmp, r + skip, rl - skip);
+    if (tmp->oom) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading merges");
+    int32_t m = tk_bpe_id(b, tmp->p, tmp->n);
+    if (m < 0)
+        return cf_fail(err, CINFER_E_FORMAT, "merge %u: merged token \"%.*s\" is not in the vocabulary", rank,
+                       (int)tmp->n, tmp->p);
+    if (tk_u64map_put(&b->merges, (uint64_t)a << 32 | (uint32_t)c, (uint64_t)rank << 32 | (uint32_t)m))
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading merges");
+    return CINFER_OK;
+}
+
+static cinfer_status load_merges(tk_bpe *b, const cJSON *merges, cinfer_error *err) {
+    if (!cJSON_IsArray(merges)) return cf_fail(err, CINFER_E_FORMAT, "BPE model without a \"merges\" array");
+    if (tk_u64map_init(&b->merges, (size_t)cJSON_GetArraySize(merges)))
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading merges");
+    tk_buf tmp = {0};
+    cinfer_status st = CINFER_OK;
+    uint32_t rank = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, merges) {
+        if (cJSON_IsString(it)) {
+            const char *s = it->valuestring;
+            if (strncmp(s, "#version", 8) == 0) continue;
+            const char *sp = strchr(s, ' ');
+            if (!sp || strchr(sp + 1, ' ')) {
+                st = cf_fail(err, CINFER_E_FORMAT, "merge %u (\"%.60s\") is not two tokens separated by one space",
+                             rank + 1, s);
+                break;
+            }
+            st = add_merge(b, s, (size_t)(sp - s), sp + 1, strlen(sp + 1), rank, &tmp, err);
+        } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
+                   cJSON_IsString(cJSON_GetArrayItem(it, 1))) {
+            const char *l = cJSON_GetArrayItem(it, 0)->valuestring, *r = cJSON_GetArrayItem(it, 1)->valuestring;
+            st = add_merge(b, l, strlen(l), r, strlen(r), rank, &tmp, err);
+        } else {
+            st = cf_fail(err, CINFER_E_FORMAT, "merge %u is neither \"a b\" nor [\"a\", \"b\"]", rank + 1);
+        }
+        if (st) break;
+        rank++;
+    }
+    tk_buf_free(&tmp);
+    return st;
+}
+
+cinfer_status tk_bpe_load(const cJSON *model, tk_bpe **out, cinfer_error *err) {
+    *out = NULL;
+    const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
+    if (cJSON_IsNumber(dropout) && dropout->valuedouble != 0.0)
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "BPE dropout %g is not supported (encoding would be random)",
+                       dropout->valuedouble);
+    tk_bpe *b = calloc(1, sizeof *b);
+    if (!b) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer");
+    b->prefix = opt_str(model, "continuing_subword_prefix", &b->prefix_len);
+    b->suffix = opt_str(model, "end_of_word_suffix", &b->suffix_len);
+    b->byte_fallback = tk_json_bool(model, "byte_fallback", 0);
+    b->fuse_unk = tk_json_bool(model, "fuse_unk", 0);
+    b->ignore_merges = tk_json_bool(model, "ignore_merges", 0);
+    cinfer_status st = load_vocab(b, cJSON_GetObjectItemCaseSensitive(model, "vocab"), err);
+    if (!st) st = load_merges(b, cJSON_GetObjectItemCaseSensitive(model, "merges"), err);
+    b->unk_id = -1;
+    const char *unk = tk_json_str(model, "unk_token");
+    if (!st && unk) {
+        b->unk_id = tk_bpe_id(b, unk, strlen(unk));
+        if (b->unk_id < 0) st = cf_fail(err, CINFER_E_FORMAT, "unk_token \"%.60s\" is not in the vocabulary", unk);
+    }
+    for (int i = 0; !st && i < 256; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", i);
+        b->byte_id[i] = tk_bpe_id(b, name, 6);
+    }
+    if (!st && !b->prefix && !b->suffix) {
+        b->char_id = malloc(0x10000 * sizeof *b->char_id);
+        if (!b->char_id) st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer");
+        for (int32_t i = 0; !st && i < 0x10000; i++) b->char_id[i] = -1;
+        for (int32_t id = 0; !st && id <= b->max_id; id++) {
+            size_t len;
+            const char *s = tk_bpe_token(b, id, &len);
+            int32_t cp;
+            if (s && len && tk_utf8_valid_prefix(s, len) == len && tk_utf8_next(s, len, &cp) == len && cp < 0x10000 &&
+                tk_bpe_id(b, s, len) == id)
+                b->char_id[cp] = id;
+        }
+    }
+    if ((b->prefix_len && !b->prefix) || (b->suffix_len && !b->suffix))
+        st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer");
+    if (st) {
+        tk_bpe_free(b);
+        return st;
+    }
+    *out = b;
+    return CINFER_OK;
+}
+
+tk_bpe_cache *tk_bpe_cache_new(void) { return calloc(1, sizeof(tk_bpe_cache)); }
+
+void tk_bpe_cache_free(tk_bpe_cache *c) {
+    if (!c) return;
+    tk_strmap_free(&c->words);
+    tk_ids_free(&c->ids);
+    free(c->syms);
+    free(c->heap);
+    tk_buf_free(&c->key);
+    free(c);
+}
+
+static inline int hless(const hitem *a, const hitem *b) {
+    return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
+}
+
+static int heap_push(tk_bpe_cache *c, hitem it) {
+    if (c->heap_n == c->heap_cap) {
+        size_t cap = c->heap_cap ? c->heap_cap * 2 : 64;
+        hitem *h = realloc(c->heap, cap * sizeof *h);
+        if (!h) return -1;
+        c->heap = h;
+        c->heap_cap = cap;
+    }
+    size_t i = c->heap_n++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!hless(&it, &c->heap[p])) break;
+        c->heap[i] = c->heap[p];
+        i = p;
+    }
+    c->heap[i] = it;
+    return 0;
+}
+
+static hitem heap_pop(tk_bpe_cache *c) {
+    hitem top = c->heap[0], last = c->heap[--c->heap_n];
+    size_t i = 0, n = c->heap_n;
+    for (;;) {
+        size_t l = 2 * i + 1;
+        if (l >= n) break;
+        size_t m = (l + 1 < n && hless(&c->heap[l + 1], &c->heap[l])) ? l + 1 : l;
+        if (!hless(&c->heap[m], &last)) break;
+        c->heap[i] = c->heap[m];
+        i = m;
+    }
+    if (n) c->heap[i] = last;
+    return top;
+}
+
+static int lookup_merge(const tk_bpe *b, int32_t l, int32_t r, uint32_t *rank, int32_t *id) {
+    uint64_t v;
+    if (!tk_u64map_get(&b->merges, (uint64_t)l << 32 | (uint32_t)r, &v)) return 0;
+    *rank = (uint32_t)(v >> 32);
+    *id = (int32_t)(uint32_t)v;
+    return 1;
+}
+
+static int add_sym(tk_bpe_cache *c, size_t *n, int32_t id, uint32_t len) {
+    if (*n == c->syms_cap) {
+        size_t cap = c->syms_cap ? c->syms_cap * 2 : 64;
+        sym *s = realloc(c->syms, cap * sizeof *s);
+        if (!s) return -1;
+        c->syms = s;
+        c->syms_cap = cap;
+    }
+    c->syms[*n] = (sym){id, (int32_t)*n - 1, -1, len};
+    if (*n > 0) c->syms[*n - 1].next = (int32_t)*n;
+    (*n)++;
+    return 0;
+}
+
+/* Initial symbols of a word (BPE::merge_word before merge_all). Returns the count, -1 when out of memory. */
+static long word_symbols(const tk_bpe *b, tk_bpe_cache *c, const char *s, size_t n) {
+    size_t ns = 0;
+    int32_t unk = -1;
+    uint32_t unk_len = 0;
+    for (size_t i = 0; i < n;) {
+        int32_t cp;
+        size_t k = tk_utf8_next(s + i, n - i, &cp);
+        int32_t id;
+        const char *key = s + i;
+        size_t key_len = k;
+        if (b->char_id && cp < 0x10000) {
+            id = b->char_id[cp];
+        } else {
+            if (b->prefix || b->suffix) {
+                c->key.n = 0;
+                if (i > 0) tk_buf_put(&c->key, b->prefix, b->prefix_len);
+                tk_buf_put(&c->key, s + i, k);
+                if (i + k == n) tk_buf_put(&c->key, b->suffix, b->suffix_len);
+                if (c->key.oom) return -1;
+                key = c->key.p;
+                key_len = c->key.n;
+            }
+            id = tk_bpe_id(b, key, key_len);
+        }
+        i += k;
+        if (id >= 0) {
+            if (unk >= 0 && add_sym(c, &ns, unk, unk_len)) return -1;
+            unk = -1;
+            if (add_sym(c, &ns, id, (uint32_t)k)) return -1;
+            continue;
+        }
+        if (b->byte_fallback) {
+            size_t j = 0;
+            while (j < key_len && b->byte_id[(unsigned char)key[j]] >= 0) j++;
+            if (j == key_len) { /* HF leaves a pending unk pending here */
+                for (j = 0; j < key_len; j++)
+                    if (add_sym(c, &ns, b->byte_id[(unsigned char)key[j]], 1)) return -1;
+                continue;
+            }
+        }
+        if (b->unk_id < 0) continue;
+        if (unk >= 0 && b->fuse_unk) {
+            unk_len += (uint32_t)k;
+            continue;
+        }
+        if (unk >= 0 && add_sym(c, &ns, unk, unk_len)) return -1;
+        unk = b->unk_id;
+        unk_len = (uint32_t)k;
+    }
+    if (unk >= 0 && add_sym(c, &ns, unk, unk_len)) return -1;
+    return (long)ns;
+}
+
+static int merge_all(const tk_bpe *b, tk_bpe_cache *c, size_t ns) {
+    sym *sy = c->syms;
+    c->heap_n = 0;
+    for (size_t i = 0; i + 1 < ns; i++) {
+        uint32_t rank;
+        int32_t id;
+        if (lookup_merge(b, sy[i].c, sy[i + 1].c, &rank, &id) && heap_push(c, (hitem){rank, (uint32_t)i, id}))
+            return -1;
+    }
+    while (c->heap_n) {
+        hitem top = heap_pop(c);
+        sym *cur = &c->syms[top.pos];
+        if (cur->len == 0 || cur->next < 0) continue;
+        sym right = c->syms[cur->next];
+        uint32_t rank;
+        int32_t id;
+        if (!lookup_merge(b, cur->c, right.c, &rank, &id) || id != top.id) continue;
+        c->syms[cur->next].len = 0;
+        cur->c = top.id;
+        cur->len += right.len;
+        cur->next = right.next;
+        if (right.next >= 0) c->syms[right.next].prev = (int32_t)top.pos;
+        if (cur->prev >= 0 && lookup_merge(b, c->syms[cur->prev].c, cur->c, &rank, &id) &&
+            heap_push(c, (hitem){rank, (uint32_t)cur->prev, id}))
+            return -1;
+        cur = &c->syms[top.pos];
+        if (cur->next >= 0 && lookup_merge(b, cur->c, c->syms[cur->next].c, &rank, &id) &&
+            heap_push(c, (hitem){rank, top.pos, id}))
+            return -1;
+    }
+    return 0;
+}
+
+int tk_bpe_encode(const tk_bpe *b, tk_bpe_cache *c, const char *s, size_t n, tk_ids *out) {
+    if (n == 0) return 0;
+    if (b->ignore_merges) {
+        int32_t id = tk_bpe_id(b, s, n);
+        if (id >= 0) {
+            tk_ids_push(out, id);
+            return out->oom ? -1 : 0;
+        }
+    }
+    int cacheable = n < CACHE_MAX_WORD;
+    if (cacheable && c->ready) {
+        int64_t v = tk_strmap_get(&c->words, s, n);
+        if (v >= 0) {
+            size_t off = (size_t)(v >> 8), cnt = (size_t)(v & 0xFF);
+            for (size_t i = 0; i < cnt; i++) tk_ids_push(out, c->ids.v[off + i]);
+            return out->oom ? -1 : 0;
+        }
+    }
+    if (n > INT32_MAX) return -1;
+    long ns = word_symbols(b, c, s, n);
+    if (ns < 0 || merge_all(b, c, (size_t)ns)) return -1;
+    size_t first = out->n;
+    for (long i = 0; i < ns; i++)
+        if (c->syms[i].len) tk_ids_push(out, c->syms[i].c);
+    if (out->oom) return -1;
+    size_t cnt = out->n - first;
+    if (cacheable && cnt < 256) {
+        if (!c->ready) c->ready = tk_strmap_init(&c->words, 1024) == 0;
+        if (c->ready && c->words.count < CACHE_MAX_ENTRIES) {
+            size_t off = c->ids.n;
+            for (size_t i = 0; i < cnt; i++) tk_ids_push(&c->ids, out->v[first + i]);
+            if (!c->ids.oom) tk_strmap_put(&c->words, s, n, (int64_t)(off << 8 | cnt));
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,184 @@
+/* tok_impl.h: the parts of a tokenizer.json pipeline and how they talk: pieces of text flowing
+ * through added-token extraction, normalizers, pre-tokenizers and the BPE model; id lists through
+ * post-processors; token strings through decoders. Each part mirrors the Hugging Face `tokenizers`
+ * (0.23) component of the same name, without offsets. Implemented in tok_regex.c, tok_normalize.c,
+ * tok_pretok.c, tok_bpe.c, tok_added.c, tok_decode.c and tok_post.c. */
+#ifndef CF_TEXT_TOK_IMPL_H
+#define CF_TEXT_TOK_IMPL_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cinfer.h"
+#include "text/tok_util.h"
+
+/* ---- growable arrays ---- */
+
+typedef struct tk_ids {
+    int32_t *v;
+    size_t n, cap;
+    int oom;
+} tk_ids;
+
+void tk_ids_push(tk_ids *a, int32_t id);
+void tk_ids_free(tk_ids *a);
+
+/* A piece of text on its way to the model. id >= 0: an added token already recognised (its text is
+ * not processed further). at_start: the piece begins at offset 0 of the original input (what
+ * Metaspace's prepend_scheme "first" asks). */
+typedef struct tk_piece {
+    size_t off, len; /* into the owning list's text */
+    int32_t id;
+    uint8_t at_start;
+} tk_piece;
+
+typedef struct tk_pieces {
+    tk_piece *v;
+    size_t n, cap;
+    tk_buf text;
+    int oom;
+} tk_pieces;
+
+/* Appends a copy of s[0..n); empty raw pieces are dropped, as HF drops empty splits. */
+void tk_pieces_add(tk_pieces *p, const char *s, size_t n, int32_t id, int at_start);
+/* Registers text[off..text.n), already written into p->text, as a raw piece (dropped if empty). */
+void tk_pieces_commit(tk_pieces *p, size_t off, int at_start);
+void tk_pieces_reset(tk_pieces *p);
+void tk_pieces_free(tk_pieces *p);
+static inline const char *tk_piece_str(const tk_pieces *p, size_t i) { return p->text.p + p->v[i].off; }
+
+/* A list of strings (decoder input and output). */
+typedef struct tk_strs {
+    tk_buf text;
+    size_t *off, *len;
+    size_t n, cap;
+    int oom;
+} tk_strs;
+
+void tk_strs_add(tk_strs *s, const char *p, size_t n);
+void tk_strs_reset(tk_strs *s);
+void tk_strs_free(tk_strs *s);
+
+/* ---- regular expressions (PCRE2, Oniguruma iteration semantics) ---- */
+
+typedef struct tk_span {
+    size_t s, e;
+} tk_span;
+
+typedef struct tk_spans {
+    tk_span *v;
+    size_t n, cap;
+    int oom;
+} tk_spans;
+
+/* Per-call working memory: PCRE2 match data and JIT stack, reused buffers. Not shared between
+ * threads; every encode/decode call makes its own. */
+typedef struct tk_scratch tk_scratch;
+tk_scratch *tk_scratch_new(void);
+void tk_scratch_free(tk_scratch *sc);
+tk_spans *tk_scratch_spans(tk_scratch *sc);
+
+typedef struct tk_regex tk_regex;
+/* literal: pattern is a plain string (HF's {"String": ...}), otherwise a regex in Oniguruma syntax. */
+cinfer_status tk_regex_new(const char *pattern, size_t len, int literal, tk_regex **out, cinfer_error *err);
+void tk_regex_free(tk_regex *re);
+/* Fills out with every match in s[0..n) in the order Oniguruma's find_iter yields them (the
+ * onig crate's rule for empty matches included). 0, or -1 when out of memory or the match failed. */
+int tk_regex_find(const tk_regex *re, tk_scratch *sc, const char *s, size_t n, tk_spans *out);
+
+/* HF's pattern object, {"String": literal} or {"Regex": pattern}; what names the owner in errors. */
+cinfer_status tk_pattern_parse(const cJSON *pat, const char *what, tk_regex **out, cinfer_error *err);
+
+/* ---- components ---- */
+
+enum tk_split_behavior { TK_REMOVED, TK_ISOLATED, TK_MERGED_PREV, TK_MERGED_NEXT, TK_CONTIGUOUS };
+
+/* Parses HF's SplitDelimiterBehavior name. -1 when unknown. */
+int tk_behavior_parse(const char *name);
+
+/* Splits s[0..n) by spans of "match" flags per HF's NormalizedString::split and appends the kept
+ * parts to out. m holds (start, end) with a parallel flag array; it covers s completely. */
+void tk_split_apply(const char *s, size_t n, const tk_span *m, const uint8_t *is_match, size_t nm, int behavior,
+                    int at_start, tk_pieces *out);
+
+typedef struct tk_normalizer tk_normalizer;
+cinfer_status tk_normalizer_parse(const cJSON *j, tk_normalizer **out, cinfer_error *err);
+void tk_normalizer_free(tk_normalizer *n);
+/* out (reset first) receives the normalized s[0..len). 0, or -1 when out of memory. */
+int tk_normalize(const tk_normalizer *n, tk_scratch *sc, const char *s, size_t len, tk_buf *out);
+
+typedef struct tk_pretok tk_pretok;
+cinfer_status tk_pretok_parse(const cJSON *j, tk_pretok **out, cinfer_error *err);
+void tk_pretok_free(tk_pretok *p);
+/* Replaces the raw pieces of io by their pre-tokenized splits. 0, or -1 when out of memory. */
+int tk_pretokenize(const tk_pretok *p, tk_scratch *sc, tk_pieces *io);
+
+typedef struct tk_decoder tk_decoder;
+cinfer_status tk_decoder_parse(const cJSON *j, tk_decoder **out, cinfer_error *err);
+void tk_decoder_free(tk_decoder *d);
+/* Runs decode_chain over the token strings in io. 0, or -1 when out of memory. */
+int tk_decode_chain(const tk_decoder *d, tk_scratch *sc, tk_strs *io);
+
+typedef struct tk_post tk_post;
+cinfer_status tk_post_parse(const cJSON *j, tk_post **out, cinfer_error *err);
+void tk_post_free(tk_post *p);
+/* out receives ids wrapped as the post-processor does for a single sequence. */
+void tk_post_apply(const tk_post *p, int add_special, const int32_t *ids, size_t n, tk_ids *out);
+
+/* ---- BPE model ---- */
+
+typedef struct tk_bpe tk_bpe;
+cinfer_status tk_bpe_load(const cJSON *model, tk_bpe **out, cinfer_error *err);
+void tk_bpe_free(tk_bpe *b);
+size_t tk_bpe_vocab_len(const tk_bpe *b); /* entries in the vocab (HF get_vocab_size) */
+int32_t tk_bpe_id(const tk_bpe *b, const char *s, size_t n);
+const char *tk_bpe_token(const tk_bpe *b, int32_t id, size_t *len); /* NULL when absent */
+int32_t tk_bpe_max_id(const tk_bpe *b);                             /* -1 for an empty vocab */
+
+/* Memo of words already merged, private to one encode call. */
+typedef struct tk_bpe_cache tk_bpe_cache;
+tk_bpe_cache *tk_bpe_cache_new(void);
+void tk_bpe_cache_free(tk_bpe_cache *c);
+/* Appends the ids of one pre-tokenized piece. 0, or -1 when out of memory. */
+int tk_bpe_encode(const tk_bpe *b, tk_bpe_cache *c, const char *s, size_t n, tk_ids *out);
+
+/* ---- added tokens ---- */
+
+typedef struct tk_added_token {
+    char *content;
+    size_t len;
+    char *norm; /* content after the normalizer, when normalized and different; else NULL */
+    size_t norm_len;
+    int32_t id;
+    uint8_t special, lstrip, rstrip, single_word, normalized;
+} tk_added_token;
+
+typedef struct tk_added tk_added;
+/* Registers the tokens of tokenizer.json's "added_tokens" in order, assigning ids the way HF's
+ * AddedVocabulary::add_tokens does (the model's id when the content is in its vocab, else the next
+ * free id). norm may be NULL. */
+cinfer_status tk_added_build(const cJSON *arr, const tk_bpe *model, const tk_normalizer *norm, tk_added **out,
+                             cinfer_error *err);
+void tk_added_free(tk_added *a);
+size_t tk_added_count(const tk_added *a);
+const tk_added_token *tk_added_get(const tk_added *a, size_t i);
+const tk_added_token *tk_added_by_id(const tk_added *a, int32_t id);
+const tk_added_token *tk_added_by_content(const tk_added *a, const char *s, size_t n);
+int tk_added_has_normalized(const tk_added *a);
+/* Splits s[0..n) around the added tokens of one trie (normalized = 0: tokens matched on raw text;
+ * 1: tokens matched after normalization), as AddedVocabulary::find_matches does, appending pieces to
+ * out. skip_special: special tokens are not recognised (HF encode_special_tokens). */
+void tk_added_split(const tk_added *a, int normalized, int skip_special, const char *s, size_t n, int at_start,
+                    tk_pieces *out);
+
+/* ---- JSON helpers ---- */
+
+/* String member or NULL. */
+const char *tk_json_str(const cJSON *o, const char *key);
+/* Boolean member, dflt when absent or null. */
+int tk_json_bool(const cJSON *o, const char *key, int dflt);
+/* The "type" of a component, or NULL. */
+const char *tk_json_type(const cJSON *o);
+
+#endif

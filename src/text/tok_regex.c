@@ -1,0 +1,197 @@
+/* tok_regex.c: the patterns of tokenizer.json (Split, Replace) on PCRE2 with JIT, UTF and UCP.
+ * HF compiles them with Oniguruma; the few Oniguruma-only escapes (\h, \H: hex digits) are rewritten,
+ * and matches are enumerated with the onig crate's find_iter rule, which differs from Perl's for
+ * empty matches: after an empty match the search resumes one character later, and an empty match
+ * that follows a non-empty one is dropped. Also owns the per-call scratch (match data, JIT stack). */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "text/tok_impl.h"
+
+struct tk_regex {
+    pcre2_code *code; /* NULL for a non-empty literal */
+    char *lit;
+    size_t lit_len;
+};
+
+struct tk_scratch {
+    pcre2_match_data *md;
+    pcre2_match_context *mctx; /* with a large JIT stack, made when the default one is too small */
+    pcre2_jit_stack *jit;
+    tk_spans spans;
+};
+
+tk_scratch *tk_scratch_new(void) {
+    tk_scratch *sc = calloc(1, sizeof *sc);
+    if (!sc) return NULL;
+    sc->md = pcre2_match_data_create(16, NULL);
+    if (!sc->md) {
+        free(sc);
+        return NULL;
+    }
+    return sc;
+}
+
+void tk_scratch_free(tk_scratch *sc) {
+    if (!sc) return;
+    pcre2_match_data_free(sc->md);
+    pcre2_match_context_free(sc->mctx);
+    pcre2_jit_stack_free(sc->jit);
+    free(sc->spans.v);
+    free(sc);
+}
+
+tk_spans *tk_scratch_spans(tk_scratch *sc) { return &sc->spans; }
+
+/* Rewrites Oniguruma's \h and \H (hex digit classes; in PCRE2 they mean horizontal space). */
+static char *onig_to_pcre(const char *p, size_t n, size_t *out_len) {
+    tk_buf b = {0};
+    int in_class = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (c == '\\' && i + 1 < n) {
+            char d = p[i + 1];
+            if (d == 'h') tk_buf_put(&b, in_class ? "0-9a-fA-F" : "[0-9a-fA-F]", in_class ? 9 : 11);
+            else if (d == 'H' && !in_class) tk_buf_put(&b, "[^0-9a-fA-F]", 12);
+            else tk_buf_put(&b, p + i, 2);
+            i++;
+            continue;
+        }
+        if (c == '[' && !in_class) {
+            in_class = 1;
+            tk_buf_putc(&b, c);
+            /* a ']' right after '[' or '[^' is a literal member */
+            if (i + 1 < n && p[i + 1] == '^') tk_buf_putc(&b, p[++i]);
+            if (i + 1 < n && p[i + 1] == ']') tk_buf_putc(&b, p[++i]);
+            continue;
+        }
+        if (c == ']' && in_class) in_class = 0;
+        tk_buf_putc(&b, c);
+    }
+    *out_len = b.n;
+    if (!b.p) tk_buf_reserve(&b, 0);
+    return tk_buf_take(&b);
+}
+
+cinfer_status tk_regex_new(const char *pattern, size_t len, int literal, tk_regex **out, cinfer_error *err) {
+    tk_regex *re = calloc(1, sizeof *re);
+    if (!re) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory compiling a pattern");
+    if (literal && len > 0) {
+        re->lit = malloc(len);
+        if (!re->lit) {
+            free(re);
+            return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory compiling a pattern");
+        }
+        memcpy(re->lit, pattern, len);
+        re->lit_len = len;
+        *out = re;
+        return CINFER_OK;
+    }
+    size_t plen = 0;
+    char *p = onig_to_pcre(pattern, len, &plen);
+    if (!p) {
+        free(re);
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory compiling a pattern");
+    }
+    int ec;
+    PCRE2_SIZE eo;
+    re->code = pcre2_compile((PCRE2_SPTR)p, plen, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+    free(p);
+    if (!re->code) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(ec, msg, sizeof msg);
+        free(re);
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "pattern /%.*s/ does not compile at offset %zu: %s",
+                       (int)(len > 200 ? 200 : len), pattern, (size_t)eo, (const char *)msg);
+    }
+    pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE); /* without JIT the interpreter still matches */
+    *out = re;
+    return CINFER_OK;
+}
+
+void tk_regex_free(tk_regex *re) {
+    if (!re) return;
+    pcre2_code_free(re->code);
+    free(re->lit);
+    free(re);
+}
+
+static const char *find_lit(const char *s, size_t n, const char *lit, size_t L) {
+    const char *end = s + n;
+    while ((size_t)(end - s) >= L) {
+        const char *c = memchr(s, lit[0], (size_t)(end - s) - L + 1);
+        if (!c) return NULL;
+        if (memcmp(c, lit, L) == 0) return c;
+        s = c + 1;
+    }
+    return NULL;
+}
+
+static void spans_add(tk_spans *o, size_t s, size_t e) {
+    if (o->oom) return;
+    if (o->n == o->cap) {
+        size_t c = o->cap ? o->cap * 2 : 64;
+        tk_span *v = realloc(o->v, c * sizeof *v);
+        if (!v) {
+            o->oom = 1;
+            return;
+        }
+        o->v = v;
+        o->cap = c;
+    }
+    o->v[o->n++] = (tk_span){s, e};
+}
+
+static int big_jit_stack(tk_scratch *sc) {
+    if (sc->mctx) return 0;
+    sc->jit = pcre2_jit_stack_create(64 * 1024, 64 * 1024 * 1024, NULL);
+    sc->mctx = pcre2_match_context_create(NULL);
+    if (!sc->jit || !sc->mctx) return -1;
+    pcre2_jit_stack_assign(sc->mctx, NULL, sc->jit);
+    return 0;
+}
+
+int tk_regex_find(const tk_regex *re, tk_scratch *sc, const char *s, size_t n, tk_spans *out) {
+    out->n = 0;
+    out->oom = 0;
+    if (n == 0) return 0; /* HF's Pattern::find_matches: nothing matches in an empty string */
+    if (!re->code) {
+        size_t pos = 0, L = re->lit_len;
+        while (pos + L <= n) {
+            const char *hit = find_lit(s + pos, n - pos, re->lit, L);
+            if (!hit) break;
+            size_t at = (size_t)(hit - s);
+            spans_add(out, at, at + L);
+            pos = at + L;
+        }
+        return out->oom ? -1 : 0;
+    }
+    size_t last_end = 0;
+    int skip_next_empty = 0;
+    while (last_end <= n) {
+        int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, last_end, PCRE2_NO_UTF_CHECK, sc->md, sc->mctx);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !sc->mctx) {
+            if (big_jit_stack(sc)) return -1;
+            continue;
+        }
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) return -1;
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(sc->md);
+        size_t ms = ov[0], me = ov[1];
+        last_end = me;
+        if (ms == me) {
+            last_end += me < n ? tk_utf8_len((unsigned char)s[me]) : 1;
+            if (skip_next_empty) {
+                skip_next_empty = 0;
+                continue;
+            }
+        } else {
+            skip_next_empty = 1;
+        }
+        spans_add(out, ms, me);
+    }
+    return out->oom ? -1 : 0;
+}

@@ -1,0 +1,403 @@
+/* tokenizer.c: cf_tokenizer (text/tokenizer.h): loads tokenizer.json and the BOS/EOS settings of
+ * tokenizer_config.json, special_tokens_map.json and generation_config.json, and runs the pipeline
+ * of HF tokenizers 0.23: added tokens on the raw text -> normalizer -> added tokens on the
+ * normalized text -> pre-tokenizer -> BPE -> post-processor; decoding maps ids to token strings and
+ * runs the decoder. Input that is not valid UTF-8 is first repaired as described in tokenizer.h. */
+#include "text/tokenizer.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "text/tok_impl.h"
+
+struct cf_tokenizer {
+    tk_bpe *model;
+    tk_normalizer *norm;
+    tk_pretok *pretok;
+    tk_post *post;
+    tk_decoder *dec;
+    tk_added *added;
+    int32_t n_ids;    /* 1 + the largest id */
+    uint8_t *special; /* per id: skipped by decode(skip_special) */
+    int32_t bos_id;
+    char *bos_text, *eos_text;
+    int32_t *eos;
+    int n_eos;
+};
+
+void cf_tokenizer_free(cf_tokenizer *tok) {
+    if (!tok) return;
+    tk_bpe_free(tok->model);
+    tk_normalizer_free(tok->norm);
+    tk_pretok_free(tok->pretok);
+    tk_post_free(tok->post);
+    tk_decoder_free(tok->dec);
+    tk_added_free(tok->added);
+    free(tok->special);
+    free(tok->bos_text);
+    free(tok->eos_text);
+    free(tok->eos);
+    free(tok);
+}
+
+/* Reads a whole file. A missing optional file gives CINFER_OK with *data NULL. */
+static cinfer_status read_file(const char *path, int optional, char **data, size_t *len, cinfer_error *err) {
+    *data = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (optional && errno == ENOENT) return CINFER_OK;
+        return cf_fail(err, CINFER_E_IO, "%s: %s", path, strerror(errno));
+    }
+    tk_buf b = {0};
+    char chunk[65536];
+    size_t k;
+    while ((k = fread(chunk, 1, sizeof chunk, f)) > 0) tk_buf_put(&b, chunk, k);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        tk_buf_free(&b);
+        return cf_fail(err, CINFER_E_IO, "%s: read error", path);
+    }
+    if (b.oom || tk_buf_reserve(&b, 0)) {
+        tk_buf_free(&b);
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "%s: out of memory reading the file", path);
+    }
+    *len = b.n;
+    *data = tk_buf_take(&b);
+    return CINFER_OK;
+}
+
+static cinfer_status parse_json(const char *path, int optional, cJSON **out, cinfer_error *err) {
+    char *data;
+    size_t len;
+    *out = NULL;
+    CF_TRY(read_file(path, optional, &data, &len, err));
+    if (!data) return CINFER_OK;
+    const char *end = NULL;
+    *out = cJSON_ParseWithLengthOpts(data, len, &end, 0);
+    if (!*out) {
+        size_t at = end && end >= data && end <= data + len ? (size_t)(end - data) : 0, line = 1;
+        for (size_t i = 0; i < at; i++) line += data[i] == '\n';
+        free(data);
+        return cf_fail(err, CINFER_E_FORMAT, "%s: malformed JSON near line %zu (byte %zu)", path, line, at);
+    }
+    free(data);
+    return CINFER_OK;
+}
+
+static char *xstrdup(const char *s) {
+    size_t n = strlen(s);
+    char *d = malloc(n + 1);
+    if (d) memcpy(d, s, n + 1);
+    return d;
+}
+
+int32_t cf_tokenizer_token_id(const cf_tokenizer *tok, const char *token) {
+    size_t n = strlen(token);
+    const tk_added_token *a = tk_added_by_content(tok->added, token, n);
+    return a ? a->id : tk_bpe_id(tok->model, token, n);
+}
+
+const char *cf_tokenizer_token_text(const cf_tokenizer *tok, int32_t id) {
+    const tk_added_token *a = tk_added_by_id(tok->added, id);
+    size_t len;
+    return a ? a->content : tk_bpe_token(tok->model, id, &len);
+}
+
+/* The string decode() uses for an id: an added token's (normalized) content, else the model's. */
+static const char *decode_text(const cf_tokenizer *tok, int32_t id, size_t *len) {
+    const tk_added_token *a = tk_added_by_id(tok->added, id);
+    if (a) {
+        *len = a->norm ? a->norm_len : a->len;
+        return a->norm ? a->norm : a->content;
+    }
+    return tk_bpe_token(tok->model, id, len);
+}
+
+/* bos_token / eos_token of tokenizer_config.json or special_tokens_map.json: a string, an
+ * AddedToken object with "content", or null. Returns 1 when the key is present (text NULL for null). */
+static int config_token(const cJSON *cfg, const char *key, const char **text) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    *text = NULL;
+    if (!v) return 0;
+    if (cJSON_IsString(v)) *text = v->valuestring;
+    else if (cJSON_IsObject(v)) *text = tk_json_str(v, "content");
+    return 1;
+}
+
+static int add_eos(cf_tokenizer *tok, int32_t id) {
+    if (id < 0) return 0;
+    for (int i = 0; i < tok->n_eos; i++)
+        if (tok->eos[i] == id) return 0;
+    int32_t *v = realloc(tok->eos, (size_t)(tok->n_eos + 1) * sizeof *v);
+    if (!v) return -1;
+    tok->eos = v;
+    tok->eos[tok->n_eos++] = id;
+    return 0;
+}
+
+static cinfer_status load_special_config(cf_tokenizer *tok, const char *dir, cinfer_error *err) {
+    char path[4096];
+    cJSON *cfg = NULL, *map = NULL, *gen = NULL;
+    cinfer_status st;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    st = parse_json(path, 1, &cfg, err);
+    snprintf(path, sizeof path, "%s/special_tokens_map.json", dir);
+    if (!st) st = parse_json(path, 1, &map, err);
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    if (!st) st = parse_json(path, 1, &gen, err);
+    const char *bos = NULL, *eos = NULL;
+    int has_bos = 0;
+    if (!st) {
+        has_bos = config_token(cfg, "bos_token", &bos) || config_token(map, "bos_token", &bos);
+        if (!config_token(cfg, "eos_token", &eos)) config_token(map, "eos_token", &eos);
+        tok->bos_id = bos ? cf_tokenizer_token_id(tok, bos) : -1;
+        const cJSON *gb = cJSON_GetObjectItemCaseSensitive(gen, "bos_token_id");
+        if (!has_bos && cJSON_IsNumber(gb) && gb->valuedouble >= 0 && gb->valuedouble < tok->n_ids)
+            tok->bos_id = (int32_t)gb->valuedouble;
+        if (tok->bos_id >= 0) {
+            const char *t = bos ? bos : cf_tokenizer_token_text(tok, tok->bos_id);
+            if (t && !(tok->bos_text = xstrdup(t))) st = CINFER_E_OUT_OF_MEMORY;
+        }
+        if (!st && eos && add_eos(tok, cf_tokenizer_token_id(tok, eos))) st = CINFER_E_OUT_OF_MEMORY;
+        const cJSON *ge = cJSON_GetObjectItemCaseSensitive(gen, "eos_token_id"), *it;
+        if (!st && cJSON_IsNumber(ge) && ge->valuedouble >= 0 && ge->valuedouble < tok->n_ids &&
+            add_eos(tok, (int32_t)ge->valuedouble))
+            st = CINFER_E_OUT_OF_MEMORY;
+        if (!st && cJSON_IsArray(ge)) cJSON_ArrayForEach(it, ge) {
+            if (cJSON_IsNumber(it) && it->valuedouble >= 0 && it->valuedouble < tok->n_ids &&
+                add_eos(tok, (int32_t)it->valuedouble)) {
+                st = CINFER_E_OUT_OF_MEMORY;
+                break;
+            }
+        }
+        if (!st && (eos || tok->n_eos)) {
+            const char *t = eos ? eos : cf_tokenizer_token_text(tok, tok->eos[0]);
+            if (t && !(tok->eos_text = xstrdup(t))) st = CINFER_E_OUT_OF_MEMORY;
+        }
+        if (st) st = cf_fail(err, st, "out of memory loading the tokenizer configuration");
+    }
+    cJSON_Delete(cfg);
+    cJSON_Delete(map);
+    cJSON_Delete(gen);
+    return st;
+}
+
+static cinfer_status build(cf_tokenizer *tok, const cJSON *root, cinfer_error *err) {
+    const char *version = tk_json_str(root, "version");
+    if (version && strcmp(version, "1.0") != 0)
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "tokenizer.json version %s is not supported (expected 1.0)", version);
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (!cJSON_IsObject(model)) return cf_fail(err, CINFER_E_FORMAT, "tokenizer.json has no \"model\" object");
+    const char *type = tk_json_type(model);
+    if (type && strcmp(type, "BPE") != 0)
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "tokenizer model type %s is not supported (only BPE is)", type);
+    if (!type && !cJSON_GetObjectItemCaseSensitive(model, "merges"))
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "tokenizer model without a type and without merges: only BPE is supported");
+    CF_TRY(tk_bpe_load(model, &tok->model, err));
+    const cJSON *c;
+    if ((c = cJSON_GetObjectItemCaseSensitive(root, "normalizer")) && !cJSON_IsNull(c))
+        CF_TRY(tk_normalizer_parse(c, &tok->norm, err));
+    if ((c = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer")) && !cJSON_IsNull(c))
+        CF_TRY(tk_pretok_parse(c, &tok->pretok, err));
+    if ((c = cJSON_GetObjectItemCaseSensitive(root, "post_processor")) && !cJSON_IsNull(c))
+        CF_TRY(tk_post_parse(c, &tok->post, err));
+    if ((c = cJSON_GetObjectItemCaseSensitive(root, "decoder")) && !cJSON_IsNull(c))
+        CF_TRY(tk_decoder_parse(c, &tok->dec, err));
+    CF_TRY(tk_added_build(cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), tok->model, tok->norm, &tok->added,
+                          err));
+    int32_t max = tk_bpe_max_id(tok->model);
+    for (size_t i = 0; i < tk_added_count(tok->added); i++)
+        if (tk_added_get(tok->added, i)->id > max) max = tk_added_get(tok->added, i)->id;
+    tok->n_ids = max + 1;
+    tok->special = calloc((size_t)tok->n_ids + 1, 1);
+    tk_strmap specials = {0};
+    if (!tok->special || tk_strmap_init(&specials, 16)) {
+        tk_strmap_free(&specials);
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer");
+    }
+    int oom = 0;
+    for (size_t i = 0; i < tk_added_count(tok->added); i++) {
+        const tk_added_token *a = tk_added_get(tok->added, i);
+        if (a->special && tk_strmap_put(&specials, a->content, a->len, 1)) oom = 1;
+    }
+    for (int32_t id = 0; id < tok->n_ids && !oom && specials.count; id++) {
+        size_t len;
+        const char *s = decode_text(tok, id, &len);
+        tok->special[id] = s && tk_strmap_get(&specials, s, len) >= 0;
+    }
+    tk_strmap_free(&specials);
+    return oom ? cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer") : CINFER_OK;
+}
+
+cinfer_status cf_tokenizer_load(const char *dir, cf_tokenizer **out, cinfer_error *err) {
+    *out = NULL;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/tokenizer.json", dir) >= (int)sizeof path)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "tokenizer directory path is too long");
+    cJSON *root;
+    CF_TRY(parse_json(path, 0, &root, err));
+    cf_tokenizer *tok = calloc(1, sizeof *tok);
+    if (!tok) {
+        cJSON_Delete(root);
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading %s", path);
+    }
+    tok->bos_id = -1;
+    cinfer_status st = build(tok, root, err);
+    cJSON_Delete(root);
+    if (st) {
+        cf_wrap(err, st, "%s", path);
+        cf_tokenizer_free(tok);
+        return st;
+    }
+    st = load_special_config(tok, dir, err);
+    if (st) {
+        cf_tokenizer_free(tok);
+        return st;
+    }
+    *out = tok;
+    return CINFER_OK;
+}
+
+/* The model's share of encoding: one piece of text after added-token extraction. */
+static int encode_piece(const cf_tokenizer *tok, tk_scratch *sc, tk_bpe_cache *cache, int skip_special,
+                        const char *s, size_t n, int at_start, tk_buf *nb, tk_pieces *b, tk_pieces *c, tk_ids *ids) {
+    if (tok->norm) {
+        if (tk_normalize(tok->norm, sc, s, n, nb)) return -1;
+        s = nb->p ? nb->p : "";
+        n = nb->n;
+    }
+    tk_pieces_reset(b);
+    if (tk_added_has_normalized(tok->added)) tk_added_split(tok->added, 1, skip_special, s, n, at_start, b);
+    else tk_pieces_add(b, s, n, -1, at_start);
+    if (b->oom) return -1;
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->v[i].id >= 0) {
+            tk_ids_push(ids, b->v[i].id);
+            continue;
+        }
+        tk_pieces_reset(c);
+        tk_pieces_add(c, tk_piece_str(b, i), b->v[i].len, -1, b->v[i].at_start);
+        if (c->oom || (tok->pretok && tk_pretokenize(tok->pretok, sc, c))) return -1;
+        for (size_t k = 0; k < c->n; k++) {
+            if (c->v[k].id >= 0) tk_ids_push(ids, c->v[k].id);
+            else if (tk_bpe_encode(tok->model, cache, tk_piece_str(c, k), c->v[k].len, ids)) return -1;
+        }
+    }
+    return ids->oom ? -1 : 0;
+}
+
+cinfer_status cf_tokenizer_encode(const cf_tokenizer *tok, const char *text, size_t len, int flags, int32_t **ids,
+                                  size_t *n_ids, cinfer_error *err) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (!text && len) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "encode: text is NULL");
+    if (!text) text = "";
+    tk_buf fixed = {0}, nb = {0};
+    if (tk_utf8_valid_prefix(text, len) != len) {
+        tk_utf8_repair(text, len, &fixed);
+        if (fixed.oom) {
+            tk_buf_free(&fixed);
+            return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory encoding %zu bytes", len);
+        }
+        text = fixed.p;
+        len = fixed.n;
+    }
+    int skip_special = !(flags & CF_TOK_PARSE_SPECIAL);
+    tk_scratch *sc = tk_scratch_new();
+    tk_bpe_cache *cache = tk_bpe_cache_new();
+    tk_pieces a = {0}, b = {0}, c = {0};
+    tk_ids raw = {0}, done = {0};
+    int rc = (!sc || !cache) ? -1 : 0;
+    if (!rc) {
+        tk_added_split(tok->added, 0, skip_special, text, len, 1, &a);
+        rc = a.oom ? -1 : 0;
+    }
+    for (size_t i = 0; i < a.n && !rc; i++) {
+        if (a.v[i].id >= 0) tk_ids_push(&raw, a.v[i].id);
+        else rc = encode_piece(tok, sc, cache, skip_special, tk_piece_str(&a, i), a.v[i].len, a.v[i].at_start, &nb,
+                               &b, &c, &raw);
+    }
+    if (!rc) {
+        if (tok->post) tk_post_apply(tok->post, (flags & CF_TOK_ADD_SPECIAL) != 0, raw.v, raw.n, &done);
+        else
+            for (size_t i = 0; i < raw.n; i++) tk_ids_push(&done, raw.v[i]);
+        rc = (raw.oom || done.oom) ? -1 : 0;
+    }
+    tk_scratch_free(sc);
+    tk_bpe_cache_free(cache);
+    tk_pieces_free(&a);
+    tk_pieces_free(&b);
+    tk_pieces_free(&c);
+    tk_ids_free(&raw);
+    tk_buf_free(&nb);
+    tk_buf_free(&fixed);
+    if (rc) {
+        tk_ids_free(&done);
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory encoding %zu bytes", len);
+    }
+    if (!done.v && !(done.v = malloc(sizeof *done.v)))
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory encoding %zu bytes", len);
+    *ids = done.v;
+    *n_ids = done.n;
+    return CINFER_OK;
+}
+
+cinfer_status cf_tokenizer_decode(const cf_tokenizer *tok, const int32_t *ids, size_t n_ids, int skip_special,
+                                  char **text, size_t *len, cinfer_error *err) {
+    *text = NULL;
+    *len = 0;
+    if (!ids && n_ids) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "decode: ids is NULL");
+    tk_strs toks = {0};
+    for (size_t i = 0; i < n_ids; i++) {
+        size_t tl = 0;
+        const char *t = ids[i] >= 0 && ids[i] < tok->n_ids ? decode_text(tok, ids[i], &tl) : NULL;
+        if (!t) {
+            tk_strs_free(&toks);
+            return cf_fail(err, CINFER_E_TOKEN_OUT_OF_RANGE, "decode: id %d (position %zu) is not in the vocabulary",
+                           (int)ids[i], i);
+        }
+        if (skip_special && tok->special[ids[i]]) continue;
+        tk_strs_add(&toks, t, tl);
+    }
+    int rc = toks.oom ? -1 : 0;
+    tk_buf out = {0};
+    if (!rc && tok->dec) {
+        tk_scratch *sc = tk_scratch_new();
+        rc = !sc || tk_decode_chain(tok->dec, sc, &toks);
+        tk_scratch_free(sc);
+        if (!rc) tk_buf_put(&out, toks.text.p ? toks.text.p : "", toks.text.n);
+    } else if (!rc) {
+        for (size_t i = 0; i < toks.n; i++) {
+            if (i) tk_buf_putc(&out, ' ');
+            tk_buf_put(&out, toks.text.p + toks.off[i], toks.len[i]);
+        }
+    }
+    tk_strs_free(&toks);
+    if (rc || out.oom || tk_buf_reserve(&out, 0)) {
+        tk_buf_free(&out);
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory decoding %zu ids", n_ids);
+    }
+    *len = out.n;
+    *text = tk_buf_take(&out);
+    return CINFER_OK;
+}
+
+int32_t cf_tokenizer_vocab_size(const cf_tokenizer *tok) { return tok->n_ids; }
+int32_t cf_tokenizer_bos_id(const cf_tokenizer *tok) { return tok->bos_id; }
+
+int cf_tokenizer_eos_ids(const cf_tokenizer *tok, const int32_t **ids) {
+    *ids = tok->eos;
+    return tok->n_eos;
+}
+
+int cf_tokenizer_is_special(const cf_tokenizer *tok, int32_t id) {
+    return id >= 0 && id < tok->n_ids && tok->special[id];
+}
+
+const char *cf_tokenizer_bos_text(const cf_tokenizer *tok) { return tok->bos_text; }
+const char *cf_tokenizer_eos_text(const cf_tokenizer *tok) { return tok->eos_text; }
