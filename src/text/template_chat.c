@@ -118,7 +118,7 @@ cinfer_status cf_chat_template_set_tokens(cf_chat_template *ct, const char *bos_
 cinfer_status cf_chat_template_from_string(const char *src, size_t len, const char *bos_token,
                                            const char *eos_token, cf_chat_template **out, cinfer_error *err) {
     *out = NULL;
-    cf_chat_template *ct;
+    cf_chat_template *ct = NULL;
     CF_TRY(make(src, len, &ct, err));
     cinfer_status s = cf_chat_template_set_tokens(ct, bos_token, eos_token, err);
     if (s != CINFER_OK) {
