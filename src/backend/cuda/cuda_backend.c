@@ -1,0 +1,565 @@
+/* cuda_backend.c: the CUDA backend's host side: device and stream setup, the memory pool, weight upload
+ * (f32 matrices become bf16 on the device), host transfers, the op table (kernels are in k_*.cu, dense
+ * products with many rows go to cuBLAS), the sticky error, and graph recording of a step.
+ *
+ * Activations are bf16 (act_dtype); every op also takes f32 (and f16) tensors and converts on the fly,
+ * so the model may keep its residual stream and logits in f32. */
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_pool.h"
+#include "base/status.h"
+
+#include <cublas_v2.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STAGING_BYTES ((size_t)4 << 20)
+#define BLAS_WORKSPACE ((size_t)32 << 20)
+#define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
+
+cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 4, .gemv_max_rows = 8, .n_sm = 132};
+
+typedef struct cuda_backend {
+    cf_backend base;
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_ws;
+    /* memory: one pool, or (CINFER_CUDA_DIRECT_ALLOC=1, for compute-sanitizer) one cudaMalloc per tensor */
+    void *pool_mem;
+    cf_pool pool;
+    int direct;
+    void **direct_ptrs;
+    int n_direct, cap_direct;
+    /* scratch for conversions and attention partials; grow-only, and outgrown buffers stay allocated until
+     * destroy because a recorded graph may still use them */
+    void *scratch;
+    size_t scratch_size;
+    void **retired;
+    int n_retired;
+    /* pinned host memory for write(): small writes are queued without waiting for the stream */
+    unsigned char *staging;
+    size_t staging_used;
+    int capturing;
+    cinfer_status status;
+    char message[400];
+} cuda_backend;
+
+struct cf_graph {
+    cudaGraphExec_t exec;
+};
+
+static cuda_backend *CB(cf_backend *be) { return (cuda_backend *)be; }
+
+static void fail(cuda_backend *b, cinfer_status code, const char *fmt, ...) CF_PRINTF(3, 4);
+static void fail(cuda_backend *b, cinfer_status code, const char *fmt, ...) {
+    if (b->status != CINFER_OK) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->message, sizeof b->message, fmt, ap);
+    va_end(ap);
+    b->status = code;
+}
+
+static void check(cuda_backend *b, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess)
+        fail(b, e == cudaErrorMemoryAllocation ? CINFER_E_OUT_OF_MEMORY : CINFER_E_DEVICE, "CUDA %s: %s (error %d)", what,
+             cudaGetErrorString(e), (int)e);
+}
+
+static cinfer_status report(cuda_backend *b, cinfer_error *err) {
+    if (b->status == CINFER_OK) return CINFER_OK;
+    return cf_fail(err, b->status, "%s", b->message);
+}
+
+static size_t span_bytes(cf_tensor t) {
+    if (t.rows <= 0 || t.cols <= 0) return 0;
+    return (size_t)((t.rows - 1) * t.stride + t.cols) * cf_dtype_size(t.dtype);
+}
+
+static int empty(cf_tensor t) { return t.rows <= 0 || t.cols <= 0; }
+
+/* ---- memory ---- */
+
+static void *dev_alloc(cuda_backend *b, size_t bytes) {
+    if (!b->direct) return cf_pool_alloc(&b->pool, bytes);
+    if (b->n_direct == b->cap_direct) {
+        int nc = b->cap_direct ? 2 * b->cap_direct : 64;
+        void **np = realloc(b->direct_ptrs, (size_t)nc * sizeof *np);
+        if (!np) return NULL;
+        b->direct_ptrs = np;
+        b->cap_direct = nc;
+    }
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    b->direct_ptrs[b->n_direct++] = p;
+    return p;
+}
+
+static void dev_free(cuda_backend *b, void *p) {
+    if (!p) return;
+    if (!b->direct) {
+        cf_pool_free(&b->pool, p);
+        return;
+    }
+    for (int i = 0; i < b->n_direct; i++)
+        if (b->direct_ptrs[i] == p) {
+            b->direct_ptrs[i] = b->direct_ptrs[--b->n_direct];
+            cudaFree(p);
+            return;
+        }
+}
+
+static cinfer_status oom(cuda_backend *b, size_t bytes, const char *what, cinfer_error *err) {
+    if (b->direct)
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of GPU memory: %s needs %zu bytes", what, bytes);
+    return cf_fail(err, CINFER_E_OUT_OF_MEMORY,
+                   "out of GPU memory: %s needs %zu bytes; the pool of %zu bytes has %zu in use, largest free block %zu",
+                   what, bytes, b->pool.size, b->pool.used, cf_pool_largest_free(&b->pool));
+}
+
+static void *scratch(cuda_backend *b, size_t bytes) {
+    if (bytes <= b->scratch_size) return b->scratch;
+    size_t want = bytes > 2 * b->scratch_size ? bytes : 2 * b->scratch_size;
+    void *p = dev_alloc(b, want);
+    if (!p) {
+        cinfer_error e;
+        oom(b, want, "scratch", &e);
+        fail(b, CINFER_E_OUT_OF_MEMORY, "%s", e.message);
+        return NULL;
+    }
+    if (b->scratch) {
+        void **nr = realloc(b->retired, (size_t)(b->n_retired + 1) * sizeof *nr);
+        if (!nr) {
+            dev_free(b, p);
+            fail(b, CINFER_E_OUT_OF_MEMORY, "out of host memory");
+            return NULL;
+        }
+        b->retired = nr;
+        b->retired[b->n_retired++] = b->scratch;
+    }
+    b->scratch = p;
+    b->scratch_size = want;
+    return p;
+}
+
+static cinfer_status cuda_alloc(cf_backend *be, cf_dtype dt, int64_t rows, int64_t cols, cf_tensor *out, cinfer_error *err) {
+    cuda_backend *b = CB(be);
+    size_t bytes = (size_t)(rows * cols) * cf_dtype_size(dt);
+    void *p = dev_alloc(b, bytes);
+    if (!p) return oom(b, bytes, "a tensor", err);
+    cudaError_t e = cudaMemsetAsync(p, 0, bytes, b->stream);
+    if (e != cudaSuccess) {
+        dev_free(b, p);
+        return cf_fail(err, CINFER_E_DEVICE, "CUDA memset: %s", cudaGetErrorString(e));
+    }
+    *out = (cf_tensor){.data = p, .dtype = dt, .rows = rows, .cols = cols, .stride = cols};
+    return CINFER_OK;
+}
+
+static void cuda_free_tensor(cf_backend *be, cf_tensor *t) {
+    dev_free(CB(be), t->data);
+    t->data = NULL;
+}
+
+/* Matrices are stored bf16 (f32 ones converted here, chunk by chunk through scratch) or f16; vectors
+ * (one row: norms, biases) keep f32, which costs nothing and keeps them exact. */
+static cinfer_status cuda_upload_weight(cf_backend *be, const void *host, cf_dtype dt, int64_t rows, int64_t cols,
+                                        cf_tensor *out, cinfer_error *err) {
+    cuda_backend *b = CB(be);
+    if (dt != CF_F32 && dt != CF_BF16 && dt != CF_F16)
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "the CUDA backend stores F32, BF16 or F16 weights, not %s", cf_dtype_name(dt));
+    cf_dtype store = dt == CF_F32 && rows > 1 ? CF_BF16 : dt;
+    size_t n = (size_t)(rows * cols), bytes = n * cf_dtype_size(store);
+    void *p = dev_alloc(b, bytes);
+    if (!p) return oom(b, bytes, "a weight", err);
+    cudaError_t e = cudaSuccess;
+    if (store == dt) {
+        e = cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, b->stream);
+    } else {
+        const size_t chunk = (size_t)16 << 20;   /* f32 elements per step */
+        float *tmp = scratch(b, (n < chunk ? n : chunk) * sizeof(float));
+        for (size_t i = 0; tmp && i < n && e == cudaSuccess; i += chunk) {
+            size_t c = n - i < chunk ? n - i : chunk;
+            e = cudaMemcpyAsync(tmp, (const float *)host + i, c * sizeof(float), cudaMemcpyHostToDevice, b->stream);
+            if (e == cudaSuccess) e = cfk_convert(b->stream, (uint16_t *)p + i, CF_BF16, tmp, CF_F32, (int64_t)c);
+        }
+        if (!tmp) {
+            dev_free(b, p);
+            return report(b, err);
+        }
+    }
+    if (e != cudaSuccess) {
+        dev_free(b, p);
+        return cf_fail(err, CINFER_E_DEVICE, "uploading a %lldx%lld weight: %s", (long long)rows, (long long)cols, cudaGetErrorString(e));
+    }
+    *out = (cf_tensor){.data = p, .dtype = store, .rows = rows, .cols = cols, .stride = cols};
+    return CINFER_OK;
+}
+
+static void cuda_write(cf_backend *be, cf_tensor dst, const void *host) {
+    cuda_backend *b = CB(be);
+    if (b->capturing) { fail(b, CINFER_E_INVALID_ARGUMENT, "write() while recording a graph"); return; }
+    if (empty(dst)) return;
+    size_t es = cf_dtype_size(dst.dtype), row = (size_t)dst.cols * es, bytes = row * (size_t)dst.rows;
+    const void *src = host;
+    if (bytes <= STAGING_BYTES) {
+        if (b->staging_used + bytes > STAGING_BYTES) {
+            check(b, cudaStreamSynchronize(b->stream), "write");
+            b->staging_used = 0;
+        }
+        memcpy(b->staging + b->staging_used, host, bytes);
+        src = b->staging + b->staging_used;
+        b->staging_used += (bytes + 63) & ~(size_t)63;
+    }
+    check(b, cudaMemcpy2DAsync(dst.data, (size_t)dst.stride * es, src, row, row, (size_t)dst.rows, cudaMemcpyHostToDevice, b->stream),
+          "write");
+}
+
+static void cuda_fill(cf_backend *be, cf_tensor dst, float value) {
+    cuda_backend *b = CB(be);
+    if (empty(dst)) return;
+    check(b, cfk_elementwise(b->stream, CFK_FILL, dst, dst, dst, value), "fill");
+}
+
+static cinfer_status cuda_read(cf_backend *be, float *host, cf_tensor src, cinfer_error *err) {
+    cuda_backend *b = CB(be);
+    if (b->capturing) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "read() while recording a graph");
+    if (!empty(src)) {
+        cf_tensor f = src;
+        if (src.dtype != CF_F32) {
+            f = (cf_tensor){.data = scratch(b, (size_t)(src.rows * src.cols) * sizeof(float)), .dtype = CF_F32,
+                            .rows = src.rows, .cols = src.cols, .stride = src.cols};
+            if (f.data) check(b, cfk_elementwise(b->stream, CFK_COPY, f, src, src, 0), "read");
+        }
+        if (f.data && b->status == CINFER_OK)
+            check(b, cudaMemcpy2DAsync(host, (size_t)f.cols * 4, f.data, (size_t)f.stride * 4, (size_t)f.cols * 4, (size_t)f.rows,
+                                       cudaMemcpyDeviceToHost, b->stream), "read");
+    }
+    check(b, cudaStreamSynchronize(b->stream), "read");
+    b->staging_used = 0;
+    return report(b, err);
+}
+
+static cinfer_status cuda_sync(cf_backend *be, cinfer_error *err) {
+    cuda_backend *b = CB(be);
+    if (b->capturing) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "sync() while recording a graph");
+    check(b, cudaStreamSynchronize(b->stream), "sync");
+    b->staging_used = 0;
+    return report(b, err);
+}
+
+/* ---- operations ---- */
+
+static void cuda_embed(cf_backend *be, cf_tensor out, cf_tensor table, cf_tensor ids, float scale) {
+    if (!empty(out)) check(CB(be), cfk_embed(CB(be)->stream, out, table, ids, scale), "embed");
+}
+
+static void cuda_rmsnorm(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, float eps, float w_offset) {
+    if (!empty(out)) check(CB(be), cfk_rmsnorm(CB(be)->stream, out, x, w, eps, w_offset), "rmsnorm");
+}
+
+static cudaDataType_t blas_type(cf_dtype t) {
+    return t == CF_BF16 ? CUDA_R_16BF : t == CF_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* Many rows: cuBLAS with the activations in the weight's type (converted through scratch if needed) and
+ * f32 accumulation, writing f32 or the weight's type (anything else through an f32 temporary). */
+static void gemm(cuda_backend *b, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
+    const int64_t n = x.rows, k = x.cols, d = w.rows;
+    int conv_x = x.dtype != w.dtype, tmp_out = out.dtype != CF_F32 && out.dtype != w.dtype;
+    size_t xb = conv_x ? (size_t)(n * k) * cf_dtype_size(w.dtype) : 0, ob = tmp_out ? (size_t)(n * d) * 4 : 0;
+    xb = (xb + 255) & ~(size_t)255;
+    char *s = xb + ob ? scratch(b, xb + ob) : NULL;
+    if (xb + ob && !s) return;
+    cf_tensor xa = x, oa = out;
+    if (conv_x) {
+        xa = (cf_tensor){.data = s, .dtype = w.dtype, .rows = n, .cols = k, .stride = k};
+        check(b, cfk_elementwise(b->stream, CFK_COPY, xa, x, x, 0), "matmul (convert)");
+    }
+    if (tmp_out) oa = (cf_tensor){.data = s + xb, .dtype = CF_F32, .rows = n, .cols = d, .stride = d};
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t bs = cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)d, (int)n, (int)k, &one, w.data, blas_type(w.dtype),
+                                     (int)w.stride, xa.data, blas_type(xa.dtype), (int)xa.stride, &zero, oa.data, blas_type(oa.dtype),
+                                     (int)oa.stride, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        fail(b, CINFER_E_DEVICE, "cuBLAS GemmEx [%lld x %lld] x [%lld x %lld]^T: %s", (long long)n, (long long)k, (long long)d,
+             (long long)k, cublasGetStatusString(bs));
+        return;
+    }
+    if (tmp_out) check(b, cfk_elementwise(b->stream, CFK_COPY, out, oa, oa, 0), "matmul (convert)");
+    if (bias.data) check(b, cfk_elementwise(b->stream, CFK_ADD, out, out, bias, 0), "matmul (bias)");
+}
+
+static void cuda_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
+    cuda_backend *b = CB(be);
+    if (empty(out)) return;
+    if (x.rows <= cfk_cfg.gemv_max_rows || (w.dtype != CF_BF16 && w.dtype != CF_F16))
+        check(b, cfk_gemv(b->stream, out, x, w, bias), "matmul (gemv)");
+    else
+        gemm(b, out, x, w, bias);
+}
+
+static void ew(cf_backend *be, cfk_ew op, cf_tensor out, cf_tensor a, cf_tensor b, float s, const char *what) {
+    if (!empty(out)) check(CB(be), cfk_elementwise(CB(be)->stream, op, out, a, b, s), what);
+}
+static void cuda_add(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor b) { ew(be, CFK_ADD, out, a, b, 0, "add"); }
+static void cuda_mul(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor b) { ew(be, CFK_MUL, out, a, b, 0, "mul"); }
+static void cuda_scale(cf_backend *be, cf_tensor x, float s) { ew(be, CFK_SCALE, x, x, x, s, "scale"); }
+static void cuda_softcap(cf_backend *be, cf_tensor x, float cap) { ew(be, CFK_SOFTCAP, x, x, x, cap, "softcap"); }
+static void cuda_copy(cf_backend *be, cf_tensor dst, cf_tensor src) { ew(be, CFK_COPY, dst, src, src, 0, "copy"); }
+static void cuda_glu(cf_backend *be, cf_tensor out, cf_tensor gate, cf_tensor up, cf_act act) {
+    ew(be, act == CF_ACT_SILU ? CFK_GLU_SILU : CFK_GLU_GELU, out, gate, up, 0, "glu");
+}
+
+static void cuda_rope(cf_backend *be, cf_tensor x, cf_tensor pos, int n_heads, int head_dim, int rot_dim, cf_tensor inv_freq) {
+    if (!empty(x) && rot_dim >= 2) check(CB(be), cfk_rope(CB(be)->stream, x, pos, n_heads, head_dim, rot_dim, inv_freq), "rope");
+}
+
+static void cuda_kv_store(cf_backend *be, cf_tensor cache, cf_tensor src, int pos0, int cap) {
+    cf_tensor none = {0};
+    if (!empty(src)) check(CB(be), cfk_kv_store(CB(be)->stream, cache, src, pos0, none, cap), "kv_store");
+}
+
+static void cuda_kv_store_pos(cf_backend *be, cf_tensor cache, cf_tensor src, cf_tensor pos, int cap) {
+    if (!empty(src)) check(CB(be), cfk_kv_store(CB(be)->stream, cache, src, 0, pos, cap), "kv_store_pos");
+}
+
+static void attention(cuda_backend *b, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a,
+                      const int32_t *pos_dev, int max_keys) {
+    if (a->n_q <= 0) return;
+    size_t sb = cfk_attention_scratch(k, v, a, max_keys);
+    void *part = sb ? scratch(b, sb) : NULL;
+    if (sb && !part) return;
+    check(b, cfk_attention(b->stream, out, q, k, v, a, pos_dev, max_keys, part), "attention");
+}
+
+static void cuda_attention(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a) {
+    int last = a->pos0 + a->n_q;   /* keys a query may see: at most last, at most window */
+    attention(CB(be), out, q, k, v, a, NULL, a->window > 0 && a->window < last ? a->window : last);
+}
+
+static void cuda_attention_pos(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a, cf_tensor pos) {
+    attention(CB(be), out, q, k, v, a, pos.data, a->window > 0 && a->window < a->cap ? a->window : a->cap);
+}
+
+static void cuda_argmax(cf_backend *be, cf_tensor ids, cf_tensor logits) {
+    if (!empty(logits)) check(CB(be), cfk_argmax(CB(be)->stream, ids, logits), "argmax");
+}
+
+static void cuda_sample(cf_backend *be, cf_tensor ids, cf_tensor logits, cf_tensor u, const cf_sample_args *s) {
+    if (!empty(logits)) check(CB(be), cfk_sample(CB(be)->stream, ids, logits, u, s), "sample");
+}
+
+/* ---- graphs ---- */
+
+static cinfer_status cuda_graph_begin(cf_backend *be, cinfer_error *err) {
+    cuda_backend *b = CB(be);
+    if (b->capturing) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "graph_begin while already recording");
+    CF_TRY(report(b, err));
+    cudaError_t e = cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) return cf_fail(err, CINFER_E_DEVICE, "CUDA graph capture: %s", cudaGetErrorString(e));
+    b->capturing = 1;
+    return CINFER_OK;
+}
+
+static cinfer_status cuda_graph_end(cf_backend *be, cf_graph **out, cinfer_error *err) {
+    cuda_backend *b = CB(be);
+    *out = NULL;
+    if (!b->capturing) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "graph_end without graph_begin");
+    b->capturing = 0;
+    cudaGraph_t g = NULL;
+    check(b, cudaStreamEndCapture(b->stream, &g), "graph capture");
+    cudaGraphExec_t exec = NULL;
+    if (b->status == CINFER_OK) check(b, cudaGraphInstantiate(&exec, g, 0), "graph instantiate");
+    if (g) cudaGraphDestroy(g);
+    if (b->status != CINFER_OK) {
+        if (exec) cudaGraphExecDestroy(exec);
+        return report(b, err);
+    }
+    cf_graph *r = malloc(sizeof *r);
+    if (!r) {
+        cudaGraphExecDestroy(exec);
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    }
+    r->exec = exec;
+    *out = r;
+    return CINFER_OK;
+}
+
+static void cuda_graph_launch(cf_backend *be, cf_graph *g) {
+    check(CB(be), cudaGraphLaunch(g->exec, CB(be)->stream), "graph launch");
+}
+
+static void cuda_graph_free(cf_backend *be, cf_graph *g) {
+    if (!g) return;
+    cudaGraphExecDestroy(g->exec);
+    free(g);
+}
+
+/* ---- lifetime ---- */
+
+static void cuda_destroy(cf_backend *be) {
+    cuda_backend *b = CB(be);
+    if (b->capturing) {
+        cudaGraph_t g = NULL;
+        cudaStreamEndCapture(b->stream, &g);
+        if (g) cudaGraphDestroy(g);
+    }
+    if (b->stream) cudaStreamSynchronize(b->stream);
+    if (b->blas) cublasDestroy(b->blas);
+    if (b->direct) {
+        for (int i = 0; i < b->n_direct; i++) cudaFree(b->direct_ptrs[i]);
+        free(b->direct_ptrs);
+    } else {
+        cf_pool_release(&b->pool);
+        if (b->pool_mem) cudaFree(b->pool_mem);
+    }
+    free(b->retired);
+    if (b->staging) cudaFreeHost(b->staging);
+    if (b->stream) cudaStreamDestroy(b->stream);
+    free(b);
+}
+
+static const cf_backend_ops cuda_ops = {
+    .name = "cuda",
+    .destroy = cuda_destroy,
+    .alloc = cuda_alloc,
+    .upload_weight = cuda_upload_weight,
+    .free_tensor = cuda_free_tensor,
+    .write = cuda_write,
+    .fill = cuda_fill,
+    .read = cuda_read,
+    .sync = cuda_sync,
+    .embed = cuda_embed,
+    .rmsnorm = cuda_rmsnorm,
+    .matmul = cuda_matmul,
+    .add = cuda_add,
+    .mul = cuda_mul,
+    .scale = cuda_scale,
+    .glu = cuda_glu,
+    .softcap = cuda_softcap,
+    .rope = cuda_rope,
+    .kv_store = cuda_kv_store,
+    .attention = cuda_attention,
+    .copy = cuda_copy,
+    .kv_store_pos = cuda_kv_store_pos,
+    .attention_pos = cuda_attention_pos,
+    .argmax = cuda_argmax,
+    .sample = cuda_sample,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
+};
+
+static int env_int(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+
+static cinfer_status setup(cuda_backend *b, const cf_backend_params *p, cinfer_error *err) {
+    cudaError_t e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cfk_init();
+    if (e == cudaSuccess) e = cudaMallocHost((void **)&b->staging, STAGING_BYTES);
+    if (e != cudaSuccess) return cf_fail(err, CINFER_E_DEVICE, "CUDA setup: %s", cudaGetErrorString(e));
+    b->direct = env_int("CINFER_CUDA_DIRECT_ALLOC", 0);
+    if (!b->direct) {
+        size_t free_b = 0, total = 0;
+        e = cudaMemGetInfo(&free_b, &total);
+        if (e != cudaSuccess) return cf_fail(err, CINFER_E_DEVICE, "cudaMemGetInfo: %s", cudaGetErrorString(e));
+        size_t want = p->pool_bytes ? p->pool_bytes : free_b > 2 * POOL_RESERVE ? free_b - POOL_RESERVE : free_b / 2;
+        if (cudaMalloc(&b->pool_mem, want) != cudaSuccess) {
+            cudaGetLastError();
+            return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "cannot allocate a GPU memory pool of %zu bytes (%zu of %zu free)", want,
+                           free_b, total);
+        }
+        if (cf_pool_init(&b->pool, b->pool_mem, want)) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    }
+    b->blas_ws = dev_alloc(b, BLAS_WORKSPACE);
+    if (!b->blas_ws) return oom(b, BLAS_WORKSPACE, "the cuBLAS workspace", err);
+    cublasStatus_t bs = cublasCreate(&b->blas);
+    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(b->blas, b->stream);
+    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetWorkspace(b->blas, b->blas_ws, BLAS_WORKSPACE);
+    if (bs != CUBLAS_STATUS_SUCCESS) return cf_fail(err, CINFER_E_DEVICE, "cuBLAS setup: %s", cublasGetStatusString(bs));
+    return CINFER_OK;
+}
+
+cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **out, cinfer_error *err) {
+    *out = NULL;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return cf_fail(err, CINFER_E_NO_DEVICE, "no usable CUDA device: %s (CUDA error %d)", cudaGetErrorString(e), (int)e);
+    }
+    if (count == 0) return cf_fail(err, CINFER_E_NO_DEVICE, "no CUDA device found");
+    if (p->gpu_index < 0 || p->gpu_index >= count)
+        return cf_fail(err, CINFER_E_NO_DEVICE, "GPU index %d does not exist (%d CUDA device%s)", p->gpu_index, count, count == 1 ? "" : "s");
+    struct cudaDeviceProp prop;
+    e = cudaSetDevice(p->gpu_index);
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, p->gpu_index);
+    if (e != cudaSuccess) return cf_fail(err, CINFER_E_NO_DEVICE, "CUDA device %d: %s", p->gpu_index, cudaGetErrorString(e));
+    if (prop.major < 9)
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "%s has compute capability %d.%d; this build of cinfer runs on 9.0 (Hopper) and newer",
+                       prop.name, prop.major, prop.minor);
+    cfk_cfg.n_sm = prop.multiProcessorCount;
+    cfk_cfg.pdl = env_int("CINFER_CUDA_PDL", 1);
+    cfk_cfg.gemv_unroll = env_int("CINFER_GEMV_UNROLL", 4);
+    cfk_cfg.gemv_max_rows = env_int("CINFER_GEMV_MAX_ROWS", 8);
+
+    cuda_backend *b = calloc(1, sizeof *b);
+    if (!b) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    b->base.ops = &cuda_ops;
+    b->base.act_dtype = env_int("CINFER_CUDA_F32_ACT", 0) ? CF_F32 : CF_BF16;
+    b->base.n_threads = 1;
+    b->device = p->gpu_index;
+    cinfer_status st = setup(b, p, err);
+    if (st != CINFER_OK) {
+        cuda_destroy(&b->base);
+        return st;
+    }
+    *out = &b->base;
+    return CINFER_OK;
+}
+
+/* ---- helpers for tests and benchmarks (cuda_backend.h) ---- */
+
+void cf_cuda_fill_random(cf_backend *be, cf_tensor t, uint64_t seed, float scale) {
+    if (!empty(t)) check(CB(be), cfk_fill_random(CB(be)->stream, t, seed, scale), "fill_random");
+}
+
+cinfer_status cf_cuda_memcpy_bandwidth(cf_backend *be, size_t bytes, int reps, double *gb_s, cinfer_error *err) {
+    cuda_backend *b = CB(be);
+    char *src = dev_alloc(b, bytes), *dst = dev_alloc(b, bytes);
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    cinfer_status st = CINFER_OK;
+    if (!src || !dst) st = oom(b, bytes, "the copy benchmark", err);
+    if (st == CINFER_OK) {
+        check(b, cudaMemsetAsync(src, 1, bytes, b->stream), "memset");
+        check(b, cudaEventCreate(&e0), "event");
+        check(b, cudaEventCreate(&e1), "event");
+        check(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, b->stream), "memcpy");
+        check(b, cudaEventRecord(e0, b->stream), "event");
+        for (int r = 0; r < reps; r++) check(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, b->stream), "memcpy");
+        check(b, cudaEventRecord(e1, b->stream), "event");
+        check(b, cudaStreamSynchronize(b->stream), "memcpy");
+        float ms = 0;
+        if (b->status == CINFER_OK) check(b, cudaEventElapsedTime(&ms, e0, e1), "event");
+        *gb_s = ms > 0 ? 2.0 * (double)bytes * reps / (ms * 1e-3) / 1e9 : 0;
+        st = report(b, err);
+    }
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    dev_free(b, src);
+    dev_free(b, dst);
+    return st;
+}
+
+size_t cf_cuda_pool_used(cf_backend *be) { return CB(be)->direct ? 0 : CB(be)->pool.used; }

@@ -1,0 +1,422 @@
+/* k_attention.cu: attention over the slot-ring KV cache of backend.h (position p in slot p % cap,
+ * window, GQA, softcap), in two kernels that both split the key range and merge the pieces:
+ *
+ * - attn_split_kernel (decode, few queries, any cache dtype and head size <= 256): flash-decoding. One
+ *   block of 4 warps per (key split, head, query); each lane scores one key, the warp keeps a running
+ *   max and sum, and accumulates V with lanes across dimensions.
+ * - attn_mma_kernel (prefill, >= 16 queries, bf16 caches, head size 64/128/256): FlashAttention-2 on
+ *   tensor cores (mma.sync m16n8k16 bf16, f32 accumulation). A block of 4 warps takes 64 queries of one
+ *   head; K/V tiles stream through shared memory with cp.async, double-buffered; scores stay in registers.
+ *
+ * When a launch has more than one split per (query, head), each split writes (max, sum, unnormalized
+ * output) to scratch and attn_reduce_kernel combines them. Scores are kept in log2 units (exp2). */
+#include "backend/cuda/k_common.cuh"
+
+#define LOG2E 1.4426950408889634f
+
+struct AttnP {
+    const void *q;
+    int qdt;
+    int64_t qstride;
+    const void *k, *v;
+    int64_t kstride, vstride;
+    TV out;
+    float *part;
+    const int32_t *pos_dev;
+    int pos0, n_q, n_heads, group, D, Dv, cap, window, n_splits;
+    float scale, softcap;
+};
+
+__device__ __forceinline__ int query_pos0(const AttnP &P) { return P.pos_dev ? P.pos_dev[0] : P.pos0; }
+
+/* Visible keys of the query at position p: [lo, p]. */
+__device__ __forceinline__ int first_key(const AttnP &P, int p) { return P.window > 0 ? max(0, p - P.window + 1) : 0; }
+
+__device__ __forceinline__ float score_fix(const AttnP &P, float s) {
+    if (P.softcap > 0) s = P.softcap * tanhf(s / P.softcap);
+    return s * LOG2E;
+}
+
+/* Partial results of one split: m (log2 units), l, then Dv unnormalized outputs. Written directly as the
+ * output when there is one split. */
+__device__ __forceinline__ float *part_at(const AttnP &P, int i, int h, int split) {
+    return P.part + ((int64_t)(i * P.n_heads + h) * P.n_splits + split) * (P.Dv + 2);
+}
+
+/* ---- decode: one lane per key ---- */
+
+template <typename KT>
+__device__ __forceinline__ float key_dot(const float *qs, const KT *kr, int D, bool vec) {
+    float s = 0.0f;
+    if (vec) {
+        for (int c = 0; c < D; c += 8) {
+            float kf[8];
+            if constexpr (sizeof(KT) == 4) {
+                float4 a = *reinterpret_cast<const float4 *>(kr + c), b = *reinterpret_cast<const float4 *>(kr + c + 4);
+                kf[0] = a.x; kf[1] = a.y; kf[2] = a.z; kf[3] = a.w; kf[4] = b.x; kf[5] = b.y; kf[6] = b.z; kf[7] = b.w;
+            } else {
+                uint4 u = *reinterpret_cast<const uint4 *>(kr + c);
+                const KT *e = reinterpret_cast<const KT *>(&u);
+#pragma unroll
+                for (int t = 0; t < 8; t++) kf[t] = (float)e[t];
+            }
+#pragma unroll
+            for (int t = 0; t < 8; t++) s = fmaf(qs[c + t], kf[t], s);
+        }
+    } else {
+        for (int c = 0; c < D; c++) s = fmaf(qs[c], (float)kr[c], s);
+    }
+    return s;
+}
+
+template <typename KT>
+__global__ void __launch_bounds__(128) attn_split_kernel(AttnP P, bool vec) {
+    __shared__ __align__(16) float qs[256];
+    __shared__ float wm[4], wl[4];
+    __shared__ float wo[4][256];
+    pdl_wait();
+    pdl_launch_next();
+    const int split = blockIdx.x, h = blockIdx.y, i = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int p = query_pos0(P) + i, lo = first_key(P, p);
+    const int chunk = ((p - lo + 1 + P.n_splits - 1) / P.n_splits + 31) & ~31;
+    const int k0 = lo + split * chunk, k1 = min(p + 1, k0 + chunk);
+    float *part = part_at(P, i, h, split);
+    if (k0 >= k1) {
+        if (threadIdx.x == 0) { part[0] = -INFINITY; part[1] = 0.0f; }
+        return;
+    }
+    const int kvh = h / P.group;
+    for (int c = threadIdx.x; c < P.D; c += blockDim.x)
+        qs[c] = ld_elem(P.q, P.qdt, i * P.qstride + (int64_t)h * P.D + c) * P.scale;
+    __syncthreads();
+
+    const KT *K = (const KT *)P.k + (int64_t)kvh * P.D, *V = (const KT *)P.v + (int64_t)kvh * P.Dv;
+    float m = -INFINITY, l = 0.0f, o[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) o[j] = 0.0f;
+    for (int base = k0 + warp * 32; base < k1; base += 128) {
+        const int kk = base + lane;
+        float s = -INFINITY;
+        if (kk < k1) s = score_fix(P, key_dot(qs, K + (int64_t)(kk % P.cap) * P.kstride, P.D, vec));
+        const float mn = fmaxf(m, warp_max(s));   /* finite: lane 0 always has a key */
+        const float corr = exp2f(m - mn);
+        const float pj = kk < k1 ? exp2f(s - mn) : 0.0f;
+        l = l * corr + warp_sum(pj);
+#pragma unroll
+        for (int j = 0; j < 8; j++) o[j] *= corr;
+        const int nk = min(32, k1 - base);
+        for (int t = 0; t < nk; t++) {
+            const float pt = __shfl_sync(0xffffffffu, pj, t);
+            const KT *vr = V + (int64_t)((base + t) % P.cap) * P.vstride;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int c = lane + 32 * j;
+                if (c < P.Dv) o[j] = fmaf(pt, (float)vr[c], o[j]);
+            }
+        }
+        m = mn;
+    }
+    if (lane == 0) { wm[warp] = m; wl[warp] = l; }
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        if (lane + 32 * j < P.Dv) wo[warp][lane + 32 * j] = o[j];
+    __syncthreads();
+    const float M = fmaxf(fmaxf(wm[0], wm[1]), fmaxf(wm[2], wm[3]));
+    float f[4], L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        f[w] = wm[w] == -INFINITY ? 0.0f : exp2f(wm[w] - M);
+        L += wl[w] * f[w];
+    }
+    for (int c = threadIdx.x; c < P.Dv; c += blockDim.x) {
+        const float v = wo[0][c] * f[0] + wo[1][c] * f[1] + wo[2][c] * f[2] + wo[3][c] * f[3];
+        if (P.n_splits == 1) st(P.out, i, (int64_t)h * P.Dv + c, v / L);
+        else part[2 + c] = v;
+    }
+    if (P.n_splits > 1 && threadIdx.x == 0) { part[0] = M; part[1] = L; }
+}
+
+__global__ void attn_reduce_kernel(AttnP P) {
+    __shared__ float wgt[256];
+    __shared__ float total;
+    pdl_wait();
+    pdl_launch_next();
+    const int h = blockIdx.x, i = blockIdx.y;
+    const float *pp = part_at(P, i, h, 0);
+    const int S = P.n_splits, W = P.Dv + 2;
+    if (threadIdx.x == 0) {
+        float M = -INFINITY, L = 0.0f;
+        for (int s = 0; s < S; s++) M = fmaxf(M, pp[s * W]);
+        for (int s = 0; s < S; s++) {
+            wgt[s] = pp[s * W] == -INFINITY ? 0.0f : exp2f(pp[s * W] - M);
+            L += pp[s * W + 1] * wgt[s];
+        }
+        total = L;
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < P.Dv; c += blockDim.x) {
+        float v = 0.0f;
+        for (int s = 0; s < S; s++)
+            if (wgt[s] != 0.0f) v += pp[s * W + 2 + c] * wgt[s];
+        st(P.out, i, (int64_t)h * P.Dv + c, v / total);
+    }
+}
+
+/* ---- prefill: tensor cores ---- */
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+template <int D, int BC>
+constexpr size_t mma_smem() { return (size_t)(64 + 4 * BC) * (D + 8) * 2; }
+
+template <int D, int BC>
+__global__ void __launch_bounds__(128) attn_mma_kernel(AttnP P) {
+    constexpr int LD = D + 8;   /* padded row: ldmatrix rows land in distinct banks */
+    extern __shared__ __align__(16) unsigned char smem[];
+    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(smem);
+    __nv_bfloat16 *Ks = Qs + 64 * LD, *Vs = Ks + 2 * BC * LD;
+    const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, split = blockIdx.z;   /* longest rows first */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    pdl_wait();
+    pdl_launch_next();
+    const int pos0 = query_pos0(P), i0 = qt * 64, kvh = h / P.group;
+    const int p_hi = pos0 + min(i0 + 63, P.n_q - 1);
+    const int kb = first_key(P, pos0 + i0);
+    const int chunk = ((p_hi + 1 - kb + P.n_splits - 1) / P.n_splits + BC - 1) / BC * BC;
+    const int k_begin = kb + split * chunk, k_end = min(p_hi + 1, k_begin + chunk);
+
+    for (int idx = threadIdx.x; idx < 64 * D; idx += 128) {
+        const int r = idx / D, c = idx % D;
+        const float v = i0 + r < P.n_q ? ld_elem(P.q, P.qdt, (int64_t)(i0 + r) * P.qstride + (int64_t)h * D + c) : 0.0f;
+        Qs[r * LD + c] = __float2bfloat16_rn(v);
+    }
+    const __nv_bfloat16 *Kg = (const __nv_bfloat16 *)P.k + (int64_t)kvh * D, *Vg = (const __nv_bfloat16 *)P.v + (int64_t)kvh * D;
+    auto load_kv = [&](int stage, int kt) {
+        for (int idx = threadIdx.x; idx < BC * (D / 8); idx += 128) {
+            const int r = idx / (D / 8), ch = idx % (D / 8), kp = kt + r;
+            __nv_bfloat16 *dk = Ks + (stage * BC + r) * LD + ch * 8, *dv = Vs + (stage * BC + r) * LD + ch * 8;
+            if (kp < k_end) {
+                const int64_t slot = kp % P.cap;
+                cp_async16(dk, Kg + slot * P.kstride + ch * 8);
+                cp_async16(dv, Vg + slot * P.vstride + ch * 8);
+            } else {   /* zeros, not garbage: a masked score's zero weight times NaN would be NaN */
+                *reinterpret_cast<uint4 *>(dk) = make_uint4(0, 0, 0, 0);
+                *reinterpret_cast<uint4 *>(dv) = make_uint4(0, 0, 0, 0);
+            }
+        }
+        cp_async_commit();
+    };
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};
+    const int qp0 = pos0 + i0 + warp * 16 + g;   /* position of this thread's first row; the second is +8 */
+    const float sl = P.softcap > 0 ? P.scale : P.scale * LOG2E;
+
+    int stage = 0;
+    if (k_begin < k_end) load_kv(0, k_begin);
+    for (int kt = k_begin; kt < k_end; kt += BC) {
+        if (kt + BC < k_end) {
+            load_kv(stage ^ 1, kt + BC);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+
+        float s[BC / 8][4];
+#pragma unroll
+        for (int j = 0; j < BC / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t a[4];
+            ldsm_x4(a, Qs + (warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int j = 0; j < BC / 8; j += 2) {
+                uint32_t b[4];
+                const int mi = lane >> 3;
+                ldsm_x4(b, Ks + (stage * BC + (j + (mi >> 1)) * 8 + (lane & 7)) * LD + kk * 16 + (mi & 1) * 8);
+                mma_bf16(s[j], a, b[0], b[1]);
+                mma_bf16(s[j + 1], a, b[2], b[3]);
+            }
+        }
+        const int qw = qp0 - g;   /* the warp's rows are qw .. qw + 15: masking needed only on the tiles at their edges */
+        const bool edge = kt + BC - 1 > qw || kt + BC > k_end || (P.window > 0 && kt <= qw + 15 - P.window);
+#pragma unroll
+        for (int j = 0; j < BC / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = s[j][e] * sl;
+                if (P.softcap > 0) x = P.softcap * tanhf(x / P.softcap) * LOG2E;
+                if (edge) {
+                    const int kp = kt + j * 8 + tq * 2 + (e & 1), qp = qp0 + (e >> 1) * 8;
+                    if (kp > qp || kp >= k_end || (P.window > 0 && kp <= qp - P.window)) x = -INFINITY;
+                }
+                s[j][e] = x;
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < BC / 8; j++) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mn = fmaxf(m_r[r], mx), base = mn == -INFINITY ? 0.0f : mn;
+            const float corr = exp2f(m_r[r] - base);
+            m_r[r] = mn;
+            float ls = 0.0f;
+#pragma unroll
+            for (int j = 0; j < BC / 8; j++) {
+                s[j][2 * r] = exp2f(s[j][2 * r] - base);
+                s[j][2 * r + 1] = exp2f(s[j][2 * r + 1] - base);
+                ls += s[j][2 * r] + s[j][2 * r + 1];
+            }
+            l_r[r] = l_r[r] * corr + ls;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                o[n][2 * r] *= corr;
+                o[n][2 * r + 1] *= corr;
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; kk++) {
+            const uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                   pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int n = 0; n < D / 8; n += 2) {
+                uint32_t b[4];
+                const int mi = lane >> 3;
+                ldsm_x4_t(b, Vs + (stage * BC + kk * 16 + (mi & 1) * 8 + (lane & 7)) * LD + (n + (mi >> 1)) * 8);
+                mma_bf16(o[n], a, b[0], b[1]);
+                mma_bf16(o[n + 1], a, b[2], b[3]);
+            }
+        }
+        __syncthreads();
+        stage ^= 1;
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 1);
+        l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 2);
+        const int i = i0 + warp * 16 + g + 8 * r;
+        if (i >= P.n_q) continue;
+        if (P.n_splits == 1) {
+            const float inv = 1.0f / l_r[r];
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                const int64_t c = (int64_t)h * D + n * 8 + tq * 2;
+                st(P.out, i, c, o[n][2 * r] * inv);
+                st(P.out, i, c + 1, o[n][2 * r + 1] * inv);
+            }
+        } else {
+            float *part = part_at(P, i, h, split);
+            if (tq == 0) { part[0] = m_r[r]; part[1] = l_r[r]; }
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                part[2 + n * 8 + tq * 2] = o[n][2 * r];
+                part[2 + n * 8 + tq * 2 + 1] = o[n][2 * r + 1];
+            }
+        }
+    }
+}
+
+/* ---- host side ---- */
+
+static bool use_mma(cf_tensor k, cf_tensor v, const cf_attn_args *a) {
+    const int D = a->head_dim;
+    return a->n_q >= 16 && k.dtype == CF_BF16 && v.dtype == CF_BF16 && D == a->v_head_dim && (D == 64 || D == 128 || D == 256) &&
+           (uintptr_t)k.data % 16 == 0 && (uintptr_t)v.data % 16 == 0 && k.stride % 8 == 0 && v.stride % 8 == 0;
+}
+
+static int mma_bc(int D) { return D == 256 ? 32 : 64; }
+
+static int n_splits(cf_tensor k, cf_tensor v, const cf_attn_args *a, int max_keys) {
+    int64_t base, limit, cap;
+    if (use_mma(k, v, a)) {
+        base = ceil_div(a->n_q, 64) * a->n_heads;
+        limit = ceil_div(max_keys, 4 * mma_bc(a->head_dim));
+        cap = 64;
+    } else {
+        base = (int64_t)a->n_q * a->n_heads;
+        limit = ceil_div(max_keys, 32);
+        cap = 256;
+    }
+    int64_t want = ceil_div(4 * (int64_t)cfk_cfg.n_sm, base);
+    if (want > limit) want = limit;
+    if (want > cap) want = cap;
+    return want < 1 ? 1 : (int)want;
+}
+
+extern "C" size_t cfk_attention_scratch(cf_tensor k, cf_tensor v, const cf_attn_args *a, int max_keys) {
+    int s = n_splits(k, v, a, max_keys);
+    return s == 1 ? 0 : (size_t)a->n_q * a->n_heads * s * (a->v_head_dim + 2) * sizeof(float);
+}
+
+template <int D, int BC>
+static cudaError_t mma_init() {
+    return cudaFuncSetAttribute(attn_mma_kernel<D, BC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mma_smem<D, BC>());
+}
+
+extern "C" cudaError_t cfk_init(void) {
+    cudaError_t e = mma_init<64, 64>();
+    if (e == cudaSuccess) e = mma_init<128, 64>();
+    if (e == cudaSuccess) e = mma_init<256, 32>();
+    return e;
+}
+
+extern "C" cudaError_t cfk_attention(cudaStream_t st, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a,
+                                     const int32_t *pos_dev, int max_keys, void *partial) {
+    AttnP P = {q.data, (int)q.dtype, q.stride, k.data, v.data, k.stride, v.stride, tv(out), (float *)partial, pos_dev,
+               a->pos0, a->n_q, a->n_heads, a->n_heads / a->n_kv_heads, a->head_dim, a->v_head_dim, a->cap, a->window,
+               n_splits(k, v, a, max_keys), a->scale, a->softcap};
+    if (a->head_dim > 256 || a->v_head_dim > 256) return cudaErrorInvalidValue;
+    cudaError_t e;
+    if (use_mma(k, v, a)) {
+        dim3 grid((unsigned)ceil_div(a->n_q, 64), (unsigned)a->n_heads, (unsigned)P.n_splits);
+        if (a->head_dim == 64) e = launch(attn_mma_kernel<64, 64>, grid, dim3(128), mma_smem<64, 64>(), st, P);
+        else if (a->head_dim == 128) e = launch(attn_mma_kernel<128, 64>, grid, dim3(128), mma_smem<128, 64>(), st, P);
+        else e = launch(attn_mma_kernel<256, 32>, grid, dim3(128), mma_smem<256, 32>(), st, P);
+    } else {
+        if (k.dtype != v.dtype || (k.dtype != CF_BF16 && k.dtype != CF_F16 && k.dtype != CF_F32)) return cudaErrorInvalidValue;
+        const size_t es = cf_dtype_size(k.dtype);
+        const bool vec = a->head_dim % 8 == 0 && (uintptr_t)k.data % 16 == 0 && (k.stride * es) % 16 == 0 && (a->head_dim * es) % 16 == 0;
+        dim3 grid((unsigned)P.n_splits, (unsigned)a->n_heads, (unsigned)a->n_q);
+        if (k.dtype == CF_BF16) e = launch(attn_split_kernel<__nv_bfloat16>, grid, dim3(128), 0, st, P, vec);
+        else if (k.dtype == CF_F16) e = launch(attn_split_kernel<__half>, grid, dim3(128), 0, st, P, vec);
+        else e = launch(attn_split_kernel<float>, grid, dim3(128), 0, st, P, vec);
+    }
+    if (e != cudaSuccess || P.n_splits == 1) return e;
+    return launch(attn_reduce_kernel, dim3((unsigned)a->n_heads, (unsigned)a->n_q), dim3(128), 0, st, P);
+}

@@ -1,0 +1,422 @@
+/* cuda_bench.c: speed of the CUDA backend's kernels on their own and of a Llama-3-8B-shaped decoder built
+ * from backend ops with random bf16 weights, against ceilings measured in the same run: device-to-device
+ * copy bandwidth (cudaMemcpy, read + written bytes) and the bf16 GEMM rate of the backend's matmul.
+ *
+ * - GEMV (matmul with 1..8 rows): weight bytes / time, several weight copies in rotation so nothing is
+ *   served from the 60 MB L2; each configuration recorded as a graph of many launches.
+ * - decode attention: KV bytes / time; prefill attention: causal FLOPs / time.
+ * - decode step (32 layers, graph with the *_pos ops, then host reads the argmax id): tokens/s against
+ *   copy bandwidth / (weight bytes without the embedding table + KV bytes), as cinfer bench counts.
+ * - prefill: 4096 tokens in chunks (256 as the model does, and 4096), FLOPs 2 * params * tokens.
+ * Usage: cuda_bench [--quick]  (quick: smaller model, for a smoke run) */
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_internal.h"
+#include "base/status.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static cf_backend *be;
+static const cf_backend_ops *op;
+static double copy_bw;   /* GB/s */
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void ok(cinfer_status st, cinfer_error *e, const char *what) {
+    if (st != CINFER_OK) {
+        fprintf(stderr, "cuda_bench: %s: %s\n", what, e->message);
+        exit(1);
+    }
+}
+
+static cf_tensor alloc(cf_dtype dt, int64_t r, int64_t c) {
+    cinfer_error e = {0};
+    cf_tensor t;
+    ok(op->alloc(be, dt, r, c, &t, &e), &e, "alloc");
+    return t;
+}
+
+static cf_tensor rnd(int64_t r, int64_t c, float scale, uint64_t seed) {
+    cf_tensor t = alloc(CF_BF16, r, c);
+    cf_cuda_fill_random(be, t, seed, scale);
+    return t;
+}
+
+static void sync_(void) {
+    cinfer_error e = {0};
+    ok(op->sync(be, &e), &e, "sync");
+}
+
+typedef void (*work_fn)(void *ctx, int i);
+
+/* Records n calls of fn into a graph, then times replays: seconds per call (median of 5). */
+static double time_graph(work_fn fn, void *ctx, int n) {
+    cinfer_error e = {0};
+    cf_graph *g;
+    for (int i = 0; i < n; i++) fn(ctx, i);   /* warm-up, and scratch sized outside the recording */
+    sync_();
+    ok(op->graph_begin(be, &e), &e, "graph_begin");
+    for (int i = 0; i < n; i++) fn(ctx, i);
+    ok(op->graph_end(be, &g, &e), &e, "graph_end");
+    op->graph_launch(be, g);
+    sync_();
+    double t[5];
+    for (int r = 0; r < 5; r++) {
+        double t0 = now();
+        op->graph_launch(be, g);
+        sync_();
+        t[r] = (now() - t0) / n;
+    }
+    op->graph_free(be, g);
+    for (int i = 0; i < 5; i++)
+        for (int j = i + 1; j < 5; j++)
+            if (t[j] < t[i]) { double x = t[i]; t[i] = t[j]; t[j] = x; }
+    return t[2];
+}
+
+/* ---- GEMV ---- */
+
+typedef struct gemv_ctx {
+    cf_tensor x, out, w[64];
+    int nw;
+} gemv_ctx;
+
+static void gemv_work(void *c, int i) {
+    gemv_ctx *g = c;
+    cf_tensor none = {0};
+    op->matmul(be, g->out, g->x, g->w[i % g->nw], none);
+}
+
+static void bench_gemv(int quick) {
+    struct { const char *name; int d, k; } shapes[] = {
+        {"q/o   4096x4096", 4096, 4096}, {"k/v   1024x4096", 1024, 4096}, {"gate 14336x4096", 14336, 4096},
+        {"down 4096x14336", 4096, 14336}, {"lm_head 128256x4096", 128256, 4096},
+    };
+    int rows[] = {1, 4, 8}, unrolls[] = {2, 4, 8};
+    printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth\n");
+    printf("| shape | rows | unroll 2 | unroll 4 | unroll 8 |\n|---|---:|---:|---:|---:|\n");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        gemv_ctx g;
+        const double bytes = 2.0 * shapes[s].d * shapes[s].k;
+        g.nw = (int)ceil(768e6 / bytes);
+        if (g.nw < 2) g.nw = 2;
+        if (g.nw > 64) g.nw = 64;
+        if (quick && g.nw > 4) g.nw = 4;
+        for (int i = 0; i < g.nw; i++) g.w[i] = rnd(shapes[s].d, shapes[s].k, 0.02f, 100 + i);
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+            if (quick && r) break;
+            g.x = rnd(rows[r], shapes[s].k, 1.0f, 7);
+            g.out = alloc(CF_BF16, rows[r], shapes[s].d);
+            printf("| %s | %d |", shapes[s].name, rows[r]);
+            for (size_t u = 0; u < 3; u++) {
+                cfk_cfg.gemv_unroll = unrolls[u];
+                double t = time_graph(gemv_work, &g, quick ? 8 : 4 * g.nw);
+                double gbs = bytes / t / 1e9;
+                printf(" %.0f (%.0f%%) |", gbs, 100 * gbs / copy_bw);
+            }
+            printf("\n");
+            op->free_tensor(be, &g.x);
+            op->free_tensor(be, &g.out);
+        }
+        for (int i = 0; i < g.nw; i++) op->free_tensor(be, &g.w[i]);
+    }
+    cfk_cfg.gemv_unroll = 4;
+}
+
+/* ---- attention ---- */
+
+typedef struct attn_ctx {
+    cf_tensor q, out, k[16], v[16], pos;
+    int nc;
+    cf_attn_args a;
+} attn_ctx;
+
+static void attn_work(void *c, int i) {
+    attn_ctx *t = c;
+    op->attention(be, t->out, t->q, t->k[i % t->nc], t->v[i % t->nc], &t->a);
+}
+
+static void bench_attention(int quick) {
+    const int H = 32, KVH = 8, D = 128;
+    printf("\n## attention (32 heads, 8 KV heads, head 128, bf16 cache)\n");
+    printf("| case | time us | rate |\n|---|---:|---:|\n");
+    int lens[] = {512, 4096, 32768};
+    for (int li = 0; li < 3; li++) {
+        if (quick && li == 2) break;
+        attn_ctx t;
+        const int L = lens[li];
+        const double bytes = 2.0 * L * KVH * D * 2;
+        t.nc = (int)ceil(512e6 / bytes);
+        if (t.nc > 16) t.nc = 16;
+        if (t.nc < 2) t.nc = 2;
+        for (int i = 0; i < t.nc; i++) { t.k[i] = rnd(L, KVH * D, 1, 200 + i); t.v[i] = rnd(L, KVH * D, 1, 300 + i); }
+        t.q = rnd(1, H * D, 1, 5);
+        t.out = alloc(CF_BF16, 1, H * D);
+        t.a = (cf_attn_args){.n_q = 1, .pos0 = L - 1, .n_heads = H, .n_kv_heads = KVH, .head_dim = D, .v_head_dim = D, .cap = L,
+                             .scale = 0.088f};
+        double s = time_graph(attn_work, &t, 4 * t.nc);
+        printf("| decode, %d keys | %.1f | %.0f GB/s (%.0f%% of copy) |\n", L, s * 1e6, bytes / s / 1e9, 100 * bytes / s / 1e9 / copy_bw);
+        for (int i = 0; i < t.nc; i++) { op->free_tensor(be, &t.k[i]); op->free_tensor(be, &t.v[i]); }
+        op->free_tensor(be, &t.q);
+        op->free_tensor(be, &t.out);
+    }
+    /* prefill: 4096 queries at once, and the last 256-query chunk of a 4096 prompt */
+    const int L = 4096;
+    attn_ctx t;
+    t.nc = 1;
+    t.k[0] = rnd(L, KVH * D, 1, 11);
+    t.v[0] = rnd(L, KVH * D, 1, 12);
+    t.q = rnd(L, H * D, 1, 13);
+    t.out = alloc(CF_BF16, L, H * D);
+    struct { int n_q, pos0; } pc[] = {{4096, 0}, {256, 3840}};
+    for (int c = 0; c < 2; c++) {
+        t.a = (cf_attn_args){.n_q = pc[c].n_q, .pos0 = pc[c].pos0, .n_heads = H, .n_kv_heads = KVH, .head_dim = D, .v_head_dim = D,
+                             .cap = L, .scale = 0.088f};
+        double s = time_graph(attn_work, &t, quick ? 2 : 10);
+        /* QK^T and PV over the visible keys: 4 * D FLOPs per (query, key, head) */
+        double pairs = 0;
+        for (int i = 0; i < pc[c].n_q; i++) pairs += pc[c].pos0 + i + 1;
+        double flops = 4.0 * D * H * pairs;
+        printf("| prefill %d queries at %d, causal | %.1f | %.0f TFLOP/s |\n", pc[c].n_q, pc[c].pos0, s * 1e6, flops / s / 1e12);
+    }
+    op->free_tensor(be, &t.k[0]);
+    op->free_tensor(be, &t.v[0]);
+    op->free_tensor(be, &t.q);
+    op->free_tensor(be, &t.out);
+}
+
+/* ---- GEMM ---- */
+
+static double bench_gemm(int n, int k, int d, int reps) {
+    cf_tensor x = rnd(n, k, 1, 21), w = rnd(d, k, 0.02f, 22), y = alloc(CF_BF16, n, d), none = {0};
+    op->matmul(be, y, x, w, none);
+    sync_();
+    double t0 = now();
+    for (int r = 0; r < reps; r++) op->matmul(be, y, x, w, none);
+    sync_();
+    double s = (now() - t0) / reps;
+    op->free_tensor(be, &x);
+    op->free_tensor(be, &w);
+    op->free_tensor(be, &y);
+    return 2.0 * n * k * (double)d / s / 1e12;
+}
+
+/* ---- a Llama-shaped decoder from backend ops ---- */
+
+typedef struct layer {
+    cf_tensor attn_norm, wq, wk, wv, wo, ffn_norm, wg, wu, wd, kc, vc;
+} layer;
+
+typedef struct model {
+    int L, dim, heads, kv_heads, hd, ffn, vocab, cap;
+    cf_tensor embd, out_norm, lm_head, inv_freq;
+    layer *ly;
+    /* activations for up to `rows` rows */
+    int rows;
+    cf_tensor x, h, q, k, v, att, o, gate, up, ids, pos, logits, next;
+    double weight_bytes;   /* streamed per decoded token (no embedding table) */
+} model;
+
+static cf_tensor ones(int64_t n) {
+    cf_tensor t = alloc(CF_F32, 1, n);
+    op->fill(be, t, 1.0f);
+    return t;
+}
+
+static void model_init(model *m, int quick) {
+    *m = (model){.L = quick ? 4 : 32, .dim = 4096, .heads = 32, .kv_heads = 8, .hd = 128, .ffn = 14336, .vocab = 128256, .cap = 8192,
+                 .rows = 4096};
+    cf_dtype a = be->act_dtype;
+    uint64_t seed = 1000;
+    m->embd = rnd(m->vocab, m->dim, 0.02f, seed++);
+    m->lm_head = rnd(m->vocab, m->dim, 0.02f, seed++);
+    m->out_norm = ones(m->dim);
+    float f[64];
+    for (int i = 0; i < 64; i++) f[i] = powf(500000.0f, -2.0f * i / 128);
+    m->inv_freq = alloc(CF_F32, 1, 64);
+    op->write(be, m->inv_freq, f);
+    m->ly = calloc((size_t)m->L, sizeof *m->ly);
+    const int qd = m->heads * m->hd, kd = m->kv_heads * m->hd;
+    for (int l = 0; l < m->L; l++) {
+        layer *y = &m->ly[l];
+        y->attn_norm = ones(m->dim);
+        y->ffn_norm = ones(m->dim);
+        y->wq = rnd(qd, m->dim, 0.02f, seed++);
+        y->wk = rnd(kd, m->dim, 0.02f, seed++);
+        y->wv = rnd(kd, m->dim, 0.02f, seed++);
+        y->wo = rnd(m->dim, qd, 0.02f, seed++);
+        y->wg = rnd(m->ffn, m->dim, 0.02f, seed++);
+        y->wu = rnd(m->ffn, m->dim, 0.02f, seed++);
+        y->wd = rnd(m->dim, m->ffn, 0.02f, seed++);
+        y->kc = alloc(a, m->cap, kd);
+        y->vc = alloc(a, m->cap, kd);
+    }
+    m->weight_bytes = 2.0 * m->L * ((double)qd * m->dim * 2 + (double)kd * m->dim * 2 + 3.0 * m->ffn * m->dim) +
+                      2.0 * m->vocab * m->dim + 4.0 * m->dim * (2 * m->L + 1);
+    const int R = m->rows;
+    m->x = alloc(CF_F32, R, m->dim);
+    m->o = alloc(CF_F32, R, m->dim);
+    m->h = alloc(a, R, m->dim);
+    m->q = alloc(a, R, qd);
+    m->k = alloc(a, R, kd);
+    m->v = alloc(a, R, kd);
+    m->att = alloc(a, R, qd);
+    m->gate = alloc(a, R, m->ffn);
+    m->up = alloc(a, R, m->ffn);
+    m->ids = alloc(CF_I32, R, 1);
+    m->pos = alloc(CF_I32, R, 1);
+    m->logits = alloc(CF_F32, 1, m->vocab);
+    m->next = alloc(CF_I32, 1, 1);
+    sync_();
+}
+
+/* The decoder over n rows at positions pos0.. (device: m->pos); use_pos: the *_pos ops. ids: I32 [n, 1]. */
+static void forward(model *m, cf_tensor ids, int n, int pos0, int use_pos) {
+    cf_tensor none = {0};
+    cf_tensor x = cf_rows(m->x, 0, n), h = cf_rows(m->h, 0, n), o = cf_rows(m->o, 0, n), pos = cf_rows(m->pos, 0, n);
+    cf_tensor q = cf_rows(m->q, 0, n), k = cf_rows(m->k, 0, n), v = cf_rows(m->v, 0, n), att = cf_rows(m->att, 0, n);
+    cf_tensor gate = cf_rows(m->gate, 0, n), up = cf_rows(m->up, 0, n);
+    op->embed(be, x, m->embd, ids, 1.0f);
+    for (int l = 0; l < m->L; l++) {
+        layer *y = &m->ly[l];
+        op->rmsnorm(be, h, x, y->attn_norm, 1e-5f, 0.0f);
+        op->matmul(be, q, h, y->wq, none);
+        op->matmul(be, k, h, y->wk, none);
+        op->matmul(be, v, h, y->wv, none);
+        op->rope(be, q, pos, m->heads, m->hd, m->hd, m->inv_freq);
+        op->rope(be, k, pos, m->kv_heads, m->hd, m->hd, m->inv_freq);
+        cf_attn_args a = {.n_q = n, .pos0 = pos0, .n_heads = m->heads, .n_kv_heads = m->kv_heads, .head_dim = m->hd,
+                          .v_head_dim = m->hd, .cap = m->cap, .window = 0, .scale = 1.0f / sqrtf((float)m->hd)};
+        if (use_pos) {
+            op->kv_store_pos(be, y->kc, k, pos, m->cap);
+            op->kv_store_pos(be, y->vc, v, pos, m->cap);
+            op->attention_pos(be, att, q, y->kc, y->vc, &a, pos);
+        } else {
+            op->kv_store(be, y->kc, k, pos0, m->cap);
+            op->kv_store(be, y->vc, v, pos0, m->cap);
+            op->attention(be, att, q, y->kc, y->vc, &a);
+        }
+        op->matmul(be, o, att, y->wo, none);
+        op->add(be, x, x, o);
+        op->rmsnorm(be, h, x, y->ffn_norm, 1e-5f, 0.0f);
+        op->matmul(be, gate, h, y->wg, none);
+        op->matmul(be, up, h, y->wu, none);
+        op->glu(be, gate, gate, up, CF_ACT_SILU);
+        op->matmul(be, o, gate, y->wd, none);
+        op->add(be, x, x, o);
+    }
+    cf_tensor xl = cf_rows(x, n - 1, 1), hl = cf_rows(h, 0, 1);
+    op->rmsnorm(be, hl, xl, m->out_norm, 1e-5f, 0.0f);
+    op->matmul(be, m->logits, hl, m->lm_head, none);
+    op->argmax(be, m->next, m->logits);
+}
+
+static void set_pos(model *m, int pos0, int n) {
+    int32_t *p = malloc((size_t)n * sizeof *p);
+    for (int i = 0; i < n; i++) p[i] = pos0 + i;
+    op->write(be, cf_rows(m->pos, 0, n), p);
+    free(p);
+}
+
+/* Decode T tokens after a context of ctx positions; graph: record one step with the *_pos ops. */
+static double decode_tps(model *m, int ctx, int T, int graph) {
+    cinfer_error e = {0};
+    cf_graph *g = NULL;
+    int32_t tok = 1;
+    op->write(be, m->next, &tok);
+    cf_tensor ids = m->next;   /* each step embeds the previous step's argmax, on the device */
+    set_pos(m, ctx, 1);
+    forward(m, ids, 1, ctx, 1);   /* warm-up; sizes scratch outside the recording */
+    sync_();
+    if (graph) {
+        ok(op->graph_begin(be, &e), &e, "graph_begin");
+        forward(m, ids, 1, 0, 1);
+        ok(op->graph_end(be, &g, &e), &e, "graph_end");
+    }
+    double t0 = now();
+    for (int t = 0; t < T; t++) {
+        set_pos(m, ctx + t, 1);
+        if (graph) op->graph_launch(be, g);
+        else forward(m, ids, 1, ctx + t, 0);
+        float id;
+        ok(op->read(be, &id, m->next, &e), &e, "read");
+    }
+    double s = now() - t0;
+    if (g) op->graph_free(be, g);
+    return T / s;
+}
+
+static double prefill_tps(model *m, int n, int chunk) {
+    double t0 = now();
+    for (int p = 0; p < n; p += chunk) {
+        int c = n - p < chunk ? n - p : chunk;
+        set_pos(m, p, c);
+        forward(m, cf_rows(m->ids, 0, c), c, p, 0);
+    }
+    sync_();
+    return n / (now() - t0);
+}
+
+static void bench_model(int quick, double gemm_tflops) {
+    model m;
+    model_init(&m, quick);
+    const double kv_tok = 2.0 * m.L * m.kv_heads * m.hd * 2;   /* KV bytes per position */
+    printf("\n## Llama-3-8B-shaped decoder from backend ops (%d layers, random bf16 weights, %.2f GB streamed per token)\n", m.L,
+           m.weight_bytes / 1e9);
+    printf("| decode | context | tokens/s | roofline tokens/s | %% of roofline |\n|---|---:|---:|---:|---:|\n");
+    int ctxs[] = {128, 4096};
+    for (int c = 0; c < 2; c++) {
+        const int T = quick ? 8 : 128, ctx = ctxs[c];
+        const double bytes = m.weight_bytes + kv_tok * (ctx + T / 2.0), roof = copy_bw * 1e9 / bytes;
+        struct { const char *name; int graph, pdl; } modes[] = {{"graph + PDL", 1, 1}, {"graph, no PDL", 1, 0}, {"eager + PDL", 0, 1}};
+        for (int md = 0; md < 3; md++) {
+            if (c == 1 && md) break;
+            cfk_cfg.pdl = modes[md].pdl;
+            double tps = decode_tps(&m, ctx, T, modes[md].graph);
+            printf("| %s | %d | %.1f | %.1f | %.1f%% |\n", modes[md].name, ctx, tps, roof, 100 * tps / roof);
+        }
+        cfk_cfg.pdl = 1;
+    }
+    /* prefill: 2 * (weights without the embedding) FLOPs per token, as cinfer bench counts */
+    const double flop_tok = m.weight_bytes;   /* bytes / 2 (bf16) * 2 FLOPs */
+    printf("\n| prefill | chunk | tokens/s | TFLOP/s (2 * params * tokens) | %% of GEMM %.0f TFLOP/s |\n|---|---:|---:|---:|---:|\n", gemm_tflops);
+    int n = quick ? 512 : 4096, chunks[] = {256, 4096};
+    for (int c = 0; c < 2; c++) {
+        prefill_tps(&m, chunks[c] < n ? chunks[c] : n, chunks[c]);   /* warm-up */
+        double tps = prefill_tps(&m, n, chunks[c]);
+        printf("| %d tokens | %d | %.0f | %.1f | %.1f%% |\n", n, chunks[c], tps, tps * flop_tok / 1e12, 100 * tps * flop_tok / 1e12 / gemm_tflops);
+    }
+}
+
+int main(int argc, char **argv) {
+    int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    cinfer_error e = {0};
+    cf_backend_params p = cf_backend_default_params();
+    p.device = CF_DEVICE_CUDA;
+    p.pool_bytes = (size_t)48 << 30;
+    cinfer_status st = cf_backend_create(&p, &be, &e);
+    if (st == CINFER_E_NO_DEVICE) {
+        printf("SKIP: %s\n", e.message);
+        return 77;
+    }
+    ok(st, &e, "cuda backend");
+    op = be->ops;
+    ok(cf_cuda_memcpy_bandwidth(be, (size_t)4 << 30, 20, &copy_bw, &e), &e, "copy bandwidth");
+    printf("# cuda_bench%s\n\ndevice-to-device copy (4 GiB, read + write): %.0f GB/s\n", quick ? " --quick" : "", copy_bw);
+    double g_big = bench_gemm(4096, 4096, 14336, quick ? 2 : 10), g_chunk = bench_gemm(256, 4096, 14336, quick ? 2 : 20);
+    printf("bf16 GEMM (matmul op, cuBLAS): 4096x4096x14336 %.0f TFLOP/s; 256x4096x14336 %.0f TFLOP/s\n", g_big, g_chunk);
+    bench_gemv(quick);
+    bench_attention(quick);
+    bench_model(quick, g_big);
+    ok(op->sync(be, &e), &e, "final sync");
+    cf_backend_destroy(be);
+    return 0;
+}

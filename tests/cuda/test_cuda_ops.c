@@ -1,0 +1,642 @@
+/* test_cuda_ops.c: every CUDA op against the CPU backend's op (the reference semantics) on the same
+ * random inputs, plus the CUDA-only ops (argmax, sample, *_pos, graphs) and error paths.
+ *
+ * Inputs are rounded to the dtype the GPU stores them in (bf16 activations and weights) before the CPU
+ * sees them as f32, so both compute the same function and the differences come only from the GPU's
+ * arithmetic and its output rounding. Bounds, as max |gpu - cpu| <= tol * max |cpu|:
+ * - f32 outputs of f32 arithmetic: 1e-5 (summation order over <= 4096 terms, |error| ~ sqrt(K) * 2^-24);
+ * - bf16 outputs: one rounding to 8 significant bits is <= 2^-9 = 2e-3 relative per element, so 4e-3;
+ * - matmul with bf16 activations converted for cuBLAS, or attention whose softmax weights are rounded to
+ *   bf16 for the tensor cores: two or three roundings of 2^-9 each, so 1e-2;
+ * - transcendental ops (SiLU, GELU, tanh, exp, sin/cos): CUDA's are within 2 ulp of f32: 1e-5 for f32.
+ * Exit 77 (ctest skip) when there is no GPU. Usage: test_cuda_ops */
+#include "backend/backend.h"
+#include "base/status.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static cf_backend *cpu, *gpu;
+static int failures, checks;
+static uint64_t rng = 0x243f6a8885a308d3ull;
+
+static float urand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)(rng >> 40) / 16777216.0f;
+}
+
+static float round_dt(float v, cf_dtype dt) {
+    if (dt == CF_BF16) return cf_bf16_to_f32(cf_f32_to_bf16(v));
+    if (dt == CF_F16) return cf_f16_to_f32(cf_f32_to_f16(v));
+    return v;
+}
+
+/* host buffers that must outlive the backends (the CPU keeps weight pointers) */
+static void *keep[512];
+static int n_keep;
+static void *kept(void *p) {
+    if (n_keep < 512) keep[n_keep++] = p;
+    return p;
+}
+
+static float *hrand(size_t n, float lo, float hi) {
+    float *v = kept(malloc(n * sizeof *v));
+    for (size_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * urand();
+    return v;
+}
+
+typedef struct pair {
+    cf_tensor c, g;
+} pair;
+
+static void die(const char *what, cinfer_error *e) {
+    fprintf(stderr, "FATAL %s: %s\n", what, e->message);
+    exit(1);
+}
+
+/* vals (rows*cols) rounded to dt in place; CPU gets them as f32 (or i32), GPU as dt */
+static pair mk(cf_dtype dt, int64_t rows, int64_t cols, float *vals) {
+    pair p;
+    cinfer_error e = {0};
+    size_t n = (size_t)(rows * cols);
+    cf_dtype cdt = dt == CF_I32 ? CF_I32 : CF_F32;
+    if (cpu->ops->alloc(cpu, cdt, rows, cols, &p.c, &e) || gpu->ops->alloc(gpu, dt, rows, cols, &p.g, &e)) die("alloc", &e);
+    if (!vals) return p;
+    void *host = malloc(n * 4);
+    if (dt == CF_I32) {
+        for (size_t i = 0; i < n; i++) ((int32_t *)host)[i] = (int32_t)vals[i];
+        cpu->ops->write(cpu, p.c, host);
+        gpu->ops->write(gpu, p.g, host);
+    } else {
+        for (size_t i = 0; i < n; i++) vals[i] = round_dt(vals[i], dt);
+        cpu->ops->write(cpu, p.c, vals);
+        for (size_t i = 0; i < n; i++) {
+            if (dt == CF_F32) ((float *)host)[i] = vals[i];
+            else ((uint16_t *)host)[i] = dt == CF_BF16 ? cf_f32_to_bf16(vals[i]) : cf_f32_to_f16(vals[i]);
+        }
+        gpu->ops->write(gpu, p.g, host);
+    }
+    free(host);
+    return p;
+}
+
+/* a weight: both backends get f32 host data (pre-rounded to bf16); the GPU stores matrices as bf16 */
+static pair mkw(int64_t rows, int64_t cols, float lo, float hi) {
+    pair p;
+    cinfer_error e = {0};
+    float *v = hrand((size_t)(rows * cols), lo, hi);
+    for (int64_t i = 0; i < rows * cols; i++) v[i] = round_dt(v[i], CF_BF16);
+    if (cpu->ops->upload_weight(cpu, v, CF_F32, rows, cols, &p.c, &e) || gpu->ops->upload_weight(gpu, v, CF_F32, rows, cols, &p.g, &e))
+        die("upload_weight", &e);
+    return p;
+}
+
+static void drop(pair *p) {
+    cpu->ops->free_tensor(cpu, &p->c);
+    gpu->ops->free_tensor(gpu, &p->g);
+}
+
+static float *rd(cf_backend *be, cf_tensor t) {
+    cinfer_error e = {0};
+    float *h = malloc((size_t)(t.rows * t.cols) * sizeof *h);
+    if (be->ops->read(be, h, t, &e)) die(be->ops->name, &e);
+    return h;
+}
+
+static void report(const char *name, double maxerr, double maxref, double tol, int bad) {
+    checks++;
+    int ok = !bad && maxerr <= tol * (maxref > 1e-30 ? maxref : 1.0);
+    if (!ok) failures++;
+    printf("%-4s %-48s max|err| %.3e  max|ref| %.3e  bound %.1e x max|ref|%s\n", ok ? "ok" : "FAIL", name, maxerr, maxref, tol,
+           bad ? "  (NaN or unwritten)" : "");
+}
+
+static void cmp_host(const char *name, const float *g, const float *c, size_t n, double tol) {
+    double me = 0, mr = 0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(g[i]) && isfinite(c[i])) bad = 1;
+        double d = fabs((double)g[i] - c[i]);
+        if (d > me) me = d;
+        if (fabs(c[i]) > mr) mr = fabs(c[i]);
+    }
+    report(name, me, mr, tol, bad);
+}
+
+static void cmp(const char *name, pair p, double tol) {
+    float *g = rd(gpu, p.g), *c = rd(cpu, p.c);
+    cmp_host(name, g, c, (size_t)(p.c.rows * p.c.cols), tol);
+    free(g);
+    free(c);
+}
+
+/* tol by the GPU output's dtype */
+static double tol_of(cf_dtype dt, double f32_tol) { return dt == CF_F32 ? f32_tol : 4e-3; }
+
+/* ---- tests ---- */
+
+static void test_memory(void) {
+    float *v = hrand(6 * 10, -4, 4);
+    pair a = mk(CF_BF16, 6, 10, v);
+    cmp("write/read bf16", a, 0);
+    pair b = mk(CF_F32, 6, 10, NULL);
+    /* copy into a column window of a strided view, then back out */
+    pair s = mk(CF_F32, 6, 16, NULL);
+    cpu->ops->fill(cpu, s.c, -1.0f);
+    gpu->ops->fill(gpu, s.g, -1.0f);
+    cpu->ops->copy(cpu, cf_cols(s.c, 3, 10), a.c);
+    gpu->ops->copy(gpu, cf_cols(s.g, 3, 10), a.g);
+    cmp("fill + copy bf16 -> strided f32 view", s, 0);
+    cpu->ops->copy(cpu, b.c, cf_cols(s.c, 3, 10));
+    gpu->ops->copy(gpu, b.g, cf_cols(s.g, 3, 10));
+    cmp("copy strided view -> f32", b, 0);
+    float *iv = hrand(5, 0, 1000);
+    pair ids = mk(CF_I32, 5, 1, iv);
+    cmp("write/read i32", ids, 0);
+
+    cinfer_error e = {0};
+    float *w = hrand(3 * 8, -1, 1), *wv = hrand(8, -1, 1);
+    cf_tensor gw, gv;
+    if (gpu->ops->upload_weight(gpu, w, CF_F32, 3, 8, &gw, &e) || gpu->ops->upload_weight(gpu, wv, CF_F32, 1, 8, &gv, &e)) die("upload", &e);
+    float *rw = rd(gpu, gw), *rv = rd(gpu, gv), ref[24];
+    for (int i = 0; i < 24; i++) ref[i] = round_dt(w[i], CF_BF16);
+    report("upload f32 matrix is stored as bf16", 0, 1, 0, gw.dtype != CF_BF16 || memcmp(rw, ref, sizeof ref) != 0);
+    report("upload f32 vector stays f32", 0, 1, 0, gv.dtype != CF_F32 || memcmp(rv, wv, 8 * sizeof(float)) != 0);
+    free(rw);
+    free(rv);
+    uint16_t h16[8];
+    for (int i = 0; i < 8; i++) h16[i] = cf_f32_to_f16(wv[i]);
+    cf_tensor g16;
+    if (gpu->ops->upload_weight(gpu, h16, CF_F16, 1, 8, &g16, &e)) die("upload", &e);
+    float *r16 = rd(gpu, g16);
+    int bad = g16.dtype != CF_F16;
+    for (int i = 0; i < 8; i++) bad |= r16[i] != cf_f16_to_f32(h16[i]);
+    report("upload f16 kept f16", 0, 1, 0, bad);
+    free(r16);
+    drop(&a);
+    drop(&b);
+    drop(&s);
+    drop(&ids);
+}
+
+static void test_elementwise(void) {
+    const int R = 7, C = 1000;
+    cf_dtype dts[2] = {CF_F32, CF_BF16};
+    for (int t = 0; t < 2; t++) {
+        cf_dtype dt = dts[t];
+        char name[96];
+        pair a = mk(dt, R, C, hrand((size_t)R * C, -3, 3)), b = mk(CF_F32, R, C, hrand((size_t)R * C, -3, 3));
+        pair row = mk(CF_F32, 1, C, hrand(C, -2, 2)), o = mk(dt, R, C, NULL);
+        cpu->ops->add(cpu, o.c, a.c, b.c);
+        gpu->ops->add(gpu, o.g, a.g, b.g);
+        snprintf(name, sizeof name, "add %s + f32 -> %s", cf_dtype_name(dt), cf_dtype_name(dt));
+        cmp(name, o, tol_of(dt, 0));
+        cpu->ops->mul(cpu, o.c, a.c, row.c);
+        gpu->ops->mul(gpu, o.g, a.g, row.g);
+        snprintf(name, sizeof name, "mul broadcast row, %s", cf_dtype_name(dt));
+        cmp(name, o, tol_of(dt, 0));
+        cpu->ops->scale(cpu, o.c, 0.37f);
+        gpu->ops->scale(gpu, o.g, 0.37f);
+        snprintf(name, sizeof name, "scale in place, %s", cf_dtype_name(dt));
+        cmp(name, o, tol_of(dt, 1e-7));
+        cpu->ops->softcap(cpu, a.c, 2.5f);
+        gpu->ops->softcap(gpu, a.g, 2.5f);
+        snprintf(name, sizeof name, "softcap in place, %s", cf_dtype_name(dt));
+        cmp(name, a, tol_of(dt, 1e-6));
+        for (int act = 0; act < 2; act++) {
+            cpu->ops->glu(cpu, o.c, a.c, b.c, (cf_act)act);
+            gpu->ops->glu(gpu, o.g, a.g, b.g, (cf_act)act);
+            snprintf(name, sizeof name, "glu %s, %s", act ? "gelu-tanh" : "silu", cf_dtype_name(dt));
+            cmp(name, o, tol_of(dt, 1e-6));
+        }
+        cpu->ops->add(cpu, b.c, b.c, b.c);
+        gpu->ops->add(gpu, b.g, b.g, b.g);
+        cmp("add aliased out = a = b (f32)", b, 0);
+        drop(&a);
+        drop(&b);
+        drop(&row);
+        drop(&o);
+    }
+}
+
+static void test_embed_norm(void) {
+    const int V = 300, D = 4096, N = 5;
+    pair table = mkw(V, D, -1, 1);
+    float idv[5] = {0, 299, 17, 17, 150};
+    pair ids = mk(CF_I32, N, 1, idv);
+    pair x = mk(CF_F32, N, D, NULL), h = mk(CF_BF16, N, D, NULL);
+    cpu->ops->embed(cpu, x.c, table.c, ids.c, 0.5f);
+    gpu->ops->embed(gpu, x.g, table.g, ids.g, 0.5f);
+    cmp("embed bf16 table -> f32, scale 0.5", x, 0);
+    pair w = mkw(1, D, 0.5f, 1.5f);
+    cpu->ops->rmsnorm(cpu, h.c, x.c, w.c, 1e-6f, 0.0f);
+    gpu->ops->rmsnorm(gpu, h.g, x.g, w.g, 1e-6f, 0.0f);
+    cmp("rmsnorm f32 -> bf16 (D 4096)", h, 4e-3);
+    cpu->ops->rmsnorm(cpu, x.c, x.c, w.c, 1e-5f, 1.0f);
+    gpu->ops->rmsnorm(gpu, x.g, x.g, w.g, 1e-5f, 1.0f);
+    cmp("rmsnorm in place f32, w_offset 1", x, 1e-5);
+    /* per-head norm: [n*heads, head_dim] view of a bf16 tensor, in place */
+    pair q = mk(CF_BF16, N, 8 * 128, hrand((size_t)N * 8 * 128, -2, 2));
+    pair qn = mkw(1, 128, -0.5f, 0.5f);
+    cf_tensor qc = cf_reshape(q.c, N * 8, 128), qg = cf_reshape(q.g, N * 8, 128);
+    cpu->ops->rmsnorm(cpu, qc, qc, qn.c, 1e-6f, 1.0f);
+    gpu->ops->rmsnorm(gpu, qg, qg, qn.g, 1e-6f, 1.0f);
+    cmp("rmsnorm per head (reshaped bf16, in place)", q, 4e-3);
+    drop(&ids);
+    drop(&x);
+    drop(&h);
+    drop(&q);
+}
+
+static void test_rope_kv(void) {
+    const int N = 6, H = 4, HD = 64;
+    for (int partial = 0; partial < 2; partial++) {
+        const int rot = partial ? 32 : 64;
+        float *f = hrand((size_t)rot / 2, 0, 0);
+        for (int i = 0; i < rot / 2; i++) f[i] = powf(10000.0f, -2.0f * i / rot);
+        pair inv = mk(CF_F32, 1, rot / 2, f);
+        float pv[6] = {0, 1, 2, 777, 5000, 32767};
+        pair pos = mk(CF_I32, N, 1, pv);
+        pair x = mk(CF_BF16, N, H * HD, hrand((size_t)N * H * HD, -2, 2));
+        cpu->ops->rope(cpu, x.c, pos.c, H, HD, rot, inv.c);
+        gpu->ops->rope(gpu, x.g, pos.g, H, HD, rot, inv.g);
+        cmp(partial ? "rope bf16, rot_dim 32 of 64, pos to 32767" : "rope bf16, full, pos to 32767", x, 4e-3);
+        pair xf = mk(CF_F32, N, H * HD, hrand((size_t)N * H * HD, -2, 2));
+        cpu->ops->rope(cpu, xf.c, pos.c, H, HD, rot, inv.c);
+        gpu->ops->rope(gpu, xf.g, pos.g, H, HD, rot, inv.g);
+        cmp("rope f32", xf, 2e-5);
+        drop(&inv);
+        drop(&pos);
+        drop(&x);
+        drop(&xf);
+    }
+    /* kv_store: f32 rows into a bf16 ring of 10 slots, wrapping */
+    const int cap = 10, cols = 48;
+    pair cache = mk(CF_BF16, cap, cols, NULL), cache2 = mk(CF_BF16, cap, cols, NULL);
+    pair src = mk(CF_BF16, 7, cols, hrand((size_t)7 * cols, -3, 3));
+    cpu->ops->kv_store(cpu, cache.c, src.c, 6, cap);
+    gpu->ops->kv_store(gpu, cache.g, src.g, 6, cap);
+    cmp("kv_store 7 rows at pos 6, cap 10 (wraps)", cache, 0);
+    float pv[7] = {6, 7, 8, 9, 10, 11, 12};
+    pair pos = mk(CF_I32, 7, 1, pv);
+    gpu->ops->kv_store_pos(gpu, cache2.g, src.g, pos.g, cap);
+    float *a = rd(gpu, cache.g), *b = rd(gpu, cache2.g);
+    report("kv_store_pos == kv_store", 0, 1, 0, memcmp(a, b, (size_t)cap * cols * sizeof(float)) != 0);
+    free(a);
+    free(b);
+    drop(&cache);
+    drop(&cache2);
+    drop(&src);
+    drop(&pos);
+}
+
+static void test_matmul(void) {
+    struct { int n, k, d; cf_dtype xdt, odt; int bias; double tol; } cs[] = {
+        {1, 4096, 4096, CF_BF16, CF_BF16, 0, 4e-3},  {1, 4096, 1000, CF_BF16, CF_F32, 1, 1e-5},
+        {2, 4096, 1024, CF_F32, CF_F32, 0, 1e-5},    {3, 14336, 512, CF_BF16, CF_F32, 0, 1e-5},
+        {5, 4096, 333, CF_F32, CF_BF16, 1, 4e-3},    {8, 1024, 2048, CF_BF16, CF_BF16, 0, 4e-3},
+        {4, 100, 77, CF_BF16, CF_F32, 1, 1e-5},      /* k % 8 != 0: the scalar kernel */
+        {9, 512, 384, CF_BF16, CF_BF16, 0, 4e-3},    /* cuBLAS from here */
+        {64, 4096, 1024, CF_F32, CF_F32, 1, 1e-2},   {300, 512, 384, CF_BF16, CF_F32, 0, 1e-5},
+        {256, 1024, 4096, CF_BF16, CF_BF16, 1, 1e-2},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        pair x = mk(cs[i].xdt, cs[i].n, cs[i].k, hrand((size_t)cs[i].n * cs[i].k, -1, 1));
+        pair w = mkw(cs[i].d, cs[i].k, -0.05f, 0.05f), b = mkw(1, cs[i].d, -1, 1), o = mk(cs[i].odt, cs[i].n, cs[i].d, NULL);
+        cf_tensor none = {0};
+        cpu->ops->matmul(cpu, o.c, x.c, w.c, cs[i].bias ? b.c : none);
+        gpu->ops->matmul(gpu, o.g, x.g, w.g, cs[i].bias ? b.g : none);
+        char name[96];
+        snprintf(name, sizeof name, "matmul n %d k %d d %d, x %s -> %s%s", cs[i].n, cs[i].k, cs[i].d, cf_dtype_name(cs[i].xdt),
+                 cf_dtype_name(cs[i].odt), cs[i].bias ? " + bias" : "");
+        cmp(name, o, cs[i].tol);
+        drop(&x);
+        drop(&o);
+    }
+    /* f16 weights, and a strided activation view (columns 8.. of a wider tensor) */
+    const int n = 3, k = 512, d = 200;
+    float *wv = hrand((size_t)d * k, -0.05f, 0.05f);
+    uint16_t *wh = kept(malloc((size_t)d * k * 2));
+    for (int i = 0; i < d * k; i++) wh[i] = cf_f32_to_f16(wv[i]);
+    pair w;
+    cinfer_error e = {0};
+    if (cpu->ops->upload_weight(cpu, wh, CF_F16, d, k, &w.c, &e) || gpu->ops->upload_weight(gpu, wh, CF_F16, d, k, &w.g, &e)) die("upload", &e);
+    pair xw = mk(CF_BF16, n, k + 16, hrand((size_t)n * (k + 16), -1, 1)), o = mk(CF_F32, n, d, NULL);
+    cf_tensor none = {0};
+    cpu->ops->matmul(cpu, o.c, cf_cols(xw.c, 8, k), w.c, none);
+    gpu->ops->matmul(gpu, o.g, cf_cols(xw.g, 8, k), w.g, none);
+    cmp("matmul f16 weights, strided bf16 x view (gemv)", o, 1e-5);
+    pair xb = mk(CF_BF16, 40, k, hrand((size_t)40 * k, -1, 1)), ob = mk(CF_F32, 40, d, NULL);
+    cpu->ops->matmul(cpu, ob.c, xb.c, w.c, none);
+    gpu->ops->matmul(gpu, ob.g, xb.g, w.g, none);
+    cmp("matmul f16 weights, 40 rows (cuBLAS, x -> f16)", ob, 1e-2);
+    drop(&xw);
+    drop(&o);
+    drop(&xb);
+    drop(&ob);
+}
+
+/* Fills both caches' slots for positions [lo, hi) through kv_store (bf16/f32 rounding applied). */
+static void fill_cache(pair *c, cf_dtype dt, int lo, int hi, int cap) {
+    pair src = mk(dt, hi - lo, c->c.cols, hrand((size_t)(hi - lo) * c->c.cols, -1.5f, 1.5f));
+    for (int p = lo; p < hi;) {   /* kv_store writes at most cap rows at once without overwriting itself */
+        int n = hi - p < cap ? hi - p : cap;
+        cpu->ops->kv_store(cpu, c->c, cf_rows(src.c, p - lo, n), p, cap);
+        gpu->ops->kv_store(gpu, c->g, cf_rows(src.g, p - lo, n), p, cap);
+        p += n;
+    }
+    drop(&src);
+}
+
+static void test_attention(void) {
+    struct { const char *what; int n_q, pos0, H, KVH, D, cap, window; float softcap; cf_dtype dt; } cs[] = {
+        {"decode, full, GQA 8/2, D 64", 1, 100, 8, 2, 64, 128, 0, 0, CF_BF16},
+        {"decode, window 32 in a ring of 40 (wrapped)", 1, 117, 8, 2, 64, 40, 32, 0, CF_BF16},
+        {"decode, softcap 50, D 128, 4096 keys", 1, 4095, 32, 8, 128, 4096, 0, 50, CF_BF16},
+        {"decode, 3 queries (verify), D 128", 3, 60, 4, 4, 128, 64, 0, 0, CF_BF16},
+        {"decode, f32 cache, D 80", 1, 33, 4, 1, 80, 64, 0, 0, CF_F32},
+        {"prefill 100 causal, GQA 4/2, D 128 (mma)", 100, 0, 4, 2, 128, 128, 0, 0, CF_BF16},
+        {"prefill 100, window 30 (mma)", 100, 0, 4, 2, 128, 128, 30, 0, CF_BF16},
+        {"prefill chunk 64 at pos 200, D 64 (mma, split)", 64, 200, 8, 8, 64, 512, 0, 0, CF_BF16},
+        {"prefill 40, D 256, softcap 50 (mma)", 40, 7, 4, 2, 256, 64, 0, 50, CF_BF16},
+        {"prefill 32 at pos 100, window 16, ring 48 (mma)", 32, 100, 4, 1, 64, 48, 16, 0, CF_BF16},
+        {"prefill 20, D 80 (split kernel)", 20, 5, 4, 2, 80, 32, 0, 0, CF_BF16},
+        {"prefill 300 at pos 1000, window 512, D 128", 300, 1000, 8, 2, 128, 1300, 512, 0, CF_BF16},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        const int n = cs[i].n_q, H = cs[i].H, KVH = cs[i].KVH, D = cs[i].D, cap = cs[i].cap;
+        pair kc = mk(cs[i].dt, cap, KVH * D, NULL), vc = mk(cs[i].dt, cap, KVH * D, NULL);
+        const int last = cs[i].pos0 + n, lo = cap < last ? last - cap : 0;
+        fill_cache(&kc, cs[i].dt, lo, last, cap);
+        fill_cache(&vc, cs[i].dt, lo, last, cap);
+        pair q = mk(CF_BF16, n, H * D, hrand((size_t)n * H * D, -1.5f, 1.5f)), o = mk(CF_BF16, n, H * D, NULL);
+        cf_attn_args a = {.n_q = n, .pos0 = cs[i].pos0, .n_heads = H, .n_kv_heads = KVH, .head_dim = D, .v_head_dim = D,
+                          .cap = cap, .window = cs[i].window, .scale = 1.0f / sqrtf((float)D), .softcap = cs[i].softcap};
+        cpu->ops->attention(cpu, o.c, q.c, kc.c, vc.c, &a);
+        gpu->ops->attention(gpu, o.g, q.g, kc.g, vc.g, &a);
+        char name[96];
+        snprintf(name, sizeof name, "attention %s", cs[i].what);
+        cmp(name, o, 1e-2);
+        if (n == 1) {   /* attention_pos: the same from a device position */
+            float pv = (float)cs[i].pos0;
+            pair pos = mk(CF_I32, 1, 1, &pv), o2 = mk(CF_BF16, n, H * D, NULL);
+            gpu->ops->attention_pos(gpu, o2.g, q.g, kc.g, vc.g, &a, pos.g);
+            float *g1 = rd(gpu, o.g), *g2 = rd(gpu, o2.g);
+            snprintf(name, sizeof name, "attention_pos vs attention (%s)", cs[i].what);
+            cmp_host(name, g2, g1, (size_t)n * H * D, 4e-3);
+            free(g1);
+            free(g2);
+            drop(&pos);
+            drop(&o2);
+        }
+        drop(&kc);
+        drop(&vc);
+        drop(&q);
+        drop(&o);
+    }
+}
+
+/* ---- sampling: host reference of the truncation rules ---- */
+
+static const float *g_p;
+static int by_p_desc(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    if (g_p[i] != g_p[j]) return g_p[i] > g_p[j] ? -1 : 1;
+    return i - j;
+}
+
+/* q[i] = probability of token i after temperature, top-k, top-p, min-p (sampler.h's order) */
+static void ref_dist(const float *logits, int V, const cf_sample_args *s, double *q) {
+    float *p = malloc((size_t)V * sizeof *p);
+    int *ord = malloc((size_t)V * sizeof *ord);
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++) mx = fmaxf(mx, logits[i]);
+    for (int i = 0; i < V; i++) { p[i] = expf((logits[i] - mx) / s->temperature); ord[i] = i; }
+    g_p = p;
+    qsort(ord, (size_t)V, sizeof *ord, by_p_desc);
+    int n = s->top_k > 0 && s->top_k < V ? s->top_k : V;
+    double tot = 0;
+    for (int i = 0; i < n; i++) tot += p[ord[i]];
+    if (s->top_p < 1) {
+        double c = 0;
+        int j = 0;
+        while (j < n && c < s->top_p * tot) c += p[ord[j++]];
+        n = j;
+    }
+    if (s->min_p > 0) {
+        int j = 0;
+        while (j < n && p[ord[j]] >= s->min_p * p[ord[0]]) j++;
+        n = j;
+    }
+    tot = 0;
+    for (int i = 0; i < n; i++) tot += p[ord[i]];
+    for (int i = 0; i < V; i++) q[i] = 0;
+    for (int i = 0; i < n; i++) q[ord[i]] = p[ord[i]] / tot;
+    free(p);
+    free(ord);
+}
+
+static void test_sampling(void) {
+    /* argmax, with a tie (lowest index wins) and the vocabulary of Llama 3 */
+    const int V = 128256, R = 3;
+    float *lg = hrand((size_t)R * V, -10, 10);
+    lg[5] = 20.0f;
+    lg[70000] = 20.0f;
+    lg[V + 128255] = 30.0f;
+    lg[2 * V + 0] = 25.0f;
+    pair l = mk(CF_F32, R, V, lg), ids = mk(CF_I32, R, 1, NULL);
+    gpu->ops->argmax(gpu, ids.g, l.g);
+    float *got = rd(gpu, ids.g);
+    int bad = got[0] != 5 || got[1] != 128255 || got[2] != 0;
+    printf("     argmax: %g %g %g (want 5 128255 0)\n", got[0], got[1], got[2]);
+    report("argmax over 128256, ties to the lowest id", 0, 1, 0, bad);
+    free(got);
+    drop(&l);
+    drop(&ids);
+
+    /* the draw: N rows of the same logits with stratified uniforms u = (i + 1/2)/N, so the count of each
+     * token must be N * q within the rounding of the stratification (|count - N q| <= 1, allow 2) */
+    const int W = 64, N = 16384;
+    cf_sample_args cfgs[] = {{1.0f, 0, 1.0f, 0.0f}, {0.7f, 10, 1.0f, 0.0f}, {1.3f, 0, 0.8f, 0.0f},
+                             {1.0f, 0, 1.0f, 0.05f}, {0.9f, 20, 0.9f, 0.02f}, {1.0f, 5, 1.0f, 0.0f}};
+    float *base = hrand(W, -3, 3);
+    base[7] = base[9];   /* a tie */
+    float *rows = kept(malloc((size_t)N * W * sizeof *rows)), *u = kept(malloc((size_t)N * sizeof *u));
+    for (int i = 0; i < N; i++) {
+        memcpy(rows + (size_t)i * W, base, W * sizeof *rows);
+        u[i] = (i + 0.5f) / N;
+    }
+    pair L = mk(CF_F32, N, W, rows), U = mk(CF_F32, N, 1, u), I = mk(CF_I32, N, 1, NULL);
+    for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+        double q[64];
+        int cnt[64] = {0};
+        ref_dist(base, W, &cfgs[c], q);
+        gpu->ops->sample(gpu, I.g, L.g, U.g, &cfgs[c]);
+        float *id = rd(gpu, I.g);
+        int out_of_range = 0;
+        for (int i = 0; i < N; i++) {
+            int t = (int)id[i];
+            if (t < 0 || t >= W) out_of_range++;
+            else cnt[t]++;
+        }
+        double worst = 0;
+        int outside = 0;
+        for (int t = 0; t < W; t++) {
+            if (q[t] == 0 && cnt[t]) outside++;
+            double d = fabs(cnt[t] - N * q[t]);
+            if (d > worst) worst = d;
+        }
+        char name[96];
+        snprintf(name, sizeof name, "sample T %.1f k %d p %.2f min_p %.2f: counts vs N q", cfgs[c].temperature, cfgs[c].top_k,
+                 cfgs[c].top_p, cfgs[c].min_p);
+        report(name, worst, 1, 2.0, out_of_range || outside);
+        free(id);
+    }
+    cf_sample_args greedy = {0.0f, 0, 1.0f, 0.0f};
+    gpu->ops->sample(gpu, I.g, L.g, U.g, &greedy);
+    float *id = rd(gpu, I.g);
+    int am = 0;
+    for (int t = 1; t < W; t++) if (base[t] > base[am]) am = t;
+    report("sample temperature 0 = argmax", 0, 1, 0, id[0] != am || id[N - 1] != am);
+    free(id);
+    drop(&L);
+    drop(&U);
+    drop(&I);
+}
+
+/* A decode step recorded once and replayed at several positions equals the same ops run directly. */
+static void test_graph(void) {
+    cinfer_error e = {0};
+    const int Vv = 500, D = 256, H = 4, KVH = 2, HD = 64, cap = 16;
+    pair table = mkw(Vv, D, -1, 1), wq = mkw(H * HD, D, -0.1f, 0.1f), wk = mkw(KVH * HD, D, -0.1f, 0.1f), wout = mkw(Vv, H * HD, -0.1f, 0.1f);
+    pair nw = mkw(1, D, 0.5f, 1.5f);
+    float *f = hrand(HD / 2, 0, 0);
+    for (int i = 0; i < HD / 2; i++) f[i] = powf(10000.0f, -2.0f * i / HD);
+    pair inv = mk(CF_F32, 1, HD / 2, f);
+    cf_tensor ids, pos, x, h, q, k, att, logits, next, kc[2], vc[2];
+    cf_backend *b = gpu;
+    const cf_backend_ops *op = b->ops;
+    cf_dtype a = b->act_dtype;
+    if (op->alloc(b, CF_I32, 1, 1, &ids, &e) || op->alloc(b, CF_I32, 1, 1, &pos, &e) || op->alloc(b, CF_F32, 1, D, &x, &e) ||
+        op->alloc(b, a, 1, D, &h, &e) || op->alloc(b, a, 1, H * HD, &q, &e) || op->alloc(b, a, 1, KVH * HD, &k, &e) ||
+        op->alloc(b, a, 1, H * HD, &att, &e) || op->alloc(b, CF_F32, 1, Vv, &logits, &e) || op->alloc(b, CF_I32, 1, 1, &next, &e))
+        die("alloc", &e);
+    for (int i = 0; i < 2; i++)
+        if (op->alloc(b, a, cap, KVH * HD, &kc[i], &e) || op->alloc(b, a, cap, KVH * HD, &vc[i], &e)) die("alloc", &e);
+    cf_tensor none = {0};
+    cf_attn_args aa = {.n_q = 1, .n_heads = H, .n_kv_heads = KVH, .head_dim = HD, .v_head_dim = HD, .cap = cap, .window = 12,
+                       .scale = 0.125f};
+    /* c selects the cache pair; recorded: positions from the device */
+    #define STEP(c, recorded, p0)                                                                     \
+        do {                                                                                           \
+            op->embed(b, x, table.g, ids, 1.0f);                                                       \
+            op->rmsnorm(b, h, x, nw.g, 1e-6f, 0.0f);                                                   \
+            op->matmul(b, q, h, wq.g, none);                                                           \
+            op->matmul(b, k, h, wk.g, none);                                                           \
+            op->rope(b, q, pos, H, HD, HD, inv.g);                                                     \
+            op->rope(b, k, pos, KVH, HD, HD, inv.g);                                                   \
+            aa.pos0 = (p0);                                                                            \
+            if (recorded) op->kv_store_pos(b, kc[c], k, pos, cap), op->kv_store_pos(b, vc[c], k, pos, cap); \
+            else op->kv_store(b, kc[c], k, (p0), cap), op->kv_store(b, vc[c], k, (p0), cap);           \
+            if (recorded) op->attention_pos(b, att, q, kc[c], vc[c], &aa, pos);                        \
+            else op->attention(b, att, q, kc[c], vc[c], &aa);                                          \
+            op->matmul(b, logits, att, wout.g, none);                                                  \
+            op->argmax(b, next, logits);                                                               \
+        } while (0)
+    cf_graph *g = NULL;
+    if (op->graph_begin(b, &e)) die("graph_begin", &e);
+    STEP(1, 1, 0);
+    if (op->graph_end(b, &g, &e)) die("graph_end", &e);
+    int32_t tok[2] = {3, 3};
+    int same = 1, steps = 40;
+    for (int p = 0; p < steps; p++) {   /* 40 positions wrap the 16-slot ring with a window of 12 */
+        float lg[2][500], nx[2];
+        for (int c = 0; c < 2; c++) {
+            op->write(b, ids, &tok[c]);
+            op->write(b, pos, &p);
+            if (c == 0) STEP(0, 0, p);
+            else op->graph_launch(b, g);
+            if (op->read(b, lg[c], logits, &e) || op->read(b, &nx[c], next, &e)) die("read", &e);
+            tok[c] = (int32_t)nx[c];
+        }
+        if (memcmp(lg[0], lg[1], sizeof lg[0]) || nx[0] != nx[1]) same = 0;
+    }
+    #undef STEP
+    report("graph replayed at 40 positions == direct ops (bitwise)", 0, 1, 0, !same);
+    op->graph_free(b, g);
+
+    /* what a recording may not contain is reported, not crashed on */
+    if (op->graph_begin(b, &e)) die("graph_begin", &e);
+    int32_t one = 1;
+    op->write(b, ids, &one);
+    cinfer_status st = op->graph_end(b, &g, &e);
+    printf("     write while recording -> %s: %s\n", cinfer_status_name(st), e.message);
+    report("write while recording is refused", 0, 1, 0, st == CINFER_OK);
+    cf_tensor *all[] = {&ids, &pos, &x, &h, &q, &k, &att, &logits, &next, &kc[0], &kc[1], &vc[0], &vc[1]};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) op->free_tensor(b, all[i]);
+    drop(&inv);
+}
+
+static void test_errors(void) {
+    cinfer_error e = {0};
+    cf_backend_params p = cf_backend_default_params();
+    p.device = CF_DEVICE_CUDA;
+    p.pool_bytes = (size_t)256 << 20;
+    cf_backend *b = NULL;
+    if (cf_backend_create(&p, &b, &e)) die("create", &e);
+    cf_tensor t;
+    cinfer_status st = b->ops->alloc(b, CF_F32, 1 << 20, 1 << 10, &t, &e);   /* 4 GiB from a 256 MiB pool */
+    printf("     4 GiB from a 256 MiB pool -> %s: %s\n", cinfer_status_name(st), e.message);
+    report("out of pool memory is CINFER_E_OUT_OF_MEMORY", 0, 1, 0, st != CINFER_E_OUT_OF_MEMORY);
+    st = b->ops->alloc(b, CF_F32, 1024, 1024, &t, &e);
+    report("the pool still serves after a refusal", 0, 1, 0, st != CINFER_OK);
+    if (st == CINFER_OK) b->ops->free_tensor(b, &t);
+    int32_t w[4] = {0};
+    st = b->ops->upload_weight(b, w, CF_I32, 2, 2, &t, &e);
+    report("an I32 weight is CINFER_E_UNSUPPORTED", 0, 1, 0, st != CINFER_E_UNSUPPORTED);
+    cf_backend_destroy(b);
+    p.pool_bytes = (size_t)1 << 50;
+    st = cf_backend_create(&p, &b, &e);
+    printf("     a 1 PiB pool -> %s: %s\n", cinfer_status_name(st), e.message);
+    report("a pool larger than the GPU is CINFER_E_OUT_OF_MEMORY", 0, 1, 0, st != CINFER_E_OUT_OF_MEMORY);
+    if (st == CINFER_OK) cf_backend_destroy(b);
+}
+
+int main(void) {
+    cinfer_error e = {0};
+    cf_backend_params p = cf_backend_default_params();
+    p.device = CF_DEVICE_CUDA;
+    p.pool_bytes = (size_t)2 << 30;
+    cinfer_status st = cf_backend_create(&p, &gpu, &e);
+    if (st == CINFER_E_NO_DEVICE) {
+        printf("SKIP: no CUDA device: %s\n", e.message);
+        return 77;
+    }
+    if (st != CINFER_OK) die("cuda backend", &e);
+    p.device = CF_DEVICE_CPU;
+    p.n_threads = 0;
+    if (cf_backend_create(&p, &cpu, &e)) die("cpu backend", &e);
+    printf("act_dtype %s\n", cf_dtype_name(gpu->act_dtype));
+    test_memory();
+    test_elementwise();
+    test_embed_norm();
+    test_rope_kv();
+    test_matmul();
+    test_attention();
+    test_sampling();
+    test_graph();
+    if (gpu->ops->sync(gpu, &e)) {
+        printf("FAIL backend error: %s\n", e.message);
+        failures++;
+    }
+    cf_backend_destroy(gpu);
+    cf_backend_destroy(cpu);
+    test_errors();
+    for (int i = 0; i < n_keep; i++) free(keep[i]);
+    printf("%d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}
