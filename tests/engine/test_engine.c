@@ -4,12 +4,16 @@
  * consuming a session, cancellation from another thread, the idle deadline on an injected clock, queue
  * limits, and closing the engine with live sessions.
  *
- * usage: test_engine MODEL_DIR        the checks that hold for any model (greedy, logprobs)
+ * Text: prompts as text and as chat messages against their token ids, the streamed text against the
+ * full decode, stop strings across token boundaries, held-back text released at the end.
+ *
+ * usage: test_engine MODEL_DIR        the checks that hold for any model (greedy, logprobs, text)
  *        test_engine --tiny TMP_DIR   writes the tiny model into TMP_DIR and runs every check */
 #include "cinfer.h"
 #include "model/model.h"
 #include "tiny_model.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -748,6 +752,291 @@ static void check_close(void) {
     for (int i = 0; i < 4; i++) cinfer_session_free(s[i]);
 }
 
+/* ---- text ---- */
+
+/* Runs r in pull mode; the concatenated event texts (END's included) go to *stream (malloc'd). */
+static const cinfer_result *run_pull(const cinfer_request *r, cinfer_session **s, char **stream, size_t *end_len) {
+    cinfer_error err = {0};
+    cinfer_session_params p = cinfer_session_default_params();
+    p.output = CINFER_OUTPUT_PULL;
+    *stream = NULL;
+    *end_len = 0;
+    if (cinfer_session_open(E, r, &p, s, &err) != CINFER_OK) {
+        CHECK(0, "open: %s", err.message);
+        return NULL;
+    }
+    size_t len = 0, cap = 256;
+    char *buf = malloc(cap);
+    cinfer_event ev;
+    while (cinfer_session_next(*s, &ev, -1, &err) == CINFER_OK) {
+        while (len + ev.text_len + 1 > cap) buf = realloc(buf, cap *= 2);
+        memcpy(buf + len, ev.text, ev.text_len);
+        len += ev.text_len;
+        if (ev.kind == CINFER_EVENT_END) {
+            *end_len = ev.text_len;
+            break;
+        }
+    }
+    buf[len] = 0;
+    *stream = buf;
+    const cinfer_result *res = NULL;
+    cinfer_session_wait(*s, -1, &res, &err);
+    return res;
+}
+
+/* The streamed text is the result's text and the full decode of the result's tokens. */
+static void check_text_matches_decode(void) {
+    cinfer_request r = greedy_request(24);
+    cinfer_session *s;
+    char *stream;
+    size_t end_len;
+    const cinfer_result *res = run_pull(&r, &s, &stream, &end_len);
+    if (res) {
+        char *full = NULL;
+        size_t full_len = 0;
+        cinfer_error err = {0};
+        CHECK(cinfer_detokenize(M, res->tokens, res->n_tokens, &full, &full_len, &err) == CINFER_OK, "detokenize: %s", err.message);
+        CHECK(full && res->text_len == full_len && !memcmp(res->text, full, full_len) && res->text[res->text_len] == 0,
+              "result text '%s' is not the decode of its tokens '%s'", res->text, full ? full : "");
+        CHECK(strlen(stream) == res->text_len && !memcmp(stream, res->text, res->text_len), "streamed text '%s' != result '%s'",
+              stream, res->text);
+        cinfer_free(full);
+    }
+    free(stream);
+    cinfer_session_free(s);
+}
+
+static cinfer_logit_bias letters_only[TINY_VOCAB];
+static size_t n_letters_only;
+
+/* Greedy, restricted to lowercase letters and spaces so that every token is one byte of text. */
+static cinfer_request letters_request(int max_tokens) {
+    cinfer_request r = greedy_request(max_tokens);
+    if (!n_letters_only)
+        for (int id = 0; id < TINY_VOCAB; id++) {
+            int b = id - TINY_BYTE;
+            if (!(b >= 0 && (islower(b) || b == ' '))) letters_only[n_letters_only++] = (cinfer_logit_bias){id, -100.0f};
+        }
+    r.logit_bias = letters_only;
+    r.n_logit_bias = n_letters_only;
+    return r;
+}
+
+static void bytes_to_ids(const char *text, int32_t *ids, int *n) {
+    for (const char *p = text; *p; p++) ids[(*n)++] = TINY_BYTE + (unsigned char)*p;
+}
+
+static int same_tokens(const cinfer_result *a, const int32_t *b, size_t n) {
+    return a && a->n_tokens == n && !memcmp(a->tokens, b, n * sizeof *b);
+}
+
+static void check_text_prompts(void) {
+    cinfer_error err = {0};
+    int32_t ids[256];
+    int n = 0;
+    bytes_to_ids("hello world", ids, &n);
+    int32_t *tok = NULL;
+    size_t n_tok = 0;
+    CHECK(cinfer_tokenize(M, "hello world", 11, 1, &tok, &n_tok, &err) == CINFER_OK && n_tok == (size_t)n &&
+          !memcmp(tok, ids, n * sizeof *ids), "tokenize 'hello world'");
+    cinfer_free(tok);
+
+    enum { N = 12 };
+    cinfer_request r = greedy_request(N);
+    r.prompt_ids = ids;
+    r.n_prompt_ids = (size_t)n;
+    cinfer_session *s;
+    const cinfer_result *res = run(&r, &s);
+    int32_t want[N];
+    size_t n_want = res ? res->n_tokens : 0;
+    if (res) memcpy(want, res->tokens, n_want * sizeof *want);
+    cinfer_session_free(s);
+    r = greedy_request(N);
+    r.prompt_ids = NULL;
+    r.n_prompt_ids = 0;
+    r.prompt_text = "hello world";
+    res = run(&r, &s);
+    CHECK(same_tokens(res, want, n_want) && res->usage.prompt_tokens == n, "text prompt differs from its ids");
+    cinfer_session_free(s);
+
+    /* chat messages rendered with the ChatML template, special tokens parsed */
+    n = 0;
+    ids[n++] = 1;
+    bytes_to_ids("system\nbe brief", ids, &n);
+    ids[n++] = 2;
+    bytes_to_ids("\n", ids, &n);
+    ids[n++] = 1;
+    bytes_to_ids("user\nhi", ids, &n);
+    ids[n++] = 2;
+    bytes_to_ids("\n", ids, &n);
+    int n_no_gen = n;
+    ids[n++] = 1;
+    bytes_to_ids("assistant\n", ids, &n);
+    r = greedy_request(N);
+    r.prompt_ids = ids;
+    r.n_prompt_ids = (size_t)n;
+    res = run(&r, &s);
+    n_want = res ? res->n_tokens : 0;
+    if (res) memcpy(want, res->tokens, n_want * sizeof *want);
+    cinfer_session_free(s);
+    cinfer_message msgs[] = {{"system", "be brief"}, {"user", "hi"}};
+    r = greedy_request(N);
+    r.prompt_ids = NULL;
+    r.n_prompt_ids = 0;
+    r.messages = msgs;
+    r.n_messages = 2;
+    res = run(&r, &s);
+    CHECK(same_tokens(res, want, n_want) && res->usage.prompt_tokens == n, "chat prompt differs from its ids (%d prompt tokens, want %d)",
+          res ? res->usage.prompt_tokens : -1, n);
+    cinfer_session_free(s);
+    r.add_generation_prompt = 0;
+    res = run(&r, &s);
+    CHECK(res && res->usage.prompt_tokens == n_no_gen, "without the generation prompt: %d tokens, want %d",
+          res ? res->usage.prompt_tokens : -1, n_no_gen);
+    cinfer_session_free(s);
+
+    /* the user's own "<|im_end|>" in a message is the template's business; in a text prompt it is the special token */
+    r = greedy_request(1);
+    r.prompt_ids = NULL;
+    r.n_prompt_ids = 0;
+    r.prompt_text = "<|im_end|>";
+    res = run(&r, &s);
+    CHECK(res && res->usage.prompt_tokens == 1, "special token text: %d prompt tokens", res ? res->usage.prompt_tokens : -1);
+    cinfer_session_free(s);
+
+    r = greedy_request(4);
+    const char *bad_stop[] = {"ok", "\xff\xfe"};
+    r.stop = bad_stop;
+    r.n_stop = 2;
+    expect_invalid("stop string not UTF-8", &r, CINFER_E_INVALID_ARGUMENT);
+    r = greedy_request(4);
+    cinfer_message bad_msg[] = {{NULL, "x"}};
+    r.prompt_ids = NULL;
+    r.n_prompt_ids = 0;
+    r.messages = bad_msg;
+    r.n_messages = 1;
+    expect_invalid("message without a role", &r, CINFER_E_INVALID_ARGUMENT);
+    r.messages = msgs;
+    r.n_messages = 0;
+    expect_invalid("no messages", &r, CINFER_E_EMPTY_PROMPT);
+    r = greedy_request(4);
+    r.prompt_ids = NULL;
+    r.n_prompt_ids = 0;
+    r.prompt_text = "";
+    expect_invalid("empty prompt text", &r, CINFER_E_EMPTY_PROMPT);
+}
+
+static void check_stop_strings(void) {
+    enum { N = 40 };
+    cinfer_request r = letters_request(N);
+    cinfer_session *s;
+    char *stream;
+    size_t end_len;
+    const cinfer_result *res = run_pull(&r, &s, &stream, &end_len);
+    if (!res || res->text_len != N) {
+        CHECK(0, "letters-only run: %zu bytes of text", res ? res->text_len : 0);
+        free(stream);
+        cinfer_session_free(s);
+        return;
+    }
+    char T[N + 1];
+    memcpy(T, res->text, N + 1);
+    int32_t toks[N];
+    memcpy(toks, res->tokens, sizeof toks);
+    free(stream);
+    cinfer_session_free(s);
+    printf("  letters-only greedy text: '%s'\n", T);
+
+    /* a stop string over three tokens: the text ends before its first match, the token completing it is
+     * the last one */
+    char stop[4];
+    memcpy(stop, T + 10, 3);
+    stop[3] = 0;
+    size_t at = (size_t)(strstr(T, stop) - T);
+    const char *stops[] = {"never-generated-#", stop};
+    r = letters_request(N);
+    r.stop = stops;
+    r.n_stop = 2;
+    res = run_pull(&r, &s, &stream, &end_len);
+    CHECK(res && res->finish == CINFER_FINISH_STOP && res->text_len == at && !memcmp(res->text, T, at) &&
+          res->n_tokens == at + 3 && !memcmp(res->tokens, toks, (at + 3) * sizeof *toks),
+          "stop '%s' at %zu: %s, text '%s', %zu tokens", stop, at, res ? cinfer_finish_name(res->finish) : "-",
+          res ? res->text : "", res ? res->n_tokens : 0);
+    CHECK(stream && !strcmp(stream, res ? res->text : ""), "streamed '%s'", stream ? stream : "");
+    free(stream);
+    cinfer_session_free(s);
+
+    /* text that may begin a stop string is held back, and released at the end (in END) when the stop
+     * never completes */
+    char tail_stop[3] = {T[N - 1], '#', 0};
+    const char *tail_stops[] = {tail_stop};
+    r = letters_request(N);
+    r.stop = tail_stops;
+    r.n_stop = 1;
+    res = run_pull(&r, &s, &stream, &end_len);
+    CHECK(res && res->finish == CINFER_FINISH_LENGTH && !strcmp(res->text, T) && stream && !strcmp(stream, T) && end_len == 1,
+          "held-back tail: %s, text '%s', END carried %zu bytes", res ? cinfer_finish_name(res->finish) : "-", res ? res->text : "",
+          end_len);
+    free(stream);
+    cinfer_session_free(s);
+
+    /* the same through a callback consumer */
+    r = letters_request(N);
+    r.stop = stops;
+    r.n_stop = 2;
+    res = run(&r, &s);
+    CHECK(res && res->text_len == at && res->finish == CINFER_FINISH_STOP, "collected stop");
+    cinfer_session_free(s);
+}
+
+/* A folder without tokenizer.json takes token ids only; one without a chat template takes no messages. */
+static void check_missing_text_parts(const char *root) {
+    char d[4096];
+    cinfer_error err = {0};
+    cinfer_message msgs[] = {{"user", "hi"}};
+    const char *stops[] = {"x"};
+    for (int flags = TINY_NO_TOKENIZER; flags <= TINY_NO_TEMPLATE; flags++) {
+        snprintf(d, sizeof d, "%s-%s", root, flags == TINY_NO_TOKENIZER ? "no-tokenizer" : "no-template");
+        cinfer_model *m = NULL;
+        cinfer_engine *e = NULL;
+        if (tiny_model_write(d, flags) || cinfer_model_load(d, NULL, &m, &err) != CINFER_OK ||
+            cinfer_engine_create(m, NULL, &e, &err) != CINFER_OK) {
+            CHECK(0, "%s: %s", d, err.message);
+            cinfer_model_free(m);
+            continue;
+        }
+        cinfer_model_info info = cinfer_model_get_info(m);
+        CHECK(info.has_tokenizer == (flags != TINY_NO_TOKENIZER) && !info.has_chat_template, "%s: info", d);
+        cinfer_engine *saved = E;
+        E = e;
+        cinfer_request r = greedy_request(4);
+        r.prompt_ids = NULL;
+        r.n_prompt_ids = 0;
+        r.messages = msgs;
+        r.n_messages = 1;
+        expect_invalid(flags == TINY_NO_TOKENIZER ? "messages without a tokenizer" : "messages without a template", &r,
+                       flags == TINY_NO_TOKENIZER ? CINFER_E_TOKENIZER : CINFER_E_TEMPLATE);
+        if (flags == TINY_NO_TOKENIZER) {
+            r = greedy_request(4);
+            r.prompt_ids = NULL;
+            r.n_prompt_ids = 0;
+            r.prompt_text = "hi";
+            expect_invalid("text without a tokenizer", &r, CINFER_E_TOKENIZER);
+            r = greedy_request(4);
+            r.stop = stops;
+            r.n_stop = 1;
+            expect_invalid("stop strings without a tokenizer", &r, CINFER_E_TOKENIZER);
+            r = greedy_request(4);
+            cinfer_session *s;
+            const cinfer_result *res = run(&r, &s);
+            CHECK(res && res->n_tokens == 4 && res->text_len == 0 && res->text && !res->text[0], "ids without a tokenizer: no text");
+            cinfer_session_free(s);
+        }
+        E = saved;
+        cinfer_model_free(m);  /* frees e too */
+    }
+}
+
 /* ---- model loading ---- */
 
 static int n_progress, cancel_after;
@@ -785,7 +1074,7 @@ int main(int argc, char **argv) {
     int tiny = argc == 3 && !strcmp(argv[1], "--tiny");
     if (tiny) {
         dir = argv[2];
-        if (tiny_model_write(dir)) { fprintf(stderr, "cannot write the tiny model to %s\n", dir); return 1; }
+        if (tiny_model_write(dir, 0)) { fprintf(stderr, "cannot write the tiny model to %s\n", dir); return 1; }
     } else if (argc == 2) {
         dir = argv[1];
     } else {
@@ -809,7 +1098,11 @@ int main(int argc, char **argv) {
 
     check_greedy();
     check_logprobs();
+    if (cinfer_model_get_info(M).has_tokenizer) check_text_matches_decode();
     if (tiny) {
+        check_text_prompts();
+        check_stop_strings();
+        check_missing_text_parts(dir);
         check_validation();
         check_copy_at_open();
         check_finish();

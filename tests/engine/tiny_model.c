@@ -2,6 +2,7 @@
 #include "tiny_model.h"
 #include "format/safetensors.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,93 @@ static int write_text(const char *dir, const char *name, const char *text) {
     return fclose(fp);
 }
 
-int tiny_model_write(const char *dir) {
+/* GPT-2's byte-to-unicode map, as UTF-8: printable Latin-1 bytes stand for themselves, the others
+ * for U+0100 onwards in byte order. */
+static void byte_char(int b, char out[3]) {
+    int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    int cp = b;
+    if (!printable) {
+        int n = 0;
+        for (int i = 0; i < b; i++) n += !((i >= '!' && i <= '~') || (i >= 0xA1 && i <= 0xAC) || (i >= 0xAE && i <= 0xFF));
+        cp = 256 + n;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        out[2] = 0;
+    }
+}
+
+static const char *const SPECIALS[TINY_BYTE] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+
+static int write_json(const char *dir, const char *name, cJSON *o) {
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    int rc = text ? write_text(dir, name, text) : -1;
+    cJSON_free(text);
+    return rc;
+}
+
+static int write_tokenizer(const char *dir, int flags) {
+    cJSON *t = cJSON_CreateObject(), *added = cJSON_AddArrayToObject(t, "added_tokens");
+    cJSON_AddStringToObject(t, "version", "1.0");
+    for (int i = 0; i < TINY_BYTE; i++) {
+        cJSON *a = cJSON_CreateObject();
+        cJSON_AddNumberToObject(a, "id", i);
+        cJSON_AddStringToObject(a, "content", SPECIALS[i]);
+        cJSON_AddBoolToObject(a, "single_word", 0);
+        cJSON_AddBoolToObject(a, "lstrip", 0);
+        cJSON_AddBoolToObject(a, "rstrip", 0);
+        cJSON_AddBoolToObject(a, "normalized", 0);
+        cJSON_AddBoolToObject(a, "special", 1);
+        cJSON_AddItemToArray(added, a);
+    }
+    cJSON_AddNullToObject(t, "normalizer");
+    cJSON *pre = cJSON_AddObjectToObject(t, "pre_tokenizer");
+    cJSON_AddStringToObject(pre, "type", "ByteLevel");
+    cJSON_AddBoolToObject(pre, "add_prefix_space", 0);
+    cJSON_AddBoolToObject(pre, "trim_offsets", 1);
+    cJSON_AddBoolToObject(pre, "use_regex", 1);
+    cJSON_AddNullToObject(t, "post_processor");
+    cJSON *dec = cJSON_AddObjectToObject(t, "decoder");
+    cJSON_AddStringToObject(dec, "type", "ByteLevel");
+    cJSON_AddBoolToObject(dec, "add_prefix_space", 1);
+    cJSON_AddBoolToObject(dec, "trim_offsets", 1);
+    cJSON_AddBoolToObject(dec, "use_regex", 1);
+    cJSON *model = cJSON_AddObjectToObject(t, "model");
+    cJSON_AddStringToObject(model, "type", "BPE");
+    cJSON_AddNullToObject(model, "dropout");
+    cJSON_AddNullToObject(model, "unk_token");
+    cJSON_AddBoolToObject(model, "fuse_unk", 0);
+    cJSON_AddBoolToObject(model, "byte_fallback", 0);
+    cJSON_AddBoolToObject(model, "ignore_merges", 0);
+    cJSON *vocab = cJSON_AddObjectToObject(model, "vocab");
+    for (int i = 0; i < TINY_BYTE; i++) cJSON_AddNumberToObject(vocab, SPECIALS[i], i);
+    for (int b = 0; b < 256; b++) {
+        char c[3];
+        byte_char(b, c);
+        cJSON_AddNumberToObject(vocab, c, TINY_BYTE + b);
+    }
+    cJSON_AddArrayToObject(model, "merges");
+    if (write_json(dir, "tokenizer.json", t)) return -1;
+
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddBoolToObject(c, "add_bos_token", 0);
+    cJSON_AddNullToObject(c, "bos_token");
+    cJSON_AddStringToObject(c, "eos_token", SPECIALS[2]);
+    cJSON_AddStringToObject(c, "pad_token", SPECIALS[0]);
+    if (!(flags & TINY_NO_TEMPLATE))
+        cJSON_AddStringToObject(c, "chat_template",
+                                "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                                "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+                                "{% endif %}");
+    return write_json(dir, "tokenizer_config.json", c);
+}
+
+int tiny_model_write(const char *dir, int flags) {
     mkdir(dir, 0755);
     char config[1024];
     snprintf(config, sizeof config,
@@ -28,6 +115,7 @@ int tiny_model_write(const char *dir) {
              "\"tie_word_embeddings\":false,\"eos_token_id\":%d}",
              D, F, H, KV, L, TINY_VOCAB, TINY_CTX, TINY_EOS);
     if (write_text(dir, "config.json", config)) return -1;
+    if (!(flags & TINY_NO_TOKENIZER) && write_tokenizer(dir, flags)) return -1;
 
     enum { MAX_T = 3 + 9 * L };
     cf_st_write_entry e[MAX_T];
