@@ -11,10 +11,12 @@ typedef struct verb {
 } verb;
 
 static const verb verbs[] = {
-    {"run", cf_cmd_run, "generate tokens after a prompt"},
+    {"run", cf_cmd_run, "generate after a prompt, streaming the text (or ids) to stdout"},
+    {"chat", cf_cmd_chat, "chat with the model interactively, using its chat template"},
     {"logits", cf_cmd_logits, "write the logits of every prompt position to a file"},
     {"info", cf_cmd_info, "describe a model folder"},
     {"bench", cf_cmd_bench, "measure prefill and decode speed against the bandwidth roofline"},
+    {"chat-template", cf_cmd_chat_template, "render a model's chat template for a conversation"},
 };
 
 static void usage(FILE *fp) {

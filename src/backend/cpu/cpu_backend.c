@@ -15,6 +15,8 @@ typedef struct cpu_backend {
 } cpu_backend;
 
 #define NT(be) num_threads((be)->n_threads)
+/* Below this many multiply-adds an op runs on one thread: waking the team costs more than it saves. */
+#define PAR_MIN_WORK (1 << 18)
 
 static float *row(cf_tensor t, int64_t r) { return (float *)t.data + r * t.stride; }
 
@@ -80,7 +82,7 @@ static void cpu_rmsnorm(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w,
     float *wf = malloc((size_t)n * sizeof *wf);
     if (!wf) return;
     cf_to_f32(wf, w.data, w.dtype, (size_t)n);
-    #pragma omp parallel for NT(be) if (x.rows > 16)
+    #pragma omp parallel for NT(be) if (x.rows * x.cols >= PAR_MIN_WORK)
     for (int64_t r = 0; r < x.rows; r++) {
         const float *xr = row(x, r);
         float *o = row(out, r);
@@ -101,7 +103,7 @@ static void cpu_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, 
     const int64_t tile = 64;
     for (int64_t t0 = 0; t0 < n; t0 += tile) {
         int64_t tn = n - t0 < tile ? n - t0 : tile;
-        #pragma omp parallel for NT(be) schedule(static)
+        #pragma omp parallel for NT(be) schedule(static) if (tn * d * k >= PAR_MIN_WORK)
         for (int64_t j = 0; j < d; j++) {
             const void *wr = (const char *)w.data + (size_t)j * wrow;
             for (int64_t i = 0; i < tn; i += 4) {
@@ -142,7 +144,7 @@ static void cpu_scale(cf_backend *be, cf_tensor x, float s) {
 }
 
 static void cpu_glu(cf_backend *be, cf_tensor out, cf_tensor gate, cf_tensor up, cf_act act) {
-    #pragma omp parallel for NT(be) if (out.rows > 4)
+    #pragma omp parallel for NT(be) if (out.rows * out.cols >= PAR_MIN_WORK / 16)
     for (int64_t r = 0; r < out.rows; r++) {
         float *o = row(out, r);
         const float *g = row(gate, r), *u = row(up, r);
@@ -197,7 +199,8 @@ static void cpu_attention(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor 
     const int group = a->n_heads / a->n_kv_heads;
     const int last = a->pos0 + a->n_q - 1;
     const int max_keys = a->window > 0 && a->window < last + 1 ? a->window : last + 1;
-    #pragma omp parallel NT(be)
+    const int64_t work = (int64_t)a->n_q * a->n_heads * max_keys * a->head_dim;
+    #pragma omp parallel NT(be) if (work >= PAR_MIN_WORK)
     {
         float *sc = malloc((size_t)max_keys * sizeof *sc);
         #pragma omp for collapse(2) schedule(static)
