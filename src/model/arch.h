@@ -18,6 +18,7 @@ typedef enum cf_arch {
 } cf_arch;
 
 #define CF_MAX_ROPE_SETS 2
+#define CF_MAX_EXPERTS_USED 64  /* experts routed per token at most */
 
 /* One rotary table: inv_freq[rot_dim/2], computed from theta and the scaling rule. */
 typedef struct cf_rope_set {
@@ -33,6 +34,7 @@ typedef struct cf_layer_hp {
     int ffn_dim;
     float attn_scale;         /* multiplies q.k */
     int kv_source;            /* layer whose KV cache this layer reads (itself unless shared) */
+    int k_eq_v;               /* no value projection: values are the key projection (before k norm and RoPE) */
 } cf_layer_hp;
 
 typedef struct cf_hparams {
@@ -48,6 +50,10 @@ typedef struct cf_hparams {
     int qkv_bias;             /* q/k/v projections have biases (Qwen2) */
     int qk_norm;              /* per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3/4) */
     int sandwich_norm;        /* Gemma: post-attention and pre/post-feed-forward norms */
+    int v_norm;               /* per-head RMSNorm of v without a weight (Gemma 4) */
+    int layer_scalar;         /* each layer's output is multiplied by its layer_scalar (Gemma 4) */
+    int ple_dim, ple_vocab;   /* per-layer input embeddings of ple_dim per layer (Gemma 4); 0 = none */
+    int n_experts, n_experts_used, expert_ffn_dim;  /* mixture of experts beside the MLP (Gemma 4); 0 = none */
     float attn_softcap, final_softcap;  /* 0 = none */
     int n_rope;
     cf_rope_set rope[CF_MAX_ROPE_SETS];
@@ -63,9 +69,15 @@ cinfer_status cf_hparams_load(const char *dir, cf_hparams *hp, cinfer_error *err
 cinfer_status cf_hparams_load_file(const char *path, cf_hparams *hp, cinfer_error *err);
 void cf_hparams_free(cf_hparams *hp);
 
-/* Total parameters and bytes of weights read per decoded token (without the embedding gather). */
+/* Total parameters (every expert, the per-layer embedding tables included). */
 int64_t cf_hparams_n_params(const cf_hparams *hp);
+/* Parameters multiplied per token: all but the embedding tables' gathers (a tied output matrix counts
+ * once), with only the routed experts. Prefill flops ~ 2 * this per token. */
+int64_t cf_hparams_active_params(const cf_hparams *hp);
 /* KV cache bytes per token of context at the given element size (window layers counted fully). */
 int64_t cf_hparams_kv_bytes_per_token(const cf_hparams *hp, size_t elem_size);
+/* KV cache bytes one decode step reads at a context of ctx tokens: window layers read at most their
+ * window, KV-shared layers read their source's cache again. */
+int64_t cf_hparams_kv_read_bytes(const cf_hparams *hp, int64_t ctx, size_t elem_size);
 
 #endif

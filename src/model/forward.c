@@ -1,8 +1,13 @@
 /* forward.c: the decoder, one graph for every architecture, read top to bottom. Per layer:
- *   h = norm(x); q,k,v = h Wq, h Wk, h Wv (+ bias); per-head norm of q,k; RoPE(q,k); cache k,v;
+ *   h = norm(x); q = h Wq; k, v = h Wk, h Wv (+ biases; v = the raw k where values are keys);
+ *   per-head norms of q, k [and v]; RoPE(q, k); cache k, v (a KV-shared layer reads an earlier layer's cache)
  *   x += [post-norm](softmax(q k^T * scale [softcap]) v  Wo)
- *   h = norm(x); x += [post-norm](act(h Wgate) * (h Wup)  Wdown)
- * then logits = norm(x) Wout [softcap]. Everything runs through backend ops. */
+ *   h = norm(x); f = (act(h Wgate) * (h Wup)) Wdown
+ *       [MoE: f = post1(f) + post2(routed experts of norm2(x))];  x += [post-norm](f)
+ *   [per-layer input: x += norm((act(x Wg) * ple_l) Wp)];  [x *= layer scalar]
+ * then logits = norm(x) Wout [softcap]. The per-layer inputs ple of all layers come first, from the
+ * scaled embeddings x0: ple = (norm(x0 Wm / sqrt(D)) + table[id] * sqrt(P)) / sqrt(2), per layer.
+ * Everything runs through backend ops; only MoE routing reads back to the host. */
 #include "model/seq.h"
 
 #include <math.h>
@@ -10,71 +15,203 @@
 /* A contiguous [rows, cols] view at the start of a scratch buffer (per-layer widths differ). */
 static cf_tensor scratch(cf_tensor buf, int64_t rows, int64_t cols) { return cf_reshape(buf, rows, cols); }
 
-void cf_forward_chunk(cf_model *m, cf_seq *s, int n, int out_rows) {
+static const cf_tensor none = {0};
+
+/* s->ple = the n tokens' per-layer inputs [n, L*P]; layer l's are columns l*P .. l*P+P-1. */
+static void per_layer_inputs(cf_model *m, cf_seq *s, int n, cf_tensor x0) {
     const cf_hparams *hp = &m->hp;
     cf_backend *be = m->be;
     const cf_backend_ops *op = be->ops;
-    const int pos0 = s->kv->n;
+    cf_tensor tok = cf_rows(s->ple, 0, n), proj = cf_rows(s->ple_proj, 0, n);
+    op->embed(be, tok, m->ple_embd, cf_rows(s->ids, 0, n), m->ple_scale);
+    op->matmul(be, proj, x0, m->ple_model_proj, none);
+    op->scale(be, proj, (float)(1.0 / sqrt((double)hp->dim)));
+    cf_tensor per_layer = cf_reshape(proj, (int64_t)n * hp->n_layers, hp->ple_dim);
+    op->rmsnorm(be, per_layer, per_layer, m->ple_proj_norm, hp->norm_eps, hp->norm_w_offset);
+    op->add(be, tok, tok, proj);
+    op->scale(be, tok, (float)(1.0 / sqrt(2.0)));
+}
+
+static void attention_block(cf_model *m, cf_seq *s, int l, int n, cf_tensor x) {
+    const cf_hparams *hp = &m->hp;
+    const cf_layer_hp *L = &hp->layers[l];
+    const cf_layer_w *w = &m->lw[l];
+    cf_backend *be = m->be;
+    const cf_backend_ops *op = be->ops;
     const float eps = hp->norm_eps, wo = hp->norm_w_offset;
-    cf_tensor none = {0};
+    const int pos0 = s->kv->n;
+    const int qd = L->n_heads * L->head_dim, kd = L->n_kv_heads * L->head_dim, vd = L->n_kv_heads * L->v_head_dim;
+    cf_tensor h = cf_rows(s->h, 0, n), o = cf_rows(s->o, 0, n), pos = cf_rows(s->pos, 0, n);
+    cf_tensor q = scratch(s->q, n, qd), k = scratch(s->k, n, kd), v = scratch(s->v, n, vd);
+    cf_tensor att = scratch(s->att, n, L->n_heads * L->v_head_dim);
+    const cf_rope_set *rs = &hp->rope[L->rope_set];
 
-    cf_tensor x = cf_rows(s->x, 0, n), h = cf_rows(s->h, 0, n), o = cf_rows(s->o, 0, n);
-    cf_tensor pos = cf_rows(s->pos, 0, n);
+    op->rmsnorm(be, h, x, w->attn_norm, eps, wo);
+    op->matmul(be, q, h, w->wq, w->bq);
+    if (hp->qk_norm) {
+        cf_tensor qh = cf_reshape(q, (int64_t)n * L->n_heads, L->head_dim);
+        op->rmsnorm(be, qh, qh, w->q_norm, eps, wo);
+    }
+    op->rope(be, q, pos, L->n_heads, L->head_dim, rs->rot_dim, m->rope_freq[L->rope_set]);
 
-    /* x = embedding rows (Gemma scales them by sqrt(dim)) */
-    op->embed(be, x, m->tok_embd, cf_rows(s->ids, 0, n), hp->embed_scale);
-
-    for (int l = 0; l < hp->n_layers; l++) {
-        const cf_layer_hp *L = &hp->layers[l];
-        const cf_layer_w *w = &m->lw[l];
-        const int qd = L->n_heads * L->head_dim, kd = L->n_kv_heads * L->head_dim, vd = L->n_kv_heads * L->v_head_dim;
-        cf_tensor q = scratch(s->q, n, qd), k = scratch(s->k, n, kd), v = scratch(s->v, n, vd);
-        cf_tensor att = scratch(s->att, n, L->n_heads * L->v_head_dim);
-
-        /* attention block */
-        op->rmsnorm(be, h, x, w->attn_norm, eps, wo);
-        op->matmul(be, q, h, w->wq, w->bq);
+    const cf_kv_layer *cache = &s->kv->layers[L->kv_source];
+    if (L->kv_source == l) {
         op->matmul(be, k, h, w->wk, w->bk);
-        op->matmul(be, v, h, w->wv, w->bv);
+        if (L->k_eq_v) op->copy(be, v, k);
+        else op->matmul(be, v, h, w->wv, w->bv);
         if (hp->qk_norm) {
-            cf_tensor qh = cf_reshape(q, (int64_t)n * L->n_heads, L->head_dim);
             cf_tensor kh = cf_reshape(k, (int64_t)n * L->n_kv_heads, L->head_dim);
-            op->rmsnorm(be, qh, qh, w->q_norm, eps, wo);
             op->rmsnorm(be, kh, kh, w->k_norm, eps, wo);
         }
-        const cf_rope_set *rs = &hp->rope[L->rope_set];
-        op->rope(be, q, pos, L->n_heads, L->head_dim, rs->rot_dim, m->rope_freq[L->rope_set]);
-        op->rope(be, k, pos, L->n_kv_heads, L->head_dim, rs->rot_dim, m->rope_freq[L->rope_set]);
-
-        const cf_kv_layer *cache = &s->kv->layers[L->kv_source];
-        if (L->kv_source == l) {
-            op->kv_store(be, cache->k, k, pos0, cache->cap);
-            op->kv_store(be, cache->v, v, pos0, cache->cap);
+        if (hp->v_norm) {
+            cf_tensor vh = cf_reshape(v, (int64_t)n * L->n_kv_heads, L->v_head_dim);
+            op->rmsnorm(be, vh, vh, cf_cols(m->ones, 0, L->v_head_dim), eps, 0.0f);
         }
-        cf_attn_args a = {.n_q = n, .pos0 = pos0, .n_heads = L->n_heads, .n_kv_heads = L->n_kv_heads,
-                          .head_dim = L->head_dim, .v_head_dim = L->v_head_dim, .cap = cache->cap,
-                          .window = L->window, .scale = L->attn_scale, .softcap = hp->attn_softcap};
-        op->attention(be, att, q, cache->k, cache->v, &a);
-        op->matmul(be, o, att, w->wo, none);
-        if (hp->sandwich_norm) op->rmsnorm(be, o, o, w->post_attn_norm, eps, wo);
-        op->add(be, x, x, o);
+        op->rope(be, k, pos, L->n_kv_heads, L->head_dim, rs->rot_dim, m->rope_freq[L->rope_set]);
+        op->kv_store(be, cache->k, k, pos0, cache->cap);
+        op->kv_store(be, cache->v, v, pos0, cache->cap);
+    }
+    cf_attn_args a = {.n_q = n, .pos0 = pos0, .n_heads = L->n_heads, .n_kv_heads = L->n_kv_heads,
+                      .head_dim = L->head_dim, .v_head_dim = L->v_head_dim, .cap = cache->cap,
+                      .window = L->window, .scale = L->attn_scale, .softcap = hp->attn_softcap};
+    op->attention(be, att, q, cache->k, cache->v, &a);
+    op->matmul(be, o, att, w->wo, none);
+    if (hp->sandwich_norm) op->rmsnorm(be, o, o, w->post_attn_norm, eps, wo);
+    op->add(be, x, x, o);
+}
 
-        /* feed-forward block */
-        cf_tensor gate = scratch(s->gate, n, L->ffn_dim), up = scratch(s->up, n, L->ffn_dim);
-        op->rmsnorm(be, h, x, w->ffn_norm, eps, wo);
-        op->matmul(be, gate, h, w->w_gate, none);
-        op->matmul(be, up, h, w->w_up, none);
-        op->glu(be, gate, gate, up, hp->act);
-        op->matmul(be, o, gate, w->w_down, none);
-        if (hp->sandwich_norm) op->rmsnorm(be, o, o, w->post_ffn_norm, eps, wo);
-        op->add(be, x, x, o);
+/* The routed experts of layer l into s->e_acc [n, D]. Router: softmax over experts of
+ * (unweighted-norm(x) * scale / sqrt(D)) Wr; the top k probabilities renormalised to sum 1, times the
+ * experts' per_expert_scale. Each expert runs on the rows routed to it (gathered by row copies) and its
+ * weighted output is added back row by row, experts in index order as transformers sums them. */
+static cinfer_status routed_experts(cf_model *m, cf_seq *s, int l, int n, cf_tensor x, cinfer_error *err) {
+    const cf_hparams *hp = &m->hp;
+    const cf_layer_w *w = &m->lw[l];
+    cf_backend *be = m->be;
+    const cf_backend_ops *op = be->ops;
+    const int E = hp->n_experts, K = hp->n_experts_used;
+    const int64_t D = hp->dim, I = hp->expert_ffn_dim;
+    cf_tensor hr = cf_rows(s->e_x, 0, n), scores = cf_rows(s->e_logits, 0, n), h2 = cf_rows(s->h, 0, n);
+    cf_tensor acc = cf_rows(s->e_acc, 0, n);
+
+    op->rmsnorm(be, hr, x, w->router_scale, hp->norm_eps, 0.0f);
+    op->scale(be, hr, (float)(1.0 / sqrt((double)D)));
+    op->matmul(be, scores, hr, w->router, none);
+    cinfer_status st = op->read(be, s->route, scores, err);
+    if (st != CINFER_OK) return st;
+
+    const float *expert_scale = m->expert_scale + (size_t)l * E;
+    for (int e = 0; e < E; e++) s->route_n[e] = 0;
+    for (int t = 0; t < n; t++) {
+        float *p = s->route + (size_t)t * E, mx = -INFINITY, sum = 0;
+        for (int e = 0; e < E; e++) mx = p[e] > mx ? p[e] : mx;
+        for (int e = 0; e < E; e++) { p[e] = expf(p[e] - mx); sum += p[e]; }
+        for (int e = 0; e < E; e++) p[e] /= sum;
+        int top[CF_MAX_EXPERTS_USED];
+        float top_sum = 0;
+        for (int k = 0; k < K; k++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int j = 0; j < k; j++) taken |= top[j] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            top[k] = best;
+            top_sum += p[best];
+        }
+        for (int k = 0; k < K; k++) {
+            int e = top[k], slot = e * s->chunk + s->route_n[e]++;
+            s->route_tok[slot] = t;
+            s->route_w[slot] = p[e] / top_sum * expert_scale[e];
+        }
+    }
+
+    op->rmsnorm(be, h2, x, w->ffn_pre_norm_2, hp->norm_eps, hp->norm_w_offset);
+    op->fill(be, acc, 0.0f);
+    for (int e = 0; e < E; e++) {
+        const int c = s->route_n[e];
+        const int *tok = s->route_tok + e * s->chunk;
+        const float *wt = s->route_w + e * s->chunk;
+        if (!c) continue;
+        for (int j = 0; j < c; j++) op->copy(be, cf_rows(s->e_x, j, 1), cf_rows(h2, tok[j], 1));
+        cf_tensor gu = cf_rows(s->e_gu, 0, c), act = cf_rows(s->e_act, 0, c), out = cf_rows(s->e_out, 0, c);
+        op->matmul(be, gu, cf_rows(s->e_x, 0, c), cf_rows(w->exp_gate_up, e * 2 * I, 2 * I), none);
+        op->glu(be, act, cf_cols(gu, 0, I), cf_cols(gu, I, I), hp->act);
+        op->matmul(be, out, act, cf_rows(w->exp_down, e * D, D), none);
+        for (int j = 0; j < c; j++) {
+            cf_tensor row = cf_rows(out, j, 1), dst = cf_rows(acc, tok[j], 1);
+            op->scale(be, row, wt[j]);
+            op->add(be, dst, dst, row);
+        }
+    }
+    return CINFER_OK;
+}
+
+static cinfer_status feed_forward_block(cf_model *m, cf_seq *s, int l, int n, cf_tensor x, cinfer_error *err) {
+    const cf_hparams *hp = &m->hp;
+    const cf_layer_hp *L = &hp->layers[l];
+    const cf_layer_w *w = &m->lw[l];
+    cf_backend *be = m->be;
+    const cf_backend_ops *op = be->ops;
+    const float eps = hp->norm_eps, wo = hp->norm_w_offset;
+    cf_tensor h = cf_rows(s->h, 0, n), o = cf_rows(s->o, 0, n);
+    cf_tensor gate = scratch(s->gate, n, L->ffn_dim), up = scratch(s->up, n, L->ffn_dim);
+
+    op->rmsnorm(be, h, x, w->ffn_norm, eps, wo);
+    op->matmul(be, gate, h, w->w_gate, none);
+    op->matmul(be, up, h, w->w_up, none);
+    op->glu(be, gate, gate, up, hp->act);
+    op->matmul(be, o, gate, w->w_down, none);
+    if (hp->n_experts) {
+        cf_tensor acc = cf_rows(s->e_acc, 0, n);
+        op->rmsnorm(be, o, o, w->ffn_post_norm_1, eps, wo);
+        cinfer_status st = routed_experts(m, s, l, n, x, err);
+        if (st != CINFER_OK) return st;
+        op->rmsnorm(be, acc, acc, w->ffn_post_norm_2, eps, wo);
+        op->add(be, o, o, acc);
+    }
+    if (hp->sandwich_norm) op->rmsnorm(be, o, o, w->post_ffn_norm, eps, wo);
+    op->add(be, x, x, o);
+    return CINFER_OK;
+}
+
+static void per_layer_input_block(cf_model *m, cf_seq *s, int l, int n, cf_tensor x) {
+    const cf_hparams *hp = &m->hp;
+    const cf_layer_w *w = &m->lw[l];
+    cf_backend *be = m->be;
+    const cf_backend_ops *op = be->ops;
+    cf_tensor g = cf_rows(s->ple_gate, 0, n), o = cf_rows(s->o, 0, n);
+    cf_tensor ple = cf_cols(cf_rows(s->ple, 0, n), (int64_t)l * hp->ple_dim, hp->ple_dim);
+    op->matmul(be, g, x, w->ple_gate, none);
+    op->glu(be, g, g, ple, hp->act);
+    op->matmul(be, o, g, w->ple_proj, none);
+    op->rmsnorm(be, o, o, w->ple_norm, hp->norm_eps, hp->norm_w_offset);
+    op->add(be, x, x, o);
+}
+
+cinfer_status cf_forward_chunk(cf_model *m, cf_seq *s, int n, int out_rows, cinfer_error *err) {
+    const cf_hparams *hp = &m->hp;
+    cf_backend *be = m->be;
+    const cf_backend_ops *op = be->ops;
+    cf_tensor x = cf_rows(s->x, 0, n);
+
+    op->embed(be, x, m->tok_embd, cf_rows(s->ids, 0, n), m->embed_scale);
+    if (hp->ple_dim) per_layer_inputs(m, s, n, x);
+
+    for (int l = 0; l < hp->n_layers; l++) {
+        attention_block(m, s, l, n, x);
+        cinfer_status st = feed_forward_block(m, s, l, n, x, err);
+        if (st != CINFER_OK) return st;
+        if (hp->ple_dim) per_layer_input_block(m, s, l, n, x);
+        if (m->layer_scalar[l] != 1.0f) op->scale(be, x, m->layer_scalar[l]);
     }
 
     if (out_rows > 0) {
-        cf_tensor xl = cf_rows(x, n - out_rows, out_rows), hl = cf_rows(h, 0, out_rows);
+        cf_tensor xl = cf_rows(x, n - out_rows, out_rows), hl = cf_rows(s->h, 0, out_rows);
         cf_tensor logits = cf_rows(s->logits, 0, out_rows);
-        op->rmsnorm(be, hl, xl, m->out_norm, eps, wo);
+        op->rmsnorm(be, hl, xl, m->out_norm, hp->norm_eps, hp->norm_w_offset);
         op->matmul(be, logits, hl, m->output, none);
         if (hp->final_softcap > 0) op->softcap(be, logits, hp->final_softcap);
     }
+    return CINFER_OK;
 }

@@ -55,6 +55,22 @@ static cinfer_status bind_random(binder *b, const char *name, int64_t rows, int6
     return m->be->ops->upload_weight(m->be, buf, CF_BF16, rows, cols, out, err);
 }
 
+static void shape_text(const cf_st_tensor *t, char *buf, size_t cap) {
+    buf[0] = 0;
+    for (int i = 0; i < t->n_dims; i++)
+        snprintf(buf + strlen(buf), cap - strlen(buf), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+}
+
+/* Uploads t (already shape-checked) as a [r, c] weight. */
+static cinfer_status upload(binder *b, const cf_st_tensor *t, const char *full, int64_t r, int64_t c, cf_tensor *out, cinfer_error *err) {
+    if (t->dtype != CF_F32 && t->dtype != CF_F16 && t->dtype != CF_BF16)
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "%s: weight '%s' has dtype %s (supported: F32, F16, BF16)", t->file, full, t->dtype_name);
+    if (!b->dtypes_seen[t->dtype]) { b->dtypes_seen[t->dtype] = 1; b->n_dtypes_seen++; }
+    cinfer_status st = b->m->be->ops->upload_weight(b->m->be, t->data, (cf_dtype)t->dtype, r, c, out, err);
+    if (st != CINFER_OK) return cf_wrap(err, st, "uploading '%s'", full);
+    return CINFER_OK;
+}
+
 /* Binds prefix+name with shape [rows, cols] (cols 0: a vector of rows elements). Missing optional
  * weights leave out zeroed. */
 static cinfer_status bind(binder *b, const char *name, int64_t rows, int64_t cols, int optional, cf_tensor *out, cinfer_error *err) {
@@ -75,26 +91,118 @@ static cinfer_status bind(binder *b, const char *name, int64_t rows, int64_t col
     }
     int ok = is_vec ? t->n_dims == 1 && t->shape[0] == rows : t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols;
     if (!ok) {
-        char got[96] = "";
-        for (int i = 0; i < t->n_dims; i++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        char got[96];
+        shape_text(t, got, sizeof got);
         if (is_vec)
             return cf_fail(err, CINFER_E_FORMAT, "%s: weight '%s' has shape [%s], expected [%lld]", t->file, full, got, (long long)rows);
         return cf_fail(err, CINFER_E_FORMAT, "%s: weight '%s' has shape [%s], expected [%lld, %lld]", t->file, full, got,
                        (long long)rows, (long long)cols);
     }
+    return upload(b, t, full, r, c, out, err);
+}
+
+/* Binds a stack of n matrices [n, rows, cols] (MoE experts) as one [n * rows, cols] weight. */
+static cinfer_status bind_stack(binder *b, const char *name, int64_t n, int64_t rows, int64_t cols, cf_tensor *out, cinfer_error *err) {
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", b->prefix, name);
+    memset(out, 0, sizeof *out);
+    if (!b->m->st) return bind_random(b, full, n * rows, cols, 0, out, err);
+    const cf_st_tensor *t = cf_st_find(b->m->st, full);
+    if (!t) return cf_fail(err, CINFER_E_FORMAT, "%s: weight '%s' is missing from the model's safetensors files", b->dir, full);
+    if (t->n_dims != 3 || t->shape[0] != n || t->shape[1] != rows || t->shape[2] != cols) {
+        char got[96];
+        shape_text(t, got, sizeof got);
+        return cf_fail(err, CINFER_E_FORMAT, "%s: weight '%s' has shape [%s], expected [%lld, %lld, %lld]", t->file, full, got,
+                       (long long)n, (long long)rows, (long long)cols);
+    }
+    return upload(b, t, full, n * rows, cols, out, err);
+}
+
+/* Reads the vector prefix+name of n elements into host floats (random weights, or optional and missing: dflt). */
+static cinfer_status bind_host(binder *b, const char *name, int64_t n, int optional, float dflt, float *out, cinfer_error *err) {
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", b->prefix, name);
+    const cf_st_tensor *t = b->m->st ? cf_st_find(b->m->st, full) : NULL;
+    if (!t) {
+        if (b->m->st && !optional)
+            return cf_fail(err, CINFER_E_FORMAT, "%s: weight '%s' is missing from the model's safetensors files", b->dir, full);
+        for (int64_t i = 0; i < n; i++) out[i] = dflt;
+        return CINFER_OK;
+    }
+    if (t->n_dims != 1 || t->shape[0] != n) {
+        char got[96];
+        shape_text(t, got, sizeof got);
+        return cf_fail(err, CINFER_E_FORMAT, "%s: weight '%s' has shape [%s], expected [%lld]", t->file, full, got, (long long)n);
+    }
     if (t->dtype != CF_F32 && t->dtype != CF_F16 && t->dtype != CF_BF16)
         return cf_fail(err, CINFER_E_UNSUPPORTED, "%s: weight '%s' has dtype %s (supported: F32, F16, BF16)", t->file, full, t->dtype_name);
-    if (!b->dtypes_seen[t->dtype]) { b->dtypes_seen[t->dtype] = 1; b->n_dtypes_seen++; }
-    cinfer_status st = m->be->ops->upload_weight(m->be, t->data, (cf_dtype)t->dtype, r, c, out, err);
-    if (st != CINFER_OK) return cf_wrap(err, st, "uploading '%s'", full);
+    cf_to_f32(out, t->data, (cf_dtype)t->dtype, (size_t)n);
     return CINFER_OK;
 }
 
 static int64_t tbytes(cf_tensor t) { return t.data ? t.rows * t.cols * (int64_t)cf_dtype_size(t.dtype) : 0; }
 
-/* The Gemma 4 extras are bound in model_gemma.c. */
-cinfer_status cf_gemma_bind_extra(cf_model *m, void *binder_ctx, cinfer_error *err);
+static cinfer_status bind_layer(cf_model *m, binder *b, int l, cinfer_error *err) {
+    const cf_hparams *hp = &m->hp;
+    const cf_layer_hp *L = &hp->layers[l];
+    cf_layer_w *w = &m->lw[l];
+    const int64_t D = hp->dim, q = (int64_t)L->n_heads * L->head_dim, kd = (int64_t)L->n_kv_heads * L->head_dim,
+                  vd = (int64_t)L->n_kv_heads * L->v_head_dim, od = (int64_t)L->n_heads * L->v_head_dim;
+    const int own_kv = L->kv_source == l, own_v = own_kv && !L->k_eq_v;
+    char n[160];
+#define B(field, suffix, rows, cols) \
+    do { snprintf(n, sizeof n, "layers.%d.%s", l, suffix); CF_TRY(bind(b, n, rows, cols, 0, &w->field, err)); } while (0)
+    B(attn_norm, "input_layernorm.weight", D, 0);
+    B(wq, "self_attn.q_proj.weight", q, D);
+    if (own_kv) B(wk, "self_attn.k_proj.weight", kd, D);
+    if (own_v) B(wv, "self_attn.v_proj.weight", vd, D);
+    B(wo, "self_attn.o_proj.weight", D, od);
+    if (hp->qkv_bias) {
+        B(bq, "self_attn.q_proj.bias", q, 0);
+        if (own_kv) B(bk, "self_attn.k_proj.bias", kd, 0);
+        if (own_v) B(bv, "self_attn.v_proj.bias", vd, 0);
+    }
+    if (hp->qk_norm) {
+        B(q_norm, "self_attn.q_norm.weight", L->head_dim, 0);
+        if (own_kv) B(k_norm, "self_attn.k_norm.weight", L->head_dim, 0);
+    }
+    if (hp->sandwich_norm) {
+        B(post_attn_norm, "post_attention_layernorm.weight", D, 0);
+        B(ffn_norm, "pre_feedforward_layernorm.weight", D, 0);
+        B(post_ffn_norm, "post_feedforward_layernorm.weight", D, 0);
+    } else {
+        B(ffn_norm, "post_attention_layernorm.weight", D, 0);
+    }
+    B(w_gate, "mlp.gate_proj.weight", L->ffn_dim, D);
+    B(w_up, "mlp.up_proj.weight", L->ffn_dim, D);
+    B(w_down, "mlp.down_proj.weight", D, L->ffn_dim);
+    if (hp->ple_dim) {
+        B(ple_gate, "per_layer_input_gate.weight", hp->ple_dim, D);
+        B(ple_proj, "per_layer_projection.weight", D, hp->ple_dim);
+        B(ple_norm, "post_per_layer_input_norm.weight", D, 0);
+    }
+    if (hp->n_experts) {
+        const int64_t E = hp->n_experts, I = hp->expert_ffn_dim;
+        B(router, "router.proj.weight", E, D);
+        B(router_scale, "router.scale", D, 0);
+        B(ffn_post_norm_1, "post_feedforward_layernorm_1.weight", D, 0);
+        B(ffn_pre_norm_2, "pre_feedforward_layernorm_2.weight", D, 0);
+        B(ffn_post_norm_2, "post_feedforward_layernorm_2.weight", D, 0);
+        snprintf(n, sizeof n, "layers.%d.experts.gate_up_proj", l);
+        CF_TRY(bind_stack(b, n, E, 2 * I, D, &w->exp_gate_up, err));
+        snprintf(n, sizeof n, "layers.%d.experts.down_proj", l);
+        CF_TRY(bind_stack(b, n, E, D, I, &w->exp_down, err));
+        snprintf(n, sizeof n, "layers.%d.router.per_expert_scale", l);
+        CF_TRY(bind_host(b, n, E, 0, 1.0f, m->expert_scale + (size_t)l * E, err));
+    }
+#undef B
+    m->layer_scalar[l] = 1.0f;
+    if (hp->layer_scalar) {
+        snprintf(n, sizeof n, "layers.%d.layer_scalar", l);
+        CF_TRY(bind_host(b, n, 1, 1, 1.0f, &m->layer_scalar[l], err));
+    }
+    return CINFER_OK;
+}
 
 static cinfer_status bind_all(cf_model *m, binder *b, cinfer_error *err) {
     const cf_hparams *hp = &m->hp;
@@ -118,53 +226,38 @@ static cinfer_status bind_all(cf_model *m, binder *b, cinfer_error *err) {
         CF_TRY(st);
         if (!m->output.data) m->output = m->tok_embd; /* checkpoint ties them without saying so */
     }
-    m->lw = calloc((size_t)hp->n_layers, sizeof *m->lw);
-    if (!m->lw) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
-    for (int l = 0; l < hp->n_layers; l++) {
-        const cf_layer_hp *L = &hp->layers[l];
-        cf_layer_w *w = &m->lw[l];
-        const int64_t q = (int64_t)L->n_heads * L->head_dim, kd = (int64_t)L->n_kv_heads * L->head_dim,
-                      vd = (int64_t)L->n_kv_heads * L->v_head_dim, od = (int64_t)L->n_heads * L->v_head_dim;
-        char n[160];
-#define B(field, suffix, rows, cols, opt) \
-        do { snprintf(n, sizeof n, "layers.%d.%s", l, suffix); CF_TRY(bind(b, n, rows, cols, opt, &w->field, err)); } while (0)
-        B(attn_norm, "input_layernorm.weight", D, 0, 0);
-        B(wq, "self_attn.q_proj.weight", q, D, 0);
-        B(wk, "self_attn.k_proj.weight", kd, D, 0);
-        B(wv, "self_attn.v_proj.weight", vd, D, 0);
-        B(wo, "self_attn.o_proj.weight", D, od, 0);
-        if (hp->qkv_bias) {
-            B(bq, "self_attn.q_proj.bias", q, 0, 0);
-            B(bk, "self_attn.k_proj.bias", kd, 0, 0);
-            B(bv, "self_attn.v_proj.bias", vd, 0, 0);
-        }
-        if (hp->qk_norm) {
-            B(q_norm, "self_attn.q_norm.weight", L->head_dim, 0, 0);
-            B(k_norm, "self_attn.k_norm.weight", L->head_dim, 0, 0);
-        }
-        if (hp->sandwich_norm) {
-            B(post_attn_norm, "post_attention_layernorm.weight", D, 0, 0);
-            B(ffn_norm, "pre_feedforward_layernorm.weight", D, 0, 0);
-            B(post_ffn_norm, "post_feedforward_layernorm.weight", D, 0, 0);
-        } else {
-            B(ffn_norm, "post_attention_layernorm.weight", D, 0, 0);
-        }
-        B(w_gate, "mlp.gate_proj.weight", L->ffn_dim, D, 0);
-        B(w_up, "mlp.up_proj.weight", L->ffn_dim, D, 0);
-        B(w_down, "mlp.down_proj.weight", D, L->ffn_dim, 0);
-#undef B
+    if (hp->ple_dim) {
+        const int64_t LP = (int64_t)hp->n_layers * hp->ple_dim;
+        CF_TRY(bind(b, "embed_tokens_per_layer.weight", hp->ple_vocab, LP, 0, &m->ple_embd, err));
+        CF_TRY(bind(b, "per_layer_model_projection.weight", LP, D, 0, &m->ple_model_proj, err));
+        CF_TRY(bind(b, "per_layer_projection_norm.weight", hp->ple_dim, 0, 0, &m->ple_proj_norm, err));
     }
-    /* bytes: everything stored, and what one decode step streams */
-    m->weight_bytes = tbytes(m->tok_embd) + tbytes(m->out_norm) + (hp->tied ? 0 : tbytes(m->output));
-    m->decode_bytes = tbytes(m->out_norm) + tbytes(m->output);
+    m->lw = calloc((size_t)hp->n_layers, sizeof *m->lw);
+    m->layer_scalar = calloc((size_t)hp->n_layers, sizeof *m->layer_scalar);
+    m->expert_scale = calloc((size_t)hp->n_layers * (size_t)(hp->n_experts ? hp->n_experts : 1), sizeof *m->expert_scale);
+    if (!m->lw || !m->layer_scalar || !m->expert_scale) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    for (int l = 0; l < hp->n_layers; l++) CF_TRY(bind_layer(m, b, l, err));
+
+    /* bytes: everything stored, and what one decode step streams (embedding rows and unrouted experts excluded) */
+    m->weight_bytes = tbytes(m->tok_embd) + tbytes(m->out_norm) + (hp->tied ? 0 : tbytes(m->output)) + tbytes(m->ple_embd) +
+                      tbytes(m->ple_model_proj) + tbytes(m->ple_proj_norm);
+    m->decode_bytes = tbytes(m->out_norm) + tbytes(m->output) + tbytes(m->ple_model_proj) + tbytes(m->ple_proj_norm);
     for (int l = 0; l < hp->n_layers; l++) {
-        const cf_tensor *t = (const cf_tensor *)&m->lw[l];
-        int64_t s = 0;
-        for (size_t i = 0; i < sizeof(cf_layer_w) / sizeof(cf_tensor); i++) s += tbytes(t[i]);
-        m->weight_bytes += s;
-        m->decode_bytes += s;
+        const cf_layer_w *w = &m->lw[l];
+        const cf_tensor *t = (const cf_tensor *)w;
+        int64_t all = 0;
+        for (size_t i = 0; i < sizeof(cf_layer_w) / sizeof(cf_tensor); i++) all += tbytes(t[i]);
+        int64_t experts = tbytes(w->exp_gate_up) + tbytes(w->exp_down);
+        m->weight_bytes += all;
+        m->decode_bytes += all - experts + (hp->n_experts ? experts / hp->n_experts * hp->n_experts_used : 0);
     }
     return CINFER_OK;
+}
+
+static float round_to_dtype(float v, cf_dtype dt) {
+    if (dt == CF_BF16) return cf_bf16_to_f32(cf_f32_to_bf16(v));
+    if (dt == CF_F16) return cf_f16_to_f32(cf_f32_to_f16(v));
+    return v;
 }
 
 static cinfer_status finish_load(cf_model *m, binder *b, cinfer_error *err) {
@@ -174,6 +267,14 @@ static cinfer_status finish_load(cf_model *m, binder *b, cinfer_error *err) {
         m->be->ops->write(m->be, m->rope_freq[r], hp->rope[r].inv_freq);
     }
     CF_TRY(bind_all(m, b, err));
+    m->embed_scale = round_to_dtype(hp->embed_scale, m->tok_embd.dtype);
+    m->ple_scale = round_to_dtype((float)sqrt((double)hp->ple_dim), m->ple_embd.dtype);
+    if (hp->v_norm) {
+        int hd = 0;
+        for (int l = 0; l < hp->n_layers; l++) hd = hp->layers[l].v_head_dim > hd ? hp->layers[l].v_head_dim : hd;
+        CF_TRY(m->be->ops->alloc(m->be, CF_F32, 1, hd, &m->ones, err));
+        m->be->ops->fill(m->be, m->ones, 1.0f);
+    }
     m->dtype_summary[0] = 0;
     for (int t = 0; t < CF_DTYPE_COUNT; t++)
         if (b->dtypes_seen[t])
@@ -247,11 +348,14 @@ void cf_model_free(cf_model *m) {
     if (!m) return;
     for (int r = 0; r < m->hp.n_rope; r++)
         if (m->rope_freq[r].data) m->be->ops->free_tensor(m->be, &m->rope_freq[r]);
+    if (m->ones.data) m->be->ops->free_tensor(m->be, &m->ones);
     cf_backend_destroy(m->be);
     for (int i = 0; i < m->n_host_bufs; i++) free(m->host_bufs[i]);
     free(m->host_bufs);
     cf_st_close(m->st);
     free(m->lw);
+    free(m->layer_scalar);
+    free(m->expert_scale);
     cf_hparams_free(&m->hp);
     free(m);
 }
@@ -271,7 +375,7 @@ static cinfer_status seq_scratch(cf_seq *s, cinfer_error *err) {
         if ((int64_t)L->n_heads * L->v_head_dim > od) od = (int64_t)L->n_heads * L->v_head_dim;
         if (L->ffn_dim > fd) fd = L->ffn_dim;
     }
-    const int64_t C = CF_CHUNK;
+    const int64_t C = s->chunk;
     const cf_dtype a = be->act_dtype;
     CF_TRY(be->ops->alloc(be, CF_F32, C, hp->dim, &s->x, err));
     CF_TRY(be->ops->alloc(be, a, C, hp->dim, &s->h, err));
@@ -285,24 +389,51 @@ static cinfer_status seq_scratch(cf_seq *s, cinfer_error *err) {
     CF_TRY(be->ops->alloc(be, CF_I32, C, 1, &s->ids, err));
     CF_TRY(be->ops->alloc(be, CF_I32, C, 1, &s->pos, err));
     CF_TRY(be->ops->alloc(be, CF_F32, C, hp->vocab, &s->logits, err));
+    if (hp->ple_dim) {
+        const int64_t LP = (int64_t)hp->n_layers * hp->ple_dim;
+        CF_TRY(be->ops->alloc(be, CF_F32, C, LP, &s->ple, err));
+        CF_TRY(be->ops->alloc(be, CF_F32, C, LP, &s->ple_proj, err));
+        CF_TRY(be->ops->alloc(be, a, C, hp->ple_dim, &s->ple_gate, err));
+    }
+    if (hp->n_experts) {
+        const int64_t I = hp->expert_ffn_dim, E = hp->n_experts;
+        CF_TRY(be->ops->alloc(be, a, C, hp->dim, &s->e_x, err));
+        CF_TRY(be->ops->alloc(be, a, C, 2 * I, &s->e_gu, err));
+        CF_TRY(be->ops->alloc(be, a, C, I, &s->e_act, err));
+        CF_TRY(be->ops->alloc(be, CF_F32, C, hp->dim, &s->e_out, err));
+        CF_TRY(be->ops->alloc(be, CF_F32, C, hp->dim, &s->e_acc, err));
+        CF_TRY(be->ops->alloc(be, CF_F32, C, E, &s->e_logits, err));
+        s->route = malloc((size_t)(C * E) * sizeof *s->route);
+        s->route_n = malloc((size_t)E * sizeof *s->route_n);
+        s->route_tok = malloc((size_t)(C * E) * sizeof *s->route_tok);
+        s->route_w = malloc((size_t)(C * E) * sizeof *s->route_w);
+        if (!s->route || !s->route_n || !s->route_tok || !s->route_w) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    }
     return CINFER_OK;
 }
 
 cinfer_status cf_seq_create(cf_model *m, int max_ctx, cf_seq **out, cinfer_error *err) {
+    return cf_seq_create_chunked(m, max_ctx, CF_CHUNK, out, err);
+}
+
+cinfer_status cf_seq_create_chunked(cf_model *m, int max_ctx, int chunk, cf_seq **out, cinfer_error *err) {
     *out = NULL;
     const cf_hparams *hp = &m->hp;
+    if (chunk < 1 || chunk > CF_CHUNK)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a forward pass takes 1 to %d positions, not %d", CF_CHUNK, chunk);
     if (max_ctx <= 0 || max_ctx > hp->max_ctx) max_ctx = hp->max_ctx;
     cf_seq *s = calloc(1, sizeof *s);
     cf_kv_spec *specs = calloc((size_t)hp->n_layers, sizeof *specs);
     if (!s || !specs) { free(s); free(specs); return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory"); }
     s->m = m;
     s->max_ctx = max_ctx;
+    s->chunk = chunk;
     for (int l = 0; l < hp->n_layers; l++) {
         const cf_layer_hp *L = &hp->layers[l];
         specs[l] = (cf_kv_spec){.n_kv_heads = L->n_kv_heads, .head_dim = L->head_dim, .v_head_dim = L->v_head_dim,
                                 .window = L->window, .shared = L->kv_source != l};
     }
-    cinfer_status st = cf_kv_create(m->be, specs, hp->n_layers, max_ctx, CF_CHUNK, &s->kv, err);
+    cinfer_status st = cf_kv_create(m->be, specs, hp->n_layers, max_ctx, chunk, &s->kv, err);
     free(specs);
     if (st == CINFER_OK) st = seq_scratch(s, err);
     if (st != CINFER_OK) { cf_seq_free(s); return st; }
@@ -313,9 +444,14 @@ cinfer_status cf_seq_create(cf_model *m, int max_ctx, cf_seq **out, cinfer_error
 void cf_seq_free(cf_seq *s) {
     if (!s) return;
     cf_backend *be = s->m->be;
-    cf_tensor *bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->o, &s->gate, &s->up, &s->ids, &s->pos, &s->logits};
+    cf_tensor *bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->o, &s->gate, &s->up, &s->ids, &s->pos, &s->logits,
+                         &s->ple, &s->ple_proj, &s->ple_gate, &s->e_x, &s->e_gu, &s->e_act, &s->e_out, &s->e_acc, &s->e_logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->data) be->ops->free_tensor(be, bufs[i]);
+    free(s->route);
+    free(s->route_n);
+    free(s->route_tok);
+    free(s->route_w);
     cf_kv_free(s->kv);
     free(s);
 }
@@ -335,18 +471,18 @@ cinfer_status cf_model_eval(cf_model *m, cf_seq *s, const int32_t *ids, int n, f
     cf_backend *be = m->be;
     int32_t pos[CF_CHUNK];
     for (int done = 0; done < n;) {
-        int c = n - done < CF_CHUNK ? n - done : CF_CHUNK;
+        int c = n - done < s->chunk ? n - done : s->chunk;
         int pos0 = s->kv->n;
         for (int i = 0; i < c; i++) pos[i] = pos0 + i;
         be->ops->write(be, cf_rows(s->ids, 0, c), ids + done);
         be->ops->write(be, cf_rows(s->pos, 0, c), pos);
         int last_chunk = done + c == n;
         int out_rows = all_rows ? c : last_chunk ? 1 : 0;
-        cf_forward_chunk(m, s, c, out_rows);
+        cinfer_status st = cf_forward_chunk(m, s, c, out_rows, err);
+        if (st != CINFER_OK) return st;
         cf_kv_advance(s->kv, c);
         if (logits && out_rows) {
-            cinfer_status st = be->ops->read(be, all_rows ? logits + (size_t)done * hp->vocab : logits,
-                                             cf_rows(s->logits, 0, out_rows), err);
+            st = be->ops->read(be, all_rows ? logits + (size_t)done * hp->vocab : logits, cf_rows(s->logits, 0, out_rows), err);
             if (st != CINFER_OK) return st;
         }
         done += c;

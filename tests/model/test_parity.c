@@ -1,6 +1,7 @@
 /* test_parity.c: every fixture model under tests/fixtures/models/ against its transformers goldens:
- * max |logit - golden| over all prompt positions <= 1e-4, and the greedy continuation identical up to
- * the first step whose golden top1-top2 margin is below 1e-4. Usage: test_parity FIXTURE_DIR [device] */
+ * max |logit - golden| over all prompt positions <= tolerance (1e-4), and the greedy continuation
+ * identical, each step's top1-top2 margin within 2 * tolerance of the golden one, up to the first step
+ * whose golden margin is below 1e-4. Usage: test_parity FIXTURE_DIR [device] [tolerance] */
 #include "model/model.h"
 #include "base/status.h"
 
@@ -76,11 +77,15 @@ int main(int argc, char **argv) {
             /* greedy continuation from the last prompt logits */
             float *last = lg + (size_t)(n - 1) * V;
             int ng = cJSON_GetArraySize(greedy), agree = 0;
+            double max_margin_diff = 0;
             for (int t = 0; t < ng; t++) {
                 int best = 0;
                 for (int j = 1; j < V; j++) if (last[j] > last[best]) best = j;
+                int second = best ? 0 : 1;
+                for (int j = 0; j < V; j++) if (j != best && last[j] > last[second]) second = j;
                 int want = cJSON_GetArrayItem(greedy, t)->valueint;
                 double margin = cJSON_GetArrayItem(margins, t)->valuedouble;
+                if (best == want) max_margin_diff = fmax(max_margin_diff, fabs((double)last[best] - last[second] - margin));
                 if (best != want) {
                     if (margin < 1e-4) { printf("  greedy: stop comparing at step %d (golden margin %.2g)\n", t, margin); break; }
                     fprintf(stderr, "%s case %d: greedy step %d: got %d, want %d (margin %.3g)\n", dir, k, t, best, want, margin);
@@ -94,7 +99,12 @@ int main(int argc, char **argv) {
                     break;
                 }
             }
-            printf("  greedy: %d/%d tokens identical\n", agree, ng);
+            printf("  greedy: %d/%d tokens identical; top1-top2 margins within %.3g of the goldens\n", agree, ng, max_margin_diff);
+            /* each step's margin is a difference of two logits, each within tol */
+            if (!(max_margin_diff <= 2 * tol)) {
+                fprintf(stderr, "%s case %d: a greedy step's top1-top2 margin differs from the golden by %g\n", dir, k, max_margin_diff);
+                failures++;
+            }
         }
         cf_seq_free(s);
         free(lg);
