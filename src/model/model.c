@@ -260,8 +260,36 @@ static float round_to_dtype(float v, cf_dtype dt) {
     return v;
 }
 
+/* Every operation the graph will run for this model exists on the backend. */
+static cinfer_status check_ops(const cf_model *m, cinfer_error *err) {
+    const cf_hparams *hp = &m->hp;
+    const cf_backend_ops *op = m->be->ops;
+    int k_eq_v = 0;
+    for (int l = 0; l < hp->n_layers; l++) k_eq_v |= hp->layers[l].k_eq_v;
+    const struct { const char *name; int needed, present; } need[] = {
+        {"embed", 1, op->embed != NULL},
+        {"rmsnorm", 1, op->rmsnorm != NULL},
+        {"matmul", 1, op->matmul != NULL},
+        {"add", 1, op->add != NULL},
+        {"glu", 1, op->glu != NULL},
+        {"rope", 1, op->rope != NULL},
+        {"kv_store", 1, op->kv_store != NULL},
+        {"attention", 1, op->attention != NULL},
+        {"softcap", hp->final_softcap > 0, op->softcap != NULL},
+        {"scale", hp->ple_dim || hp->n_experts || hp->layer_scalar, op->scale != NULL},
+        {"copy", k_eq_v || hp->n_experts, op->copy != NULL},
+        {"fill", hp->v_norm || hp->n_experts, op->fill != NULL},
+    };
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (need[i].needed && !need[i].present)
+            return cf_fail(err, CINFER_E_UNSUPPORTED, "the %s backend has no '%s' operation, which %s needs", op->name, need[i].name,
+                           hp->arch_name);
+    return CINFER_OK;
+}
+
 static cinfer_status finish_load(cf_model *m, binder *b, cinfer_error *err) {
     cf_hparams *hp = &m->hp;
+    CF_TRY(check_ops(m, err));
     for (int r = 0; r < hp->n_rope; r++) {
         CF_TRY(m->be->ops->alloc(m->be, CF_F32, 1, hp->rope[r].rot_dim / 2, &m->rope_freq[r], err));
         m->be->ops->write(m->be, m->rope_freq[r], hp->rope[r].inv_freq);
