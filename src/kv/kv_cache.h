@@ -1,7 +1,9 @@
 /* kv_cache.h: the key/value cache of one sequence. Each layer that owns a cache has K and V tensors of
  * `cap` slots; position p lives in slot p % cap. Full-attention layers get cap = max context; sliding-
  * window layers get cap = window + chunk (the largest batch of positions appended at once), so they
- * hold only what their window can still see, and a rollback of up to `chunk` positions stays exact. */
+ * hold only what their window can still see, and a rollback of up to chunk + 1 positions from the furthest
+ * position reached stays exact (`floor`). KV-shared layers (spec.shared) allocate nothing and read another
+ * layer's cache. */
 #ifndef CF_KV_CACHE_H
 #define CF_KV_CACHE_H
 

@@ -353,6 +353,9 @@ static int cmd_config(const char *gemma_dir, const char *tmp) {
           (long long)cf_hparams_kv_bytes_per_token(&hp, 2));
     CHECK(cf_hparams_kv_read_bytes(&hp, 1000, 2) == (35LL * 512 * 1024 + 7LL * 1000 * 2048) * 2, "E4B KV bytes read at 1000 tokens %lld",
           (long long)cf_hparams_kv_read_bytes(&hp, 1000, 2));
+    CHECK(cf_hparams_n_params(&hp) - cf_hparams_active_params(&hp) == 262144LL * 42 * 256,
+          "E4B: the parameters not multiplied per token are the per-layer table (%lld - %lld)", (long long)cf_hparams_n_params(&hp),
+          (long long)cf_hparams_active_params(&hp));
     printf("gemma4-e4b.json: %d layers (%d full, %d KV-shared), %lld params, KV %lld bytes/token in bf16 (window layers counted fully)\n",
            hp.n_layers, n_full, n_shared, (long long)cf_hparams_n_params(&hp), (long long)cf_hparams_kv_bytes_per_token(&hp, 2));
     cf_hparams_free(&hp);
