@@ -65,7 +65,7 @@ typedef struct cf_sampling_params {
     int32_t repetition_window;  /* >= 0: last N history tokens; 0 = whole history. Default 20 (mlx-lm) */
     float presence_penalty;     /* [-2, 2]; 0 = off */
     float frequency_penalty;    /* [-2, 2]; 0 = off */
-    int32_t penalty_window;     /* >= 0: window of presence/frequency; 0 = whole history (OpenAI) */
+    int32_t penalty_window;     /* >= 0: window of presence/frequency; 0 = whole history (default) */
     const cf_logit_bias *logit_bias; /* n_logit_bias pairs, copied by cf_sampler_create */
     int32_t n_logit_bias;
     uint64_t seed;              /* the caller picks a fresh one when the request names none */
