@@ -3,6 +3,7 @@
  * of symbols, so a word of n characters costs O(n log n). Supports byte_fallback, unk_token with
  * fuse_unk, ignore_merges, continuing_subword_prefix and end_of_word_suffix. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +11,9 @@
 #include "base/status.h"
 #include "text/tok_impl.h"
 
-#define CACHE_MAX_ENTRIES 200000
-#define CACHE_MAX_WORD 256
+#define MEMO_MAX_ENTRIES 200000 /* then the memo stops growing, as HF's cache does */
+#define MEMO_MAX_WORD 256
+#define SPLIT_MIN_WORD 64 /* longer words are cut where no merge can cross */
 
 struct tk_bpe {
     tk_strmap vocab;
@@ -22,11 +24,16 @@ struct tk_bpe {
     size_t vocab_len;
     tk_u64map merges;     /* (a << 32 | b) -> (rank << 32 | merged id) */
     int32_t *char_id;     /* 0x10000 entries: id of the one-character token, -1; NULL with prefix/suffix */
+    tk_u64map bigrams;    /* (cp1 << 21 | cp2) for each pair of adjacent characters inside a token */
     int32_t byte_id[256]; /* "<0xXX>" tokens, -1 when absent */
     int byte_fallback, fuse_unk, ignore_merges;
     int32_t unk_id;       /* -1: no unk_token */
     char *prefix, *suffix; /* NULL when absent or empty */
     size_t prefix_len, suffix_len;
+    /* memo of merged words, shared by all threads: word -> (offset in memo_ids << 8 | count) */
+    pthread_mutex_t lock;
+    tk_strmap memo;
+    tk_ids memo_ids;
 };
 
 typedef struct sym {
@@ -39,10 +46,7 @@ typedef struct hitem {
     int32_t id;
 } hitem;
 
-struct tk_bpe_cache {
-    tk_strmap words; /* word -> (offset in ids << 8 | count) */
-    int ready;
-    tk_ids ids;
+struct tk_bpe_work {
     sym *syms;
     size_t syms_cap;
     hitem *heap;
@@ -58,8 +62,12 @@ void tk_bpe_free(tk_bpe *b) {
     free(b->tok_len);
     tk_u64map_free(&b->merges);
     free(b->char_id);
+    tk_u64map_free(&b->bigrams);
     free(b->prefix);
     free(b->suffix);
+    pthread_mutex_destroy(&b->lock);
+    tk_strmap_free(&b->memo);
+    tk_ids_free(&b->memo_ids);
     free(b);
 }
 
@@ -175,6 +183,10 @@ cinfer_status tk_bpe_load(const cJSON *model, tk_bpe **out, cinfer_error *err) {
                        dropout->valuedouble);
     tk_bpe *b = calloc(1, sizeof *b);
     if (!b) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer");
+    if (pthread_mutex_init(&b->lock, NULL)) {
+        free(b);
+        return cf_fail(err, CINFER_E_INTERNAL, "cannot create a mutex");
+    }
     b->prefix = opt_str(model, "continuing_subword_prefix", &b->prefix_len);
     b->suffix = opt_str(model, "end_of_word_suffix", &b->suffix_len);
     b->byte_fallback = tk_json_bool(model, "byte_fallback", 0);
@@ -197,16 +209,22 @@ cinfer_status tk_bpe_load(const cJSON *model, tk_bpe **out, cinfer_error *err) {
         b->char_id = malloc(0x10000 * sizeof *b->char_id);
         if (!b->char_id) st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer");
         for (int32_t i = 0; !st && i < 0x10000; i++) b->char_id[i] = -1;
+        if (!st && tk_u64map_init(&b->bigrams, b->vocab_len * 4))
+            st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer");
         for (int32_t id = 0; !st && id <= b->max_id; id++) {
             size_t len;
             const char *s = tk_bpe_token(b, id, &len);
-            int32_t cp;
-            if (s && len && tk_utf8_valid_prefix(s, len) == len && tk_utf8_next(s, len, &cp) == len && cp < 0x10000 &&
-                tk_bpe_id(b, s, len) == id)
-                b->char_id[cp] = id;
+            int32_t cp, prev = -1;
+            if (!s || !len || tk_utf8_valid_prefix(s, len) != len) continue;
+            if (tk_utf8_next(s, len, &cp) == len && cp < 0x10000 && tk_bpe_id(b, s, len) == id) b->char_id[cp] = id;
+            for (size_t i = 0; i < len && !st; prev = cp) {
+                i += tk_utf8_next(s + i, len - i, &cp);
+                if (prev >= 0 && tk_u64map_put(&b->bigrams, (uint64_t)prev << 21 | (uint64_t)cp, 1))
+                    st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer");
+            }
         }
     }
-    if ((b->prefix_len && !b->prefix) || (b->suffix_len && !b->suffix))
+    if ((b->prefix_len && !b->prefix) || (b->suffix_len && !b->suffix) || (!st && tk_strmap_init(&b->memo, 4096)))
         st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer");
     if (st) {
         tk_bpe_free(b);
@@ -216,12 +234,10 @@ cinfer_status tk_bpe_load(const cJSON *model, tk_bpe **out, cinfer_error *err) {
     return CINFER_OK;
 }
 
-tk_bpe_cache *tk_bpe_cache_new(void) { return calloc(1, sizeof(tk_bpe_cache)); }
+tk_bpe_work *tk_bpe_work_new(void) { return calloc(1, sizeof(tk_bpe_work)); }
 
-void tk_bpe_cache_free(tk_bpe_cache *c) {
+void tk_bpe_work_free(tk_bpe_work *c) {
     if (!c) return;
-    tk_strmap_free(&c->words);
-    tk_ids_free(&c->ids);
     free(c->syms);
     free(c->heap);
     tk_buf_free(&c->key);
@@ -232,7 +248,7 @@ static inline int hless(const hitem *a, const hitem *b) {
     return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
 }
 
-static int heap_push(tk_bpe_cache *c, hitem it) {
+static int heap_push(tk_bpe_work *c, hitem it) {
     if (c->heap_n == c->heap_cap) {
         size_t cap = c->heap_cap ? c->heap_cap * 2 : 64;
         hitem *h = realloc(c->heap, cap * sizeof *h);
@@ -251,7 +267,7 @@ static int heap_push(tk_bpe_cache *c, hitem it) {
     return 0;
 }
 
-static hitem heap_pop(tk_bpe_cache *c) {
+static hitem heap_pop(tk_bpe_work *c) {
     hitem top = c->heap[0], last = c->heap[--c->heap_n];
     size_t i = 0, n = c->heap_n;
     for (;;) {
@@ -274,7 +290,7 @@ static int lookup_merge(const tk_bpe *b, int32_t l, int32_t r, uint32_t *rank, i
     return 1;
 }
 
-static int add_sym(tk_bpe_cache *c, size_t *n, int32_t id, uint32_t len) {
+static int add_sym(tk_bpe_work *c, size_t *n, int32_t id, uint32_t len) {
     if (*n == c->syms_cap) {
         size_t cap = c->syms_cap ? c->syms_cap * 2 : 64;
         sym *s = realloc(c->syms, cap * sizeof *s);
@@ -289,7 +305,7 @@ static int add_sym(tk_bpe_cache *c, size_t *n, int32_t id, uint32_t len) {
 }
 
 /* Initial symbols of a word (BPE::merge_word before merge_all). Returns the count, -1 when out of memory. */
-static long word_symbols(const tk_bpe *b, tk_bpe_cache *c, const char *s, size_t n) {
+static long word_symbols(const tk_bpe *b, tk_bpe_work *c, const char *s, size_t n) {
     size_t ns = 0;
     int32_t unk = -1;
     uint32_t unk_len = 0;
@@ -342,7 +358,7 @@ static long word_symbols(const tk_bpe *b, tk_bpe_cache *c, const char *s, size_t
     return (long)ns;
 }
 
-static int merge_all(const tk_bpe *b, tk_bpe_cache *c, size_t ns) {
+static int merge_all(const tk_bpe *b, tk_bpe_work *c, size_t ns) {
     sym *sy = c->syms;
     c->heap_n = 0;
     for (size_t i = 0; i + 1 < ns; i++) {
@@ -375,23 +391,18 @@ static int merge_all(const tk_bpe *b, tk_bpe_cache *c, size_t ns) {
     return 0;
 }
 
-int tk_bpe_encode(const tk_bpe *b, tk_bpe_cache *c, const char *s, size_t n, tk_ids *out) {
-    if (n == 0) return 0;
-    if (b->ignore_merges) {
-        int32_t id = tk_bpe_id(b, s, n);
-        if (id >= 0) {
-            tk_ids_push(out, id);
-            return out->oom ? -1 : 0;
-        }
-    }
-    int cacheable = n < CACHE_MAX_WORD;
-    if (cacheable && c->ready) {
-        int64_t v = tk_strmap_get(&c->words, s, n);
-        if (v >= 0) {
-            size_t off = (size_t)(v >> 8), cnt = (size_t)(v & 0xFF);
-            for (size_t i = 0; i < cnt; i++) tk_ids_push(out, c->ids.v[off + i]);
-            return out->oom ? -1 : 0;
-        }
+/* BPE of one word, memoized. */
+static int encode_word(const tk_bpe *b, tk_bpe_work *c, const char *s, size_t n, tk_ids *out) {
+    tk_bpe *shared = (tk_bpe *)b; /* only the memo, under its lock */
+    int memo = n < MEMO_MAX_WORD;
+    if (memo) {
+        pthread_mutex_lock(&shared->lock);
+        int64_t v = tk_strmap_get(&b->memo, s, n);
+        if (v >= 0)
+            for (size_t i = 0, off = (size_t)(v >> 8), cnt = (size_t)(v & 0xFF); i < cnt; i++)
+                tk_ids_push(out, b->memo_ids.v[off + i]);
+        pthread_mutex_unlock(&shared->lock);
+        if (v >= 0) return out->oom ? -1 : 0;
     }
     if (n > INT32_MAX) return -1;
     long ns = word_symbols(b, c, s, n);
@@ -401,13 +412,51 @@ int tk_bpe_encode(const tk_bpe *b, tk_bpe_cache *c, const char *s, size_t n, tk_
         if (c->syms[i].len) tk_ids_push(out, c->syms[i].c);
     if (out->oom) return -1;
     size_t cnt = out->n - first;
-    if (cacheable && cnt < 256) {
-        if (!c->ready) c->ready = tk_strmap_init(&c->words, 1024) == 0;
-        if (c->ready && c->words.count < CACHE_MAX_ENTRIES) {
-            size_t off = c->ids.n;
-            for (size_t i = 0; i < cnt; i++) tk_ids_push(&c->ids, out->v[first + i]);
-            if (!c->ids.oom) tk_strmap_put(&c->words, s, n, (int64_t)(off << 8 | cnt));
+    if (memo && cnt < 256) {
+        pthread_mutex_lock(&shared->lock);
+        if (b->memo.count < MEMO_MAX_ENTRIES && tk_strmap_get(&b->memo, s, n) < 0) {
+            size_t off = b->memo_ids.n;
+            for (size_t i = 0; i < cnt; i++) tk_ids_push(&shared->memo_ids, out->v[first + i]);
+            if (shared->memo_ids.oom) shared->memo_ids.oom = 0, shared->memo_ids.n = off;
+            else if (tk_strmap_put(&shared->memo, s, n, (int64_t)(off << 8 | cnt))) shared->memo_ids.n = off;
         }
+        pthread_mutex_unlock(&shared->lock);
     }
     return 0;
+}
+
+/* Whether a character is a token of its own (so its symbol's text is exactly the character). */
+static int plain_char(const tk_bpe *b, int32_t cp, const char *s, size_t k) {
+    return cp < 0x10000 ? b->char_id[cp] >= 0 : tk_bpe_id(b, s, k) >= 0;
+}
+
+int tk_bpe_encode(const tk_bpe *b, tk_bpe_work *c, const char *s, size_t n, tk_ids *out) {
+    if (n == 0) return 0;
+    if (b->ignore_merges) {
+        int32_t id = tk_bpe_id(b, s, n);
+        if (id >= 0) {
+            tk_ids_push(out, id);
+            return out->oom ? -1 : 0;
+        }
+    }
+    if (n < SPLIT_MIN_WORD || !b->char_id) return encode_word(b, c, s, n, out);
+    /* A merge across two adjacent characters would make a token holding that pair; where no token
+     * does, the two sides merge independently and the word can be cut there. */
+    size_t start = 0, i = 0;
+    int32_t prev = -1;
+    int prev_plain = 0;
+    while (i < n) {
+        int32_t cp;
+        size_t k = tk_utf8_next(s + i, n - i, &cp);
+        int plain = plain_char(b, cp, s + i, k);
+        uint64_t v;
+        if (plain && prev_plain && !tk_u64map_get(&b->bigrams, (uint64_t)prev << 21 | (uint64_t)cp, &v)) {
+            if (encode_word(b, c, s + start, i - start, out)) return -1;
+            start = i;
+        }
+        prev = cp;
+        prev_plain = plain;
+        i += k;
+    }
+    return encode_word(b, c, s + start, n - start, out);
 }

@@ -205,26 +205,24 @@ static void metaspace(const tk_decoder *d, const tk_strs *in, tk_strs *out) {
 
 static int replace(const tk_decoder *d, tk_scratch *sc, const tk_strs *in, tk_strs *out) {
     tk_buf t = {0};
-    tk_spans *m = tk_scratch_spans(sc);
-    for (size_t i = 0; i < in->n; i++) {
+    int rc = 0;
+    for (size_t i = 0; i < in->n && rc >= 0; i++) {
         const char *s = str_at(in, i);
-        size_t n = in->len[i], prev = 0;
-        if (tk_regex_find(d->re, sc, s, n, m)) {
-            tk_buf_free(&t);
-            return -1;
-        }
+        size_t n = in->len[i], prev = 0, a, b;
+        tk_regex_iter it;
+        tk_regex_iter_init(&it, s, n);
         t.n = 0;
-        for (size_t k = 0; k < m->n; k++) {
-            tk_buf_put(&t, s + prev, m->v[k].s - prev);
+        while ((rc = tk_regex_next(d->re, sc, &it, &a, &b)) == 1) {
+            tk_buf_put(&t, s + prev, a - prev);
             tk_buf_put(&t, d->str, d->str_len);
-            prev = m->v[k].e;
+            prev = b;
         }
         tk_buf_put(&t, s + prev, n - prev);
         tk_strs_add(out, t.p ? t.p : "", t.n);
     }
     if (t.oom) out->oom = 1;
     tk_buf_free(&t);
-    return 0;
+    return rc < 0 ? -1 : 0;
 }
 
 static void strip(const tk_decoder *d, const tk_strs *in, tk_strs *out) {

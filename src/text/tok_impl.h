@@ -42,8 +42,6 @@ typedef struct tk_pieces {
 
 /* Appends a copy of s[0..n); empty raw pieces are dropped, as HF drops empty splits. */
 void tk_pieces_add(tk_pieces *p, const char *s, size_t n, int32_t id, int at_start);
-/* Registers text[off..text.n), already written into p->text, as a raw piece (dropped if empty). */
-void tk_pieces_commit(tk_pieces *p, size_t off, int at_start);
 void tk_pieces_reset(tk_pieces *p);
 void tk_pieces_free(tk_pieces *p);
 static inline const char *tk_piece_str(const tk_pieces *p, size_t i) { return p->text.p + p->v[i].off; }
@@ -66,26 +64,28 @@ typedef struct tk_span {
     size_t s, e;
 } tk_span;
 
-typedef struct tk_spans {
-    tk_span *v;
-    size_t n, cap;
-    int oom;
-} tk_spans;
-
-/* Per-call working memory: PCRE2 match data and JIT stack, reused buffers. Not shared between
- * threads; every encode/decode call makes its own. */
+/* Per-call working memory: PCRE2 match data and JIT stack. Not shared between threads; every
+ * encode/decode call makes its own. */
 typedef struct tk_scratch tk_scratch;
 tk_scratch *tk_scratch_new(void);
 void tk_scratch_free(tk_scratch *sc);
-tk_spans *tk_scratch_spans(tk_scratch *sc);
 
 typedef struct tk_regex tk_regex;
 /* literal: pattern is a plain string (HF's {"String": ...}), otherwise a regex in Oniguruma syntax. */
 cinfer_status tk_regex_new(const char *pattern, size_t len, int literal, tk_regex **out, cinfer_error *err);
 void tk_regex_free(tk_regex *re);
-/* Fills out with every match in s[0..n) in the order Oniguruma's find_iter yields them (the
- * onig crate's rule for empty matches included). 0, or -1 when out of memory or the match failed. */
-int tk_regex_find(const tk_regex *re, tk_scratch *sc, const char *s, size_t n, tk_spans *out);
+
+/* Iterates the matches in s[0..n) in the order Oniguruma's find_iter yields them (the onig crate's
+ * rule for empty matches included); like HF's Pattern::find_matches, an empty string has none. */
+typedef struct tk_regex_iter {
+    const char *s;
+    size_t n, last_end;
+    int skip_next_empty;
+} tk_regex_iter;
+
+void tk_regex_iter_init(tk_regex_iter *it, const char *s, size_t n);
+/* 1 with the next match in *ms..*me, 0 when there is none, -1 when matching failed. */
+int tk_regex_next(const tk_regex *re, tk_scratch *sc, tk_regex_iter *it, size_t *ms, size_t *me);
 
 /* HF's pattern object, {"String": literal} or {"Regex": pattern}; what names the owner in errors. */
 cinfer_status tk_pattern_parse(const cJSON *pat, const char *what, tk_regex **out, cinfer_error *err);
@@ -97,10 +97,21 @@ enum tk_split_behavior { TK_REMOVED, TK_ISOLATED, TK_MERGED_PREV, TK_MERGED_NEXT
 /* Parses HF's SplitDelimiterBehavior name. -1 when unknown. */
 int tk_behavior_parse(const char *name);
 
-/* Splits s[0..n) by spans of "match" flags per HF's NormalizedString::split and appends the kept
- * parts to out. m holds (start, end) with a parallel flag array; it covers s completely. */
-void tk_split_apply(const char *s, size_t n, const tk_span *m, const uint8_t *is_match, size_t nm, int behavior,
-                    int at_start, tk_pieces *out);
+/* HF's NormalizedString::split as a stream: the (span, is_match) parts covering a string are fed in
+ * order, and every part the behavior keeps (merged as it says) is passed to emit, which returns
+ * non-zero to stop. */
+typedef int (*tk_emit_fn)(void *ctx, size_t start, size_t end);
+typedef struct tk_splitter {
+    int behavior;
+    tk_emit_fn emit;
+    void *ctx;
+    int has_pending, pending_match, prev;
+    tk_span pending;
+} tk_splitter;
+
+void tk_splitter_init(tk_splitter *sp, int behavior, tk_emit_fn emit, void *ctx);
+int tk_splitter_feed(tk_splitter *sp, size_t start, size_t end, int is_match);
+int tk_splitter_finish(tk_splitter *sp);
 
 typedef struct tk_normalizer tk_normalizer;
 cinfer_status tk_normalizer_parse(const cJSON *j, tk_normalizer **out, cinfer_error *err);
@@ -111,8 +122,12 @@ int tk_normalize(const tk_normalizer *n, tk_scratch *sc, const char *s, size_t l
 typedef struct tk_pretok tk_pretok;
 cinfer_status tk_pretok_parse(const cJSON *j, tk_pretok **out, cinfer_error *err);
 void tk_pretok_free(tk_pretok *p);
-/* Replaces the raw pieces of io by their pre-tokenized splits. 0, or -1 when out of memory. */
-int tk_pretokenize(const tk_pretok *p, tk_scratch *sc, tk_pieces *io);
+/* Pre-tokenizes one piece depth-first: every final split is passed to fn (non-zero return stops).
+ * The piece pointer given to fn is valid only during the call. 0, or -1 when out of memory, matching
+ * failed or fn returned non-zero. */
+typedef int (*tk_piece_fn)(void *ctx, const char *s, size_t n);
+int tk_pretokenize(const tk_pretok *p, tk_scratch *sc, const char *s, size_t n, int at_start, tk_piece_fn fn,
+                   void *ctx);
 
 typedef struct tk_decoder tk_decoder;
 cinfer_status tk_decoder_parse(const cJSON *j, tk_decoder **out, cinfer_error *err);
@@ -136,12 +151,13 @@ int32_t tk_bpe_id(const tk_bpe *b, const char *s, size_t n);
 const char *tk_bpe_token(const tk_bpe *b, int32_t id, size_t *len); /* NULL when absent */
 int32_t tk_bpe_max_id(const tk_bpe *b);                             /* -1 for an empty vocab */
 
-/* Memo of words already merged, private to one encode call. */
-typedef struct tk_bpe_cache tk_bpe_cache;
-tk_bpe_cache *tk_bpe_cache_new(void);
-void tk_bpe_cache_free(tk_bpe_cache *c);
+/* Working memory of one encode call (symbols, heap). Words already merged are memoized inside the
+ * model, behind a mutex, so a tk_bpe may be shared by threads each with its own tk_bpe_work. */
+typedef struct tk_bpe_work tk_bpe_work;
+tk_bpe_work *tk_bpe_work_new(void);
+void tk_bpe_work_free(tk_bpe_work *w);
 /* Appends the ids of one pre-tokenized piece. 0, or -1 when out of memory. */
-int tk_bpe_encode(const tk_bpe *b, tk_bpe_cache *c, const char *s, size_t n, tk_ids *out);
+int tk_bpe_encode(const tk_bpe *b, tk_bpe_work *w, const char *s, size_t n, tk_ids *out);
 
 /* ---- added tokens ---- */
 

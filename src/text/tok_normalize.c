@@ -156,17 +156,16 @@ static void strip(const char *s, size_t len, int left, int right, tk_buf *out) {
 }
 
 static void replace(const tk_normalizer *n, tk_scratch *sc, const char *s, size_t len, tk_buf *out) {
-    tk_spans *m = tk_scratch_spans(sc);
-    if (tk_regex_find(n->re, sc, s, len, m)) {
-        out->oom = 1;
-        return;
-    }
-    size_t prev = 0;
-    for (size_t i = 0; i < m->n; i++) {
-        tk_buf_put(out, s + prev, m->v[i].s - prev);
+    tk_regex_iter it;
+    size_t prev = 0, a, b;
+    int rc;
+    tk_regex_iter_init(&it, s, len);
+    while ((rc = tk_regex_next(n->re, sc, &it, &a, &b)) == 1) {
+        tk_buf_put(out, s + prev, a - prev);
         tk_buf_put(out, n->str, n->str_len);
-        prev = m->v[i].e;
+        prev = b;
     }
+    if (rc < 0) out->oom = 1;
     tk_buf_put(out, s + prev, len - prev);
 }
 

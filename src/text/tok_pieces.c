@@ -46,16 +46,6 @@ void tk_pieces_add(tk_pieces *p, const char *s, size_t n, int32_t id, int at_sta
     p->v[p->n++] = (tk_piece){off, n, id, (uint8_t)(at_start != 0)};
 }
 
-void tk_pieces_commit(tk_pieces *p, size_t off, int at_start) {
-    size_t n = p->text.n - off;
-    if (n == 0 || p->oom) return;
-    if (grow((void **)&p->v, &p->cap, p->n + 1, sizeof *p->v)) {
-        p->oom = 1;
-        return;
-    }
-    p->v[p->n++] = (tk_piece){off, n, -1, (uint8_t)(at_start != 0)};
-}
-
 void tk_pieces_reset(tk_pieces *p) {
     p->n = 0;
     p->text.n = 0;
@@ -110,66 +100,61 @@ int tk_behavior_parse(const char *name) {
     return -1;
 }
 
-void tk_split_apply(const char *s, size_t n, const tk_span *m, const uint8_t *is_match, size_t nm, int behavior,
-                    int at_start, tk_pieces *out) {
-    (void)n;
-    /* Kept spans are built in place over a small stack buffer, falling back to the heap. */
-    tk_span stackbuf[64], *keep = stackbuf;
-    uint8_t removebuf[64], *remove = removebuf;
-    if (nm > 64) {
-        keep = malloc(nm * sizeof *keep);
-        remove = malloc(nm);
-        if (!keep || !remove) {
-            free(keep);
-            free(remove);
-            out->oom = 1;
-            return;
-        }
-    }
-    size_t k = 0;
-    int prev = 0;
-    switch (behavior) {
+void tk_splitter_init(tk_splitter *sp, int behavior, tk_emit_fn emit, void *ctx) {
+    memset(sp, 0, sizeof *sp);
+    sp->behavior = behavior;
+    sp->emit = emit;
+    sp->ctx = ctx;
+}
+
+/* Empty parts are dropped after merging, as HF drops empty splits. */
+static int emit_span(tk_splitter *sp, size_t s, size_t e) { return e > s ? sp->emit(sp->ctx, s, e) : 0; }
+
+static int flush(tk_splitter *sp) {
+    if (!sp->has_pending) return 0;
+    sp->has_pending = 0;
+    return emit_span(sp, sp->pending.s, sp->pending.e);
+}
+
+static int hold(tk_splitter *sp, size_t s, size_t e, int is_match) {
+    int rc = flush(sp);
+    sp->pending = (tk_span){s, e};
+    sp->pending_match = is_match;
+    sp->has_pending = 1;
+    return rc;
+}
+
+int tk_splitter_feed(tk_splitter *sp, size_t s, size_t e, int is_match) {
+    int rc = 0;
+    switch (sp->behavior) {
     case TK_ISOLATED:
+        return emit_span(sp, s, e);
     case TK_REMOVED:
-        for (size_t i = 0; i < nm; i++) {
-            keep[k] = m[i];
-            remove[k++] = behavior == TK_REMOVED && is_match[i];
-        }
-        break;
+        return is_match ? 0 : emit_span(sp, s, e);
     case TK_CONTIGUOUS:
-        for (size_t i = 0; i < nm; i++) {
-            if (is_match[i] == prev && k > 0) keep[k - 1].e = m[i].e;
-            else { keep[k] = m[i]; remove[k++] = 0; }
-            prev = is_match[i];
-        }
+        if (is_match == sp->prev && sp->has_pending) sp->pending.e = e;
+        else rc = hold(sp, s, e, is_match);
         break;
     case TK_MERGED_PREV:
-        for (size_t i = 0; i < nm; i++) {
-            if (is_match[i] && !prev && k > 0) keep[k - 1].e = m[i].e;
-            else { keep[k] = m[i]; remove[k++] = 0; }
-            prev = is_match[i];
-        }
+        if (is_match && !sp->prev && sp->has_pending) sp->pending.e = e;
+        else rc = hold(sp, s, e, is_match);
         break;
-    case TK_MERGED_NEXT:
-        for (size_t i = nm; i-- > 0;) {
-            if (is_match[i] && !prev && k > 0) keep[k - 1].s = m[i].s;
-            else { keep[k] = m[i]; remove[k++] = 0; }
-            prev = is_match[i];
-        }
-        for (size_t i = 0; i < k / 2; i++) {
-            tk_span t = keep[i];
-            keep[i] = keep[k - 1 - i];
-            keep[k - 1 - i] = t;
+    case TK_MERGED_NEXT: /* a match joins the part after it when that part is not a match */
+        if (sp->has_pending && !is_match) {
+            sp->has_pending = 0;
+            rc = emit_span(sp, sp->pending.s, e);
+        } else if (is_match) {
+            rc = hold(sp, s, e, 1);
+        } else {
+            rc = emit_span(sp, s, e);
         }
         break;
     }
-    for (size_t i = 0; i < k; i++)
-        if (!remove[i]) tk_pieces_add(out, s + keep[i].s, keep[i].e - keep[i].s, -1, at_start && keep[i].s == 0);
-    if (keep != stackbuf) {
-        free(keep);
-        free(remove);
-    }
+    sp->prev = is_match;
+    return rc;
 }
+
+int tk_splitter_finish(tk_splitter *sp) { return flush(sp); }
 
 const char *tk_json_str(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);

@@ -25,12 +25,15 @@ struct tk_pretok {
     int individual;                   /* Digits */
     tk_pretok **kids;                 /* Sequence */
     size_t nkids;
+    const tk_pretok **stages;         /* the leaves in order: this one, or a Sequence's flattened */
+    size_t nstages;
 };
 
 void tk_pretok_free(tk_pretok *p) {
     if (!p) return;
     for (size_t i = 0; i < p->nkids; i++) tk_pretok_free(p->kids[i]);
     free(p->kids);
+    free(p->stages);
     tk_regex_free(p->re);
     free(p);
 }
@@ -41,6 +44,22 @@ static int one_char(const char *s, int32_t *cp) {
     size_t n = strlen(s);
     if (tk_utf8_valid_prefix(s, n) != n) return 0;
     return tk_utf8_next(s, n, cp) == n;
+}
+
+static cinfer_status flatten(tk_pretok *p, cinfer_error *err) {
+    size_t n = 1;
+    if (p->kind == P_SEQ) {
+        n = 0;
+        for (size_t i = 0; i < p->nkids; i++) n += p->kids[i]->nstages;
+    }
+    p->stages = malloc((n ? n : 1) * sizeof *p->stages);
+    if (!p->stages) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer");
+    if (p->kind != P_SEQ) p->stages[0] = p;
+    else
+        for (size_t i = 0, k = 0; i < p->nkids; i++)
+            for (size_t j = 0; j < p->kids[i]->nstages; j++) p->stages[k++] = p->kids[i]->stages[j];
+    p->nstages = n;
+    return CINFER_OK;
 }
 
 cinfer_status tk_pretok_parse(const cJSON *j, tk_pretok **out, cinfer_error *err) {
@@ -126,6 +145,7 @@ cinfer_status tk_pretok_parse(const cJSON *j, tk_pretok **out, cinfer_error *err
         break;
     }
     }
+    if (!st) st = flatten(p, err);
     if (st) {
         tk_pretok_free(p);
         return st;
@@ -134,67 +154,67 @@ cinfer_status tk_pretok_parse(const cJSON *j, tk_pretok **out, cinfer_error *err
     return CINFER_OK;
 }
 
-/* (span, is_match) list covering one piece: what HF's Pattern::find_matches returns. */
-typedef struct mlist {
-    tk_span *v;
-    uint8_t *f;
-    size_t n, cap;
-    int oom;
-} mlist;
+/* One pre-tokenization call: the flattened stages and, per stage, two reusable text buffers.
+ * Stages run depth-first, so a buffer of stage i stays valid while stages after i use it. */
+typedef struct run {
+    const tk_pretok *const *stages;
+    size_t n;
+    tk_scratch *sc;
+    tk_piece_fn fn;
+    void *ctx;
+    tk_buf *bufs;
+} run;
 
-static void ml_add(mlist *m, size_t s, size_t e, int f) {
-    if (m->oom) return;
-    if (m->n == m->cap) {
-        size_t c = m->cap ? m->cap * 2 : 64;
-        tk_span *v = realloc(m->v, c * sizeof *v);
-        if (v) m->v = v;
-        uint8_t *fl = v ? realloc(m->f, c) : NULL;
-        if (fl) m->f = fl;
-        if (!v || !fl) {
-            m->oom = 1;
-            return;
-        }
-        m->cap = c;
-    }
-    m->v[m->n] = (tk_span){s, e};
-    m->f[m->n++] = (uint8_t)f;
+static int stage(run *r, size_t i, const char *s, size_t n, int at_start);
+
+/* Where a splitter's kept parts go: the next stage, relative to base. */
+typedef struct dest {
+    run *r;
+    size_t next;
+    const char *base;
+    int at_start;
+} dest;
+
+static int to_next(void *ctx, size_t a, size_t b) {
+    dest *d = ctx;
+    return stage(d->r, d->next, d->base + a, b - a, d->at_start && a == 0);
 }
 
-static void ml_from_regex(mlist *m, const tk_spans *sp, size_t n, int invert) {
-    m->n = 0;
-    if (n == 0) {
-        ml_add(m, 0, 0, invert);
-        return;
+/* Feeds HF's find_matches for a regex (invert flips the flags) and finishes the splitter. */
+static int feed_regex(run *r, const tk_regex *re, const char *s, size_t n, int invert, tk_splitter *sp) {
+    if (n == 0) return tk_splitter_feed(sp, 0, 0, invert) || tk_splitter_finish(sp) ? -1 : 0;
+    tk_regex_iter it;
+    size_t prev = 0, a, b;
+    int rc;
+    tk_regex_iter_init(&it, s, n);
+    while ((rc = tk_regex_next(re, r->sc, &it, &a, &b)) == 1) {
+        if (prev != a && tk_splitter_feed(sp, prev, a, invert)) return -1;
+        if (tk_splitter_feed(sp, a, b, !invert)) return -1;
+        prev = b;
     }
-    size_t prev = 0;
-    for (size_t i = 0; i < sp->n; i++) {
-        if (prev != sp->v[i].s) ml_add(m, prev, sp->v[i].s, invert);
-        ml_add(m, sp->v[i].s, sp->v[i].e, !invert);
-        prev = sp->v[i].e;
-    }
-    if (prev != n) ml_add(m, prev, n, invert);
+    if (rc < 0) return -1;
+    if (prev != n && tk_splitter_feed(sp, prev, n, invert)) return -1;
+    return tk_splitter_finish(sp) ? -1 : 0;
 }
 
 typedef int (*char_pred)(const tk_pretok *p, int32_t cp);
 
-static void ml_from_chars(mlist *m, const tk_pretok *p, char_pred pred, const char *s, size_t n) {
-    m->n = 0;
-    if (n == 0) {
-        ml_add(m, 0, 0, 0);
-        return;
-    }
+/* Feeds HF's find_matches for a character predicate: every matching character is its own match. */
+static int feed_chars(const tk_pretok *p, char_pred pred, const char *s, size_t n, tk_splitter *sp) {
     size_t last = 0;
+    if (n == 0) return tk_splitter_feed(sp, 0, 0, 0) || tk_splitter_finish(sp) ? -1 : 0;
     for (size_t i = 0; i < n;) {
         int32_t cp;
         size_t k = tk_utf8_next(s + i, n - i, &cp);
         if (pred(p, cp)) {
-            if (last < i) ml_add(m, last, i, 0);
-            ml_add(m, i, i + k, 1);
+            if (last < i && tk_splitter_feed(sp, last, i, 0)) return -1;
+            if (tk_splitter_feed(sp, i, i + k, 1)) return -1;
             last = i + k;
         }
         i += k;
     }
-    if (n > last) ml_add(m, last, n, 0);
+    if (n > last && tk_splitter_feed(sp, last, n, 0)) return -1;
+    return tk_splitter_finish(sp) ? -1 : 0;
 }
 
 static int pred_numeric(const tk_pretok *p, int32_t cp) { return tk_is_numeric(cp); }
@@ -202,167 +222,134 @@ static int pred_punct(const tk_pretok *p, int32_t cp) { return tk_is_punct(cp); 
 static int pred_space(const tk_pretok *p, int32_t cp) { return tk_is_whitespace(cp); }
 static int pred_char(const tk_pretok *p, int32_t cp) { return cp == p->ch; }
 
-/* Whitespace: the matches of \w+|[^\w\s]+ are kept, everything else dropped. */
-static void whitespace_split(const char *s, size_t n, int at_start, tk_pieces *out) {
-    size_t i = 0;
-    while (i < n) {
-        int32_t cp;
-        size_t k = tk_utf8_next(s + i, n - i, &cp);
-        if (tk_is_whitespace(cp) && !tk_is_word(cp)) {
-            i += k;
-            continue;
-        }
-        int word = tk_is_word(cp);
-        size_t j = i + k;
-        while (j < n) {
-            size_t k2 = tk_utf8_next(s + j, n - j, &cp);
-            int w = tk_is_word(cp);
-            if (w != word || (!w && tk_is_whitespace(cp))) break;
-            j += k2;
-        }
-        tk_pieces_add(out, s + i, j - i, -1, at_start && i == 0);
-        i = j;
-    }
+static int split_chars(run *r, size_t i, char_pred pred, int behavior, const char *s, size_t n, int at_start) {
+    dest d = {r, i + 1, s, at_start};
+    tk_splitter sp;
+    tk_splitter_init(&sp, behavior, to_next, &d);
+    return feed_chars(r->stages[i], pred, s, n, &sp);
 }
 
-static void bytelevel_map(const char *s, size_t n, int at_start, tk_pieces *out) {
-    tk_buf *t = &out->text;
-    if (tk_buf_reserve(t, 2 * n)) {
-        out->oom = 1;
-        return;
-    }
-    size_t start = t->n;
-    for (size_t i = 0; i < n; i++) {
-        int32_t cp = tk_byte_cp((unsigned char)s[i]);
+/* ByteLevel: each part of the GPT-2 split, mapped to the byte alphabet, goes to the next stage. */
+static int bytelevel_part(void *ctx, size_t a, size_t b) {
+    dest *d = ctx;
+    tk_buf *t = &d->r->bufs[2 * (d->next - 1) + 1];
+    t->n = 0;
+    if (tk_buf_reserve(t, 2 * (b - a))) return -1;
+    for (size_t i = a; i < b; i++) {
+        int32_t cp = tk_byte_cp((unsigned char)d->base[i]);
         if (cp < 0x80) t->p[t->n++] = (char)cp;
         else {
             t->p[t->n++] = (char)(0xC0 | (cp >> 6));
             t->p[t->n++] = (char)(0x80 | (cp & 0x3F));
         }
     }
-    t->p[t->n] = 0;
-    tk_pieces_commit(out, start, at_start);
+    return stage(d->r, d->next, t->p, t->n, d->at_start && a == 0);
 }
 
-static int apply_one(const tk_pretok *p, tk_scratch *sc, mlist *m, tk_buf *tmp, const char *s, size_t n,
-                     int at_start, tk_pieces *out) {
+/* BertPreTokenizer: each whitespace-separated word, split around punctuation. */
+static int bert_word(void *ctx, size_t a, size_t b) {
+    dest *d = ctx;
+    dest inner = {d->r, d->next, d->base + a, d->at_start && a == 0};
+    tk_splitter sp;
+    tk_splitter_init(&sp, TK_ISOLATED, to_next, &inner);
+    return feed_chars(d->r->stages[d->next - 1], pred_punct, d->base + a, b - a, &sp);
+}
+
+/* Whitespace: the matches of \w+|[^\w\s]+ are kept, everything else dropped. */
+static int whitespace(run *r, size_t i, const char *s, size_t n, int at_start) {
+    size_t a = 0;
+    while (a < n) {
+        int32_t cp;
+        size_t k = tk_utf8_next(s + a, n - a, &cp);
+        int word = tk_is_word(cp);
+        if (!word && tk_is_whitespace(cp)) {
+            a += k;
+            continue;
+        }
+        size_t b = a + k;
+        while (b < n) {
+            size_t k2 = tk_utf8_next(s + b, n - b, &cp);
+            int w = tk_is_word(cp);
+            if (w != word || (!w && tk_is_whitespace(cp))) break;
+            b += k2;
+        }
+        if (stage(r, i + 1, s + a, b - a, at_start && a == 0)) return -1;
+        a = b;
+    }
+    return 0;
+}
+
+static int stage(run *r, size_t i, const char *s, size_t n, int at_start) {
+    if (i == r->n) return r->fn(r->ctx, s, n);
+    const tk_pretok *p = r->stages[i];
+    tk_buf *t = &r->bufs[2 * i];
+    dest d = {r, i + 1, s, at_start};
+    tk_splitter sp;
     switch (p->kind) {
-    case P_BYTELEVEL: {
-        const char *src = s;
-        size_t len = n;
+    case P_BYTELEVEL:
         if (p->add_prefix_space && n > 0 && s[0] != ' ') {
-            tmp->n = 0;
-            tk_buf_putc(tmp, ' ');
-            tk_buf_put(tmp, s, n);
-            if (tmp->oom) return -1;
-            src = tmp->p;
-            len = tmp->n;
+            t->n = 0;
+            tk_buf_putc(t, ' ');
+            tk_buf_put(t, s, n);
+            if (t->oom) return -1;
+            d.base = s = t->p;
+            n = t->n;
         }
-        if (!p->use_regex) {
-            bytelevel_map(src, len, at_start, out);
-            break;
-        }
-        tk_spans *sp = tk_scratch_spans(sc);
-        if (tk_regex_find(p->re, sc, src, len, sp)) return -1;
-        ml_from_regex(m, sp, len, 0);
-        for (size_t i = 0; i < m->n; i++)
-            bytelevel_map(src + m->v[i].s, m->v[i].e - m->v[i].s, at_start && m->v[i].s == 0, out);
-        break;
-    }
-    case P_SPLIT: {
-        tk_spans *sp = tk_scratch_spans(sc);
-        if (tk_regex_find(p->re, sc, s, n, sp)) return -1;
-        ml_from_regex(m, sp, n, p->invert);
-        tk_split_apply(s, n, m->v, m->f, m->n, p->behavior, at_start, out);
-        break;
-    }
+        if (!p->use_regex) return bytelevel_part(&d, 0, n);
+        tk_splitter_init(&sp, TK_ISOLATED, bytelevel_part, &d);
+        return feed_regex(r, p->re, s, n, 0, &sp);
+    case P_SPLIT:
+        tk_splitter_init(&sp, p->behavior, to_next, &d);
+        return feed_regex(r, p->re, s, n, p->invert, &sp);
     case P_METASPACE: {
-        tmp->n = 0;
-        size_t i = 0;
+        /* spaces become the replacement; room is kept in front for the prepended one */
+        t->n = 0;
+        tk_buf_put(t, p->ch_utf8, p->ch_len);
+        size_t a = 0;
         for (size_t j = 0; j < n; j++)
             if (s[j] == ' ') {
-                tk_buf_put(tmp, s + i, j - i);
-                tk_buf_put(tmp, p->ch_utf8, p->ch_len);
-                i = j + 1;
+                tk_buf_put(t, s + a, j - a);
+                tk_buf_put(t, p->ch_utf8, p->ch_len);
+                a = j + 1;
             }
-        tk_buf_put(tmp, s + i, n - i);
-        if (tmp->oom) return -1;
-        int starts = tmp->n >= p->ch_len && memcmp(tmp->p, p->ch_utf8, p->ch_len) == 0;
-        if (!starts && tmp->n > 0 && (p->prepend == PREPEND_ALWAYS || (p->prepend == PREPEND_FIRST && at_start))) {
-            tk_buf_put(tmp, p->ch_utf8, p->ch_len); /* grow, then shift right */
-            if (tmp->oom) return -1;
-            memmove(tmp->p + p->ch_len, tmp->p, tmp->n - p->ch_len);
-            memcpy(tmp->p, p->ch_utf8, p->ch_len);
+        tk_buf_put(t, s + a, n - a);
+        if (t->oom) return -1;
+        const char *m = t->p + p->ch_len;
+        size_t mn = t->n - p->ch_len;
+        int starts = mn >= p->ch_len && memcmp(m, p->ch_utf8, p->ch_len) == 0;
+        if (mn > 0 && !starts && (p->prepend == PREPEND_ALWAYS || (p->prepend == PREPEND_FIRST && at_start))) {
+            m = t->p;
+            mn = t->n;
         }
-        if (!p->split) {
-            tk_pieces_add(out, tmp->p, tmp->n, -1, at_start);
-            break;
-        }
-        ml_from_chars(m, p, pred_char, tmp->p, tmp->n);
-        tk_split_apply(tmp->p, tmp->n, m->v, m->f, m->n, TK_MERGED_NEXT, at_start, out);
-        break;
+        if (!p->split) return stage(r, i + 1, m, mn, at_start);
+        d.base = m;
+        tk_splitter_init(&sp, TK_MERGED_NEXT, to_next, &d);
+        return feed_chars(p, pred_char, m, mn, &sp);
     }
     case P_DIGITS:
-        ml_from_chars(m, p, pred_numeric, s, n);
-        tk_split_apply(s, n, m->v, m->f, m->n, p->individual ? TK_ISOLATED : TK_CONTIGUOUS, at_start, out);
-        break;
+        return split_chars(r, i, pred_numeric, p->individual ? TK_ISOLATED : TK_CONTIGUOUS, s, n, at_start);
     case P_PUNCT:
-        ml_from_chars(m, p, pred_punct, s, n);
-        tk_split_apply(s, n, m->v, m->f, m->n, p->behavior, at_start, out);
-        break;
+        return split_chars(r, i, pred_punct, p->behavior, s, n, at_start);
     case P_WHITESPACE:
-        whitespace_split(s, n, at_start, out);
-        break;
+        return whitespace(r, i, s, n, at_start);
     case P_WS_SPLIT:
-        ml_from_chars(m, p, pred_space, s, n);
-        tk_split_apply(s, n, m->v, m->f, m->n, TK_REMOVED, at_start, out);
-        break;
-    case P_BERT: {
-        tk_pieces words = {0};
-        ml_from_chars(m, p, pred_space, s, n);
-        tk_split_apply(s, n, m->v, m->f, m->n, TK_REMOVED, at_start, &words);
-        for (size_t i = 0; i < words.n && !words.oom; i++) {
-            const char *w = tk_piece_str(&words, i);
-            ml_from_chars(m, p, pred_punct, w, words.v[i].len);
-            tk_split_apply(w, words.v[i].len, m->v, m->f, m->n, TK_ISOLATED, words.v[i].at_start, out);
-        }
-        int oom = words.oom;
-        tk_pieces_free(&words);
-        if (oom) return -1;
-        break;
-    }
+        return split_chars(r, i, pred_space, TK_REMOVED, s, n, at_start);
+    case P_BERT:
+        tk_splitter_init(&sp, TK_REMOVED, bert_word, &d);
+        return feed_chars(p, pred_space, s, n, &sp);
     case P_CHAR_DELIM:
-        ml_from_chars(m, p, pred_char, s, n);
-        tk_split_apply(s, n, m->v, m->f, m->n, TK_REMOVED, at_start, out);
-        break;
+        return split_chars(r, i, pred_char, TK_REMOVED, s, n, at_start);
     }
-    return (m->oom || out->oom) ? -1 : 0;
+    return -1;
 }
 
-int tk_pretokenize(const tk_pretok *p, tk_scratch *sc, tk_pieces *io) {
-    if (p->kind == P_SEQ) {
-        for (size_t i = 0; i < p->nkids; i++)
-            if (tk_pretokenize(p->kids[i], sc, io)) return -1;
-        return 0;
-    }
-    tk_pieces out = {0};
-    mlist m = {0};
-    tk_buf tmp = {0};
-    int rc = 0;
-    for (size_t i = 0; i < io->n && !rc; i++) {
-        const tk_piece *pc = &io->v[i];
-        if (pc->id >= 0) tk_pieces_add(&out, "", 0, pc->id, pc->at_start);
-        else rc = apply_one(p, sc, &m, &tmp, tk_piece_str(io, i), pc->len, pc->at_start, &out);
-    }
-    free(m.v);
-    free(m.f);
-    tk_buf_free(&tmp);
-    if (!rc && out.oom) rc = -1;
-    if (rc) {
-        tk_pieces_free(&out);
-        return -1;
-    }
-    tk_pieces_free(io);
-    *io = out;
-    return 0;
+int tk_pretokenize(const tk_pretok *p, tk_scratch *sc, const char *s, size_t n, int at_start, tk_piece_fn fn,
+                   void *ctx) {
+    if (n == 0) return 0;
+    run r = {p->stages, p->nstages, sc, fn, ctx, calloc(2 * p->nstages, sizeof(tk_buf))};
+    if (!r.bufs) return -1;
+    int rc = stage(&r, 0, s, n, at_start) ? -1 : 0;
+    for (size_t i = 0; i < 2 * p->nstages; i++) tk_buf_free(&r.bufs[i]);
+    free(r.bufs);
+    return rc;
 }

@@ -21,7 +21,6 @@ struct tk_scratch {
     pcre2_match_data *md;
     pcre2_match_context *mctx; /* with a large JIT stack, made when the default one is too small */
     pcre2_jit_stack *jit;
-    tk_spans spans;
 };
 
 tk_scratch *tk_scratch_new(void) {
@@ -40,11 +39,8 @@ void tk_scratch_free(tk_scratch *sc) {
     pcre2_match_data_free(sc->md);
     pcre2_match_context_free(sc->mctx);
     pcre2_jit_stack_free(sc->jit);
-    free(sc->spans.v);
     free(sc);
 }
-
-tk_spans *tk_scratch_spans(tk_scratch *sc) { return &sc->spans; }
 
 /* Rewrites Oniguruma's \h and \H (hex digit classes; in PCRE2 they mean horizontal space). */
 static char *onig_to_pcre(const char *p, size_t n, size_t *out_len) {
@@ -130,21 +126,6 @@ static const char *find_lit(const char *s, size_t n, const char *lit, size_t L) 
     return NULL;
 }
 
-static void spans_add(tk_spans *o, size_t s, size_t e) {
-    if (o->oom) return;
-    if (o->n == o->cap) {
-        size_t c = o->cap ? o->cap * 2 : 64;
-        tk_span *v = realloc(o->v, c * sizeof *v);
-        if (!v) {
-            o->oom = 1;
-            return;
-        }
-        o->v = v;
-        o->cap = c;
-    }
-    o->v[o->n++] = (tk_span){s, e};
-}
-
 static int big_jit_stack(tk_scratch *sc) {
     if (sc->mctx) return 0;
     sc->jit = pcre2_jit_stack_create(64 * 1024, 64 * 1024 * 1024, NULL);
@@ -154,44 +135,54 @@ static int big_jit_stack(tk_scratch *sc) {
     return 0;
 }
 
-int tk_regex_find(const tk_regex *re, tk_scratch *sc, const char *s, size_t n, tk_spans *out) {
-    out->n = 0;
-    out->oom = 0;
+void tk_regex_iter_init(tk_regex_iter *it, const char *s, size_t n) {
+    it->s = s;
+    it->n = n;
+    it->last_end = 0;
+    it->skip_next_empty = 0;
+}
+
+int tk_regex_next(const tk_regex *re, tk_scratch *sc, tk_regex_iter *it, size_t *ms, size_t *me) {
+    const char *s = it->s;
+    size_t n = it->n;
     if (n == 0) return 0; /* HF's Pattern::find_matches: nothing matches in an empty string */
     if (!re->code) {
-        size_t pos = 0, L = re->lit_len;
-        while (pos + L <= n) {
-            const char *hit = find_lit(s + pos, n - pos, re->lit, L);
-            if (!hit) break;
-            size_t at = (size_t)(hit - s);
-            spans_add(out, at, at + L);
-            pos = at + L;
+        if (it->last_end + re->lit_len > n) return 0;
+        const char *hit = find_lit(s + it->last_end, n - it->last_end, re->lit, re->lit_len);
+        if (!hit) {
+            it->last_end = n + 1;
+            return 0;
         }
-        return out->oom ? -1 : 0;
+        *ms = (size_t)(hit - s);
+        *me = it->last_end = *ms + re->lit_len;
+        return 1;
     }
-    size_t last_end = 0;
-    int skip_next_empty = 0;
-    while (last_end <= n) {
-        int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, last_end, PCRE2_NO_UTF_CHECK, sc->md, sc->mctx);
+    while (it->last_end <= n) {
+        int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, it->last_end, PCRE2_NO_UTF_CHECK, sc->md, sc->mctx);
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !sc->mctx) {
             if (big_jit_stack(sc)) return -1;
             continue;
         }
-        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc == PCRE2_ERROR_NOMATCH) {
+            it->last_end = n + 1;
+            return 0;
+        }
         if (rc < 0) return -1;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(sc->md);
-        size_t ms = ov[0], me = ov[1];
-        last_end = me;
-        if (ms == me) {
-            last_end += me < n ? tk_utf8_len((unsigned char)s[me]) : 1;
-            if (skip_next_empty) {
-                skip_next_empty = 0;
+        size_t a = ov[0], b = ov[1];
+        it->last_end = b;
+        if (a == b) {
+            it->last_end += b < n ? tk_utf8_len((unsigned char)s[b]) : 1;
+            if (it->skip_next_empty) {
+                it->skip_next_empty = 0;
                 continue;
             }
         } else {
-            skip_next_empty = 1;
+            it->skip_next_empty = 1;
         }
-        spans_add(out, ms, me);
+        *ms = a;
+        *me = b;
+        return 1;
     }
-    return out->oom ? -1 : 0;
+    return 0;
 }

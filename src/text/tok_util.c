@@ -305,15 +305,9 @@ static inline uint64_t mix64(uint64_t k) {
 }
 
 static int u64_alloc(tk_u64map *m, size_t cap) {
-    m->keys = malloc(cap * sizeof *m->keys);
-    m->vals = malloc(cap * sizeof *m->vals);
-    if (!m->keys || !m->vals) {
-        free(m->keys);
-        free(m->vals);
-        m->keys = m->vals = NULL;
-        return -1;
-    }
-    memset(m->keys, 0xFF, cap * sizeof *m->keys);
+    m->slots = malloc(cap * sizeof *m->slots);
+    if (!m->slots) return -1;
+    for (size_t i = 0; i < cap; i++) m->slots[i].k = UINT64_MAX;
     m->cap = cap;
     return 0;
 }
@@ -332,24 +326,22 @@ int tk_u64map_put(tk_u64map *m, uint64_t k, uint64_t v) {
         }
         m->count = 0;
         for (size_t i = 0; i < old.cap; i++)
-            if (old.keys[i] != UINT64_MAX) tk_u64map_put(m, old.keys[i], old.vals[i]);
-        free(old.keys);
-        free(old.vals);
+            if (old.slots[i].k != UINT64_MAX) tk_u64map_put(m, old.slots[i].k, old.slots[i].v);
+        free(old.slots);
     }
     size_t j = mix64(k) & (m->cap - 1);
-    while (m->keys[j] != UINT64_MAX && m->keys[j] != k) j = (j + 1) & (m->cap - 1);
-    if (m->keys[j] == UINT64_MAX) m->count++;
-    m->keys[j] = k;
-    m->vals[j] = v;
+    while (m->slots[j].k != UINT64_MAX && m->slots[j].k != k) j = (j + 1) & (m->cap - 1);
+    if (m->slots[j].k == UINT64_MAX) m->count++;
+    m->slots[j] = (tk_u64slot){k, v};
     return 0;
 }
 
 int tk_u64map_get(const tk_u64map *m, uint64_t k, uint64_t *v) {
-    if (!m->keys) return 0;
+    if (!m->slots) return 0;
     size_t j = mix64(k) & (m->cap - 1);
-    while (m->keys[j] != UINT64_MAX) {
-        if (m->keys[j] == k) {
-            *v = m->vals[j];
+    while (m->slots[j].k != UINT64_MAX) {
+        if (m->slots[j].k == k) {
+            *v = m->slots[j].v;
             return 1;
         }
         j = (j + 1) & (m->cap - 1);
@@ -358,7 +350,6 @@ int tk_u64map_get(const tk_u64map *m, uint64_t k, uint64_t *v) {
 }
 
 void tk_u64map_free(tk_u64map *m) {
-    free(m->keys);
-    free(m->vals);
+    free(m->slots);
     memset(m, 0, sizeof *m);
 }

@@ -87,9 +87,13 @@ int64_t tk_strmap_get(const tk_strmap *m, const char *k, size_t n); /* -1 when a
 void tk_strmap_clear(tk_strmap *m);
 void tk_strmap_free(tk_strmap *m);
 
-/* uint64 -> uint64; the key UINT64_MAX is reserved. */
+/* uint64 -> uint64; the key UINT64_MAX is reserved. Key and value share a slot (one cache line). */
+typedef struct tk_u64slot {
+    uint64_t k, v;
+} tk_u64slot;
+
 typedef struct tk_u64map {
-    uint64_t *keys, *vals;
+    tk_u64slot *slots;
     size_t cap, count;
 } tk_u64map;
 

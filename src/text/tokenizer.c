@@ -263,9 +263,20 @@ cinfer_status cf_tokenizer_load(const char *dir, cf_tokenizer **out, cinfer_erro
     return CINFER_OK;
 }
 
-/* The model's share of encoding: one piece of text after added-token extraction. */
-static int encode_piece(const cf_tokenizer *tok, tk_scratch *sc, tk_bpe_cache *cache, int skip_special,
-                        const char *s, size_t n, int at_start, tk_buf *nb, tk_pieces *b, tk_pieces *c, tk_ids *ids) {
+typedef struct bpe_ctx {
+    const tk_bpe *model;
+    tk_bpe_work *cache;
+    tk_ids *ids;
+} bpe_ctx;
+
+static int bpe_piece(void *ctx, const char *s, size_t n) {
+    bpe_ctx *c = ctx;
+    return tk_bpe_encode(c->model, c->cache, s, n, c->ids);
+}
+
+/* Everything after the added tokens of the raw text: one piece of it. */
+static int encode_piece(const cf_tokenizer *tok, tk_scratch *sc, tk_bpe_work *cache, int skip_special,
+                        const char *s, size_t n, int at_start, tk_buf *nb, tk_pieces *b, tk_ids *ids) {
     if (tok->norm) {
         if (tk_normalize(tok->norm, sc, s, n, nb)) return -1;
         s = nb->p ? nb->p : "";
@@ -275,18 +286,14 @@ static int encode_piece(const cf_tokenizer *tok, tk_scratch *sc, tk_bpe_cache *c
     if (tk_added_has_normalized(tok->added)) tk_added_split(tok->added, 1, skip_special, s, n, at_start, b);
     else tk_pieces_add(b, s, n, -1, at_start);
     if (b->oom) return -1;
+    bpe_ctx ctx = {tok->model, cache, ids};
     for (size_t i = 0; i < b->n; i++) {
-        if (b->v[i].id >= 0) {
-            tk_ids_push(ids, b->v[i].id);
-            continue;
-        }
-        tk_pieces_reset(c);
-        tk_pieces_add(c, tk_piece_str(b, i), b->v[i].len, -1, b->v[i].at_start);
-        if (c->oom || (tok->pretok && tk_pretokenize(tok->pretok, sc, c))) return -1;
-        for (size_t k = 0; k < c->n; k++) {
-            if (c->v[k].id >= 0) tk_ids_push(ids, c->v[k].id);
-            else if (tk_bpe_encode(tok->model, cache, tk_piece_str(c, k), c->v[k].len, ids)) return -1;
-        }
+        const char *p = tk_piece_str(b, i);
+        size_t len = b->v[i].len;
+        if (b->v[i].id >= 0) tk_ids_push(ids, b->v[i].id);
+        else if (tok->pretok ? tk_pretokenize(tok->pretok, sc, p, len, b->v[i].at_start, bpe_piece, &ctx)
+                             : bpe_piece(&ctx, p, len))
+            return -1;
     }
     return ids->oom ? -1 : 0;
 }
@@ -309,8 +316,8 @@ cinfer_status cf_tokenizer_encode(const cf_tokenizer *tok, const char *text, siz
     }
     int skip_special = !(flags & CF_TOK_PARSE_SPECIAL);
     tk_scratch *sc = tk_scratch_new();
-    tk_bpe_cache *cache = tk_bpe_cache_new();
-    tk_pieces a = {0}, b = {0}, c = {0};
+    tk_bpe_work *cache = tk_bpe_work_new();
+    tk_pieces a = {0}, b = {0};
     tk_ids raw = {0}, done = {0};
     int rc = (!sc || !cache) ? -1 : 0;
     if (!rc) {
@@ -320,7 +327,7 @@ cinfer_status cf_tokenizer_encode(const cf_tokenizer *tok, const char *text, siz
     for (size_t i = 0; i < a.n && !rc; i++) {
         if (a.v[i].id >= 0) tk_ids_push(&raw, a.v[i].id);
         else rc = encode_piece(tok, sc, cache, skip_special, tk_piece_str(&a, i), a.v[i].len, a.v[i].at_start, &nb,
-                               &b, &c, &raw);
+                               &b, &raw);
     }
     if (!rc) {
         if (tok->post) tk_post_apply(tok->post, (flags & CF_TOK_ADD_SPECIAL) != 0, raw.v, raw.n, &done);
@@ -329,10 +336,9 @@ cinfer_status cf_tokenizer_encode(const cf_tokenizer *tok, const char *text, siz
         rc = (raw.oom || done.oom) ? -1 : 0;
     }
     tk_scratch_free(sc);
-    tk_bpe_cache_free(cache);
+    tk_bpe_work_free(cache);
     tk_pieces_free(&a);
     tk_pieces_free(&b);
-    tk_pieces_free(&c);
     tk_ids_free(&raw);
     tk_buf_free(&nb);
     tk_buf_free(&fixed);

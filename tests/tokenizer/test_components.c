@@ -40,6 +40,11 @@ static void run_normalizer(const cJSON *cfg, const cJSON *cases, tk_scratch *sc)
     tk_normalizer_free(n);
 }
 
+static int collect(void *ctx, const char *s, size_t n) {
+    tk_pieces_add(ctx, s, n, -1, 0);
+    return 0;
+}
+
 static void run_pretok(const cJSON *cfg, const cJSON *cases, tk_scratch *sc) {
     tk_pretok *p;
     cinfer_error err = {0};
@@ -52,8 +57,7 @@ static void run_pretok(const cJSON *cfg, const cJSON *cases, tk_scratch *sc) {
         const char *in = cJSON_GetArrayItem(c, 0)->valuestring;
         const cJSON *want = cJSON_GetArrayItem(c, 1);
         tk_pieces io = {0};
-        tk_pieces_add(&io, in, strlen(in), -1, 1);
-        int rc = tk_pretokenize(p, sc, &io);
+        int rc = tk_pretokenize(p, sc, in, strlen(in), 1, collect, &io);
         int ok = rc == 0 && cJSON_IsArray(want) && (size_t)cJSON_GetArraySize(want) == io.n;
         char got[600] = "";
         size_t o = 0;
