@@ -305,8 +305,9 @@ const char *cinfer_session_plan(const cinfer_session *s);
 /* PULL: the next event, waiting up to timeout seconds (< 0 = no limit, 0 = poll). CINFER_E_TIMEOUT when
  * none came in time; CINFER_E_INVALID_ARGUMENT in another output mode; after END, END again. */
 cinfer_status cinfer_session_next(cinfer_session *s, cinfer_event *ev, double timeout, cinfer_error *err);
-/* Waits until the session is terminal (timeout as above) and points *result at its result, which lives
- * as long as the session. Returns CINFER_OK for every outcome: read result->outcome. */
+/* Waits until the session is terminal (in CALLBACK mode: and its END event has been handled; so never
+ * call it from the callback), timeout as above, and points *result at its result, which lives as long
+ * as the session. Returns CINFER_OK for every outcome: read result->outcome. */
 cinfer_status cinfer_session_wait(cinfer_session *s, double timeout, const cinfer_result **result,
                                   cinfer_error *err);
 /* Cancels a live session (reason CINFER_CANCEL_CONSUMER_CLOSED), waits until the engine has released

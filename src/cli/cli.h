@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 
 int cf_cmd_run(int argc, char **argv);
+int cf_cmd_chat(int argc, char **argv);
 int cf_cmd_logits(int argc, char **argv);
 int cf_cmd_info(int argc, char **argv);
 int cf_cmd_bench(int argc, char **argv);

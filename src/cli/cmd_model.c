@@ -1,5 +1,5 @@
-/* cmd_model.c: the verbs that drive a model directly: run (generate), logits (dump prompt logits) and
- * info (describe a model folder). */
+/* cmd_model.c: the verbs that drive a model directly: logits (dump prompt logits) and info (describe a
+ * model folder). */
 #include "cli/cli.h"
 #include "model/model.h"
 
@@ -13,101 +13,6 @@ static cinfer_status open_model(const cf_common_opts *o, cf_model **m, cinfer_er
     p.backend.device = o->device;
     p.backend.n_threads = o->threads;
     return cf_model_load(o->model, &p, m, err);
-}
-
-static int argmax(const float *v, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[best]) best = i;
-    return best;
-}
-
-static const char *run_help =
-    "usage: cinfer run [--model DIR] --prompt-ids 5,17,300 [options]\n"
-    "Generates tokens after a prompt.\n"
-    "  --model DIR         Hugging Face model folder (default: the embedded model)\n"
-    "  --prompt-ids LIST   prompt token ids, comma-separated\n"
-    "  --max-tokens N      tokens to generate (default 512)\n"
-    "  --temperature T     0 = greedy (default 0)\n"
-    "  --ignore-eos        do not stop at end-of-sequence tokens\n"
-    "  --output ids|text   print generated ids space-separated on one line, or text\n"
-    "  --device cpu|cuda   compute device (default cpu)\n"
-    "  --threads N         CPU threads (default: all cores)\n";
-
-int cf_cmd_run(int argc, char **argv) {
-    const char *verb = "run";
-    cf_common_opts o = {.model = cf_default_model_dir(), .device = CF_DEVICE_CPU};
-    const char *ids_s = NULL, *v;
-    long max_tokens = 512;
-    float temperature = 0;
-    int ignore_eos = 0, out_ids = 1;
-    for (int i = 1; i < argc; i++) {
-        int r;
-        if (cf_is_help(argv[i])) { fputs(run_help, stdout); return 0; }
-        if ((r = cf_common_flag(verb, argc, argv, &i, &o)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
-        if ((r = cf_flag_value(verb, argc, argv, &i, "--prompt-ids", &ids_s)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
-        if ((r = cf_flag_value(verb, argc, argv, &i, "--max-tokens", &v)) != 0) {
-            if (r < 0) return CF_EXIT_USAGE;
-            if (cf_parse_long(v, 1, 1 << 24, &max_tokens)) return cf_usage_error(verb, "--max-tokens must be a positive integer, got '%s'", v);
-            continue;
-        }
-        if ((r = cf_flag_value(verb, argc, argv, &i, "--temperature", &v)) != 0) {
-            if (r < 0) return CF_EXIT_USAGE;
-            if (cf_parse_float(v, 0, 100, &temperature)) return cf_usage_error(verb, "--temperature must be a number in [0, 100], got '%s'", v);
-            continue;
-        }
-        if ((r = cf_flag_value(verb, argc, argv, &i, "--output", &v)) != 0) {
-            if (r < 0) return CF_EXIT_USAGE;
-            if (!strcmp(v, "ids")) out_ids = 1;
-            else if (!strcmp(v, "text")) out_ids = 0;
-            else return cf_usage_error(verb, "--output must be ids or text, got '%s'", v);
-            continue;
-        }
-        if (!strcmp(argv[i], "--ignore-eos")) { ignore_eos = 1; continue; }
-        return cf_usage_error(verb, "unknown argument '%s'", argv[i]);
-    }
-    if (!o.model) return cf_usage_error(verb, "--model DIR is required (no embedded model in this build)");
-    if (!ids_s) return cf_usage_error(verb, "--prompt-ids is required");
-    if (temperature > 0) return cf_usage_error(verb, "sampling with --temperature > 0 is not available in this build; use --temperature 0");
-    if (!out_ids) return cf_usage_error(verb, "--output text needs the tokenizer, not available in this build");
-    int32_t *ids;
-    int n;
-    if (cf_parse_ids(ids_s, &ids, &n)) return cf_usage_error(verb, "--prompt-ids must be a comma-separated list of token ids, got '%s'", ids_s);
-
-    cinfer_error err = {0};
-    cf_model *m = NULL;
-    cf_seq *s = NULL;
-    float *logits = NULL;
-    int rc = 0;
-    if (open_model(&o, &m, &err) != CINFER_OK || cf_seq_create(m, 0, &s, &err) != CINFER_OK) {
-        rc = cf_report(verb, &err);
-        goto done;
-    }
-    const int V = m->hp.vocab;
-    logits = malloc((size_t)V * sizeof *logits);
-    if (!logits) { fprintf(stderr, "cinfer run: out of memory\n"); rc = 1; goto done; }
-    if (n + max_tokens > cf_seq_max_ctx(s)) max_tokens = cf_seq_max_ctx(s) - n;
-    if (max_tokens <= 0) {
-        rc = cf_usage_error(verb, "the prompt (%d tokens) fills the model's context of %d", n, cf_seq_max_ctx(s));
-        goto done;
-    }
-    if (cf_model_eval(m, s, ids, n, logits, 0, &err) != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
-    for (long t = 0; t < max_tokens; t++) {
-        int32_t next = argmax(logits, V);
-        int is_eos = 0;
-        for (int e = 0; e < m->hp.n_eos; e++) is_eos |= next == m->hp.eos_ids[e];
-        if (is_eos && !ignore_eos) break;
-        printf(t ? " %d" : "%d", next);
-        fflush(stdout);
-        if (t + 1 < max_tokens && cf_model_eval(m, s, &next, 1, logits, 0, &err) != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
-    }
-    printf("\n");
-done:
-    free(logits);
-    free(ids);
-    cf_seq_free(s);
-    cf_model_free(m);
-    return rc;
 }
 
 static const char *logits_help =

@@ -201,7 +201,7 @@ cinfer_status cf_request_build(const cinfer_model *m, const cinfer_request *r, c
 
     int32_t *ids = NULL;
     size_t n = 0;
-    int max_tokens;
+    int max_tokens = 0;
     CF_TRY(prompt_ids(m, r, &ids, &n, err));
     cinfer_status st = check_prompt(m, r, ids, n, &max_tokens, err);
     if (st != CINFER_OK) {

@@ -239,7 +239,7 @@ cinfer_status cinfer_session_wait(cinfer_session *s, double timeout, const cinfe
     struct timespec dl = deadline_after(timeout > 0 ? timeout : 0);
     cinfer_status st = CINFER_OK;
     pthread_mutex_lock(&s->mu);
-    while (atomic_load(&s->state) != CINFER_STATE_TERMINAL) {
+    while (atomic_load(&s->state) != CINFER_STATE_TERMINAL || (s->ctl.output == CINFER_OUTPUT_CALLBACK && !s->released)) {
         if (timeout == 0 || timed_wait(s, timeout < 0 ? NULL : &dl) == ETIMEDOUT) {
             st = cf_fail(err, CINFER_E_TIMEOUT, "the session did not end within %g s", timeout);
             break;

@@ -1,0 +1,272 @@
+/* cmd_run.c: `cinfer run`, one generation through the engine, streamed to stdout as text or ids; and
+ * the generation flags it shares with `cinfer chat` (gen.h). */
+#include "cli/gen.h"
+
+#include <float.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cf_gen_opts_init(cf_gen_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->common = (cf_common_opts){.model = cf_default_model_dir(), .device = CF_DEVICE_CPU};
+    o->req = cinfer_request_default();
+    o->req.temperature = 0;
+    o->req.fit_context = 1;
+}
+
+void cf_gen_opts_free(cf_gen_opts *o) {
+    free(o->stop);
+    o->stop = NULL;
+}
+
+const char *const cf_gen_flags_help =
+    "  --model DIR              Hugging Face model folder (default: the embedded model)\n"
+    "  --max-tokens N           tokens to generate at most (default 512, lowered to what the context leaves)\n"
+    "  --temperature T          0 = greedy (default 0)\n"
+    "  --top-k K                keep the K most likely tokens (0 = off)\n"
+    "  --top-p P                keep the smallest set with probability >= P (1 = off)\n"
+    "  --min-p P                keep tokens with probability >= P * the largest (0 = off)\n"
+    "  --repeat-penalty R       divide the logits of recent tokens by R (1 = off)\n"
+    "  --repeat-last-n N        tokens the repeat penalty looks back at (default 20, 0 = all)\n"
+    "  --presence-penalty X     subtract X from the logits of tokens seen (-2..2)\n"
+    "  --frequency-penalty X    subtract X * count from the logits of tokens seen (-2..2)\n"
+    "  --seed N                 sampling seed (default: a fresh one, printed by --stats)\n"
+    "  --stop TEXT              end before this text (repeatable); it is not printed\n"
+    "  --ignore-eos             do not end at end-of-sequence tokens\n"
+    "  --logprobs N             print each token's log-probability and its N most likely alternatives (0..20)\n"
+    "                           to stderr\n"
+    "  --stats                  print token counts, time to first token and tokens/s to stderr\n"
+    "  --device cpu|cuda        compute device (default cpu)\n"
+    "  --threads N              CPU threads (default: all cores)\n";
+
+/* --flag with an integer value in [lo, hi]. */
+static int int_flag(const char *verb, int argc, char **argv, int *i, const char *flag, long lo, long hi, long *out) {
+    const char *v;
+    int r = cf_flag_value(verb, argc, argv, i, flag, &v);
+    if (r <= 0) return r;
+    if (cf_parse_long(v, lo, hi, out)) {
+        cf_usage_error(verb, "%s must be an integer in [%ld, %ld], got '%s'", flag, lo, hi, v);
+        return -1;
+    }
+    return 1;
+}
+
+/* --flag with a number value; its range is checked with the request. */
+static int float_flag(const char *verb, int argc, char **argv, int *i, const char *flag, float *out) {
+    const char *v;
+    int r = cf_flag_value(verb, argc, argv, i, flag, &v);
+    if (r <= 0) return r;
+    if (cf_parse_float(v, -FLT_MAX, FLT_MAX, out)) {
+        cf_usage_error(verb, "%s must be a number, got '%s'", flag, v);
+        return -1;
+    }
+    return 1;
+}
+
+int cf_gen_flag(const char *verb, int argc, char **argv, int *i, cf_gen_opts *o) {
+    cinfer_request *q = &o->req;
+    const char *v;
+    long n;
+    int r;
+    if ((r = cf_common_flag(verb, argc, argv, i, &o->common)) != 0) return r;
+    if ((r = int_flag(verb, argc, argv, i, "--max-tokens", 1, 1 << 24, &n)) != 0) {
+        if (r > 0) q->max_tokens = (int32_t)n;
+        return r;
+    }
+    if ((r = float_flag(verb, argc, argv, i, "--temperature", &q->temperature)) != 0) return r;
+    if ((r = int_flag(verb, argc, argv, i, "--top-k", 0, INT32_MAX, &n)) != 0) {
+        if (r > 0) q->top_k = (int32_t)n;
+        return r;
+    }
+    if ((r = float_flag(verb, argc, argv, i, "--top-p", &q->top_p)) != 0) return r;
+    if ((r = float_flag(verb, argc, argv, i, "--min-p", &q->min_p)) != 0) return r;
+    if ((r = float_flag(verb, argc, argv, i, "--repeat-penalty", &q->repetition_penalty)) != 0) return r;
+    if ((r = int_flag(verb, argc, argv, i, "--repeat-last-n", 0, INT32_MAX, &n)) != 0) {
+        if (r > 0) q->repetition_window = (int32_t)n;
+        return r;
+    }
+    if ((r = float_flag(verb, argc, argv, i, "--presence-penalty", &q->presence_penalty)) != 0) return r;
+    if ((r = float_flag(verb, argc, argv, i, "--frequency-penalty", &q->frequency_penalty)) != 0) return r;
+    if ((r = int_flag(verb, argc, argv, i, "--seed", 0, LONG_MAX, &n)) != 0) {
+        if (r > 0) q->seed = n;
+        return r;
+    }
+    if ((r = int_flag(verb, argc, argv, i, "--logprobs", 0, CINFER_MAX_TOP_LOGPROBS, &n)) != 0) {
+        if (r > 0) {
+            q->logprobs = 1;
+            q->top_logprobs = (int32_t)n;
+        }
+        return r;
+    }
+    if ((r = cf_flag_value(verb, argc, argv, i, "--stop", &v)) != 0) {
+        if (r < 0) return r;
+        if (!v[0]) {
+            cf_usage_error(verb, "--stop needs a non-empty text");
+            return -1;
+        }
+        const char **ns = realloc(o->stop, (q->n_stop + 1) * sizeof *ns);
+        if (!ns) {
+            cf_usage_error(verb, "out of memory");
+            return -1;
+        }
+        o->stop = ns;
+        o->stop[q->n_stop++] = v;
+        q->stop = o->stop;
+        return 1;
+    }
+    if (!strcmp(argv[*i], "--ignore-eos")) {
+        q->ignore_eos = 1;
+        return 1;
+    }
+    if (!strcmp(argv[*i], "--stats")) {
+        o->stats = 1;
+        return 1;
+    }
+    return 0;
+}
+
+cinfer_status cf_gen_load(const cf_gen_opts *o, cinfer_model **m, cinfer_engine **e, cinfer_error *err) {
+    cinfer_model_params p = cinfer_model_default_params();
+    p.device = o->common.device == CF_DEVICE_CUDA ? CINFER_DEVICE_CUDA : CINFER_DEVICE_CPU;
+    p.n_threads = o->common.threads;
+    *e = NULL;
+    cinfer_status st = cinfer_model_load(o->common.model, &p, m, err);
+    if (st == CINFER_OK) st = cinfer_engine_create(*m, NULL, e, err);
+    return st;
+}
+
+void cf_gen_print_stats(const char *verb, const cinfer_result *r) {
+    const cinfer_usage *u = &r->usage;
+    fprintf(stderr, "cinfer %s: %d tokens (%s%s%s) after a %d-token prompt; TTFT %.3f s, prefill %.1f tokens/s, decode %.1f "
+                    "tokens/s; plan %s, seed %llu\n",
+            verb, u->completion_tokens, cinfer_outcome_name(r->outcome),
+            r->outcome == CINFER_OUTCOME_COMPLETED || r->outcome == CINFER_OUTCOME_CANCELLED ? ": " : "",
+            r->outcome == CINFER_OUTCOME_COMPLETED   ? cinfer_finish_name(r->finish)
+            : r->outcome == CINFER_OUTCOME_CANCELLED ? cinfer_cancel_reason_name(r->cancel_reason)
+                                                     : "",
+            u->prompt_tokens, u->ttft_s, u->prefill_tps, u->decode_tps, r->plan, (unsigned long long)r->seed);
+}
+
+/* ---- run ---- */
+
+static const char *run_help =
+    "usage: cinfer run [--model DIR] (-p TEXT | --prompt-ids 5,17,300) [options]\n"
+    "Generates after a prompt and streams the result to stdout.\n"
+    "  -p, --prompt TEXT        the prompt as text (tokenized with the model's tokenizer)\n"
+    "  --prompt-ids LIST        the prompt as token ids, comma-separated\n"
+    "  --chat                   wrap the prompt as one user message in the model's chat template\n"
+    "  --output text|ids        print the generated text (default for -p) or the ids on one line (default for\n"
+    "                           --prompt-ids)\n";
+
+typedef struct run_out {
+    int ids;
+} run_out;
+
+static int print_event(const cinfer_event *ev, void *user) {
+    const run_out *o = user;
+    if (o->ids) {
+        if (ev->kind == CINFER_EVENT_TOKEN) printf(ev->index ? " %d" : "%d", ev->token);
+        else printf("\n");
+    } else {
+        fwrite(ev->text, 1, ev->text_len, stdout);
+        if (ev->kind == CINFER_EVENT_END) printf("\n");
+    }
+    fflush(stdout);
+    return 0;
+}
+
+static void print_logprobs(const cinfer_model *m, const cinfer_result *r) {
+    for (size_t i = 0; i < r->n_tokens; i++) {
+        const cinfer_logprobs *lp = &r->logprobs[i];
+        char *text = NULL;
+        size_t len = 0;
+        cinfer_detokenize(m, &lp->token, 1, &text, &len, NULL);
+        fprintf(stderr, "%zu\t%d\t%.5f\t%s", i, lp->token, lp->logprob, text ? text : "");
+        cinfer_free(text);
+        for (int k = 0; k < lp->n_top; k++) fprintf(stderr, "%s%d:%.5f", k ? " " : "\ttop ", lp->top[k].token, lp->top[k].logprob);
+        fprintf(stderr, "\n");
+    }
+}
+
+int cf_cmd_run(int argc, char **argv) {
+    const char *verb = "run";
+    cf_gen_opts o;
+    cf_gen_opts_init(&o);
+    const char *text = NULL, *ids_s = NULL, *v;
+    int chat = 0, out_ids = -1, rc = 0;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (cf_is_help(argv[i])) {
+            fputs(run_help, stdout);
+            fputs(cf_gen_flags_help, stdout);
+            cf_gen_opts_free(&o);
+            return 0;
+        }
+        if ((r = cf_gen_flag(verb, argc, argv, &i, &o)) == 0 && (r = cf_flag_value(verb, argc, argv, &i, "--prompt", &text)) == 0 &&
+            (r = cf_flag_value(verb, argc, argv, &i, "-p", &text)) == 0 &&
+            (r = cf_flag_value(verb, argc, argv, &i, "--prompt-ids", &ids_s)) == 0) {
+            if ((r = cf_flag_value(verb, argc, argv, &i, "--output", &v)) > 0) {
+                if (!strcmp(v, "ids")) out_ids = 1;
+                else if (!strcmp(v, "text")) out_ids = 0;
+                else r = -1, cf_usage_error(verb, "--output must be text or ids, got '%s'", v);
+            } else if (r == 0 && !strcmp(argv[i], "--chat")) {
+                chat = r = 1;
+            }
+        }
+        if (r == 0) r = -1, cf_usage_error(verb, "unknown argument '%s'", argv[i]);
+        if (r < 0) {
+            cf_gen_opts_free(&o);
+            return CF_EXIT_USAGE;
+        }
+    }
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    if (!o.common.model) rc = cf_usage_error(verb, "--model DIR is required (no embedded model in this build)");
+    else if (!text == !ids_s) rc = cf_usage_error(verb, "give the prompt as -p TEXT or --prompt-ids LIST (one of them)");
+    else if (chat && !text) rc = cf_usage_error(verb, "--chat needs the prompt as text (-p)");
+    else if (ids_s && cf_parse_ids(ids_s, &ids, &n_ids))
+        rc = cf_usage_error(verb, "--prompt-ids must be a comma-separated list of token ids, got '%s'", ids_s);
+    if (rc) {
+        cf_gen_opts_free(&o);
+        return rc;
+    }
+
+    cinfer_message msg = {"user", text};
+    cinfer_request *q = &o.req;
+    if (ids) {
+        q->prompt_ids = ids;
+        q->n_prompt_ids = (size_t)n_ids;
+    } else if (chat) {
+        q->messages = &msg;
+        q->n_messages = 1;
+    } else {
+        q->prompt_text = text;
+    }
+    run_out out = {.ids = out_ids < 0 ? ids != NULL : out_ids};
+    cinfer_session_params sp = cinfer_session_default_params();
+    sp.output = CINFER_OUTPUT_CALLBACK;
+    sp.on_event = print_event;
+    sp.user = &out;
+
+    cinfer_error err = {0};
+    cinfer_model *m = NULL;
+    cinfer_engine *e = NULL;
+    cinfer_session *s = NULL;
+    const cinfer_result *res = NULL;
+    if (cf_gen_load(&o, &m, &e, &err) != CINFER_OK || cinfer_session_open(e, q, &sp, &s, &err) != CINFER_OK ||
+        cinfer_session_wait(s, -1, &res, &err) != CINFER_OK) {
+        rc = cf_report(verb, &err);
+    } else {
+        if (res->outcome == CINFER_OUTCOME_FAILED) rc = cf_report(verb, &res->error);
+        if (res->logprobs) print_logprobs(m, res);
+        if (o.stats) cf_gen_print_stats(verb, res);
+    }
+    cinfer_session_free(s);
+    cinfer_engine_free(e);
+    cinfer_model_free(m);
+    free(ids);
+    cf_gen_opts_free(&o);
+    return rc;
+}
