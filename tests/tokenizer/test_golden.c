@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
         tk_buf seen = {0};
         tk_utf8_repair(x, xl, &seen);
         for (int skip = 1; skip >= 0; skip--) {
-            size_t wl, got_len;
+            size_t wl = 0, got_len = 0;
             char *want_text = decoded_column(col[skip ? 4 : 5], seen.p ? seen.p : "", seen.n, &wl);
             char *got = NULL;
             cinfer_status s = cf_tokenizer_decode(tok, want[0], nwant[0], skip, &got, &got_len, &err);
