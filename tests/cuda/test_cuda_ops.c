@@ -4,7 +4,9 @@
  * Inputs are rounded to the dtype the GPU stores them in (bf16 activations and weights) before the CPU
  * sees them as f32, so both compute the same function and the differences come only from the GPU's
  * arithmetic and its output rounding. Bounds, as max |gpu - cpu| <= tol * max |cpu|:
- * - f32 outputs of f32 arithmetic: 1e-5 (summation order over <= 4096 terms, |error| ~ sqrt(K) * 2^-24);
+ * - f32 outputs of f32 arithmetic: 1e-5, 3e-5 for dot products over up to 14336 terms (the summation
+ *   order differs; |error| <= K * 2^-24 of the sum of |terms|, typically sqrt(K) * 2^-24), 1e-4 when
+ *   cuBLAS accumulates on the tensor cores;
  * - bf16 outputs: one rounding to 8 significant bits is <= 2^-9 = 2e-3 relative per element, so 4e-3;
  * - matmul with bf16 activations converted for cuBLAS, or attention whose softmax weights are rounded to
  *   bf16 for the tensor cores: two or three roundings of 2^-9 each, so 1e-2;
@@ -296,12 +298,12 @@ static void test_rope_kv(void) {
 
 static void test_matmul(void) {
     struct { int n, k, d; cf_dtype xdt, odt; int bias; double tol; } cs[] = {
-        {1, 4096, 4096, CF_BF16, CF_BF16, 0, 4e-3},  {1, 4096, 1000, CF_BF16, CF_F32, 1, 1e-5},
-        {2, 4096, 1024, CF_F32, CF_F32, 0, 1e-5},    {3, 14336, 512, CF_BF16, CF_F32, 0, 1e-5},
+        {1, 4096, 4096, CF_BF16, CF_BF16, 0, 4e-3},  {1, 4096, 1000, CF_BF16, CF_F32, 1, 3e-5},
+        {2, 4096, 1024, CF_F32, CF_F32, 0, 3e-5},    {3, 14336, 512, CF_BF16, CF_F32, 0, 3e-5},
         {5, 4096, 333, CF_F32, CF_BF16, 1, 4e-3},    {8, 1024, 2048, CF_BF16, CF_BF16, 0, 4e-3},
-        {4, 100, 77, CF_BF16, CF_F32, 1, 1e-5},      /* k % 8 != 0: the scalar kernel */
+        {4, 100, 77, CF_BF16, CF_F32, 1, 3e-5},      /* k % 8 != 0: the scalar kernel */
         {9, 512, 384, CF_BF16, CF_BF16, 0, 4e-3},    /* cuBLAS from here */
-        {64, 4096, 1024, CF_F32, CF_F32, 1, 1e-2},   {300, 512, 384, CF_BF16, CF_F32, 0, 1e-5},
+        {64, 4096, 1024, CF_F32, CF_F32, 1, 1e-2},   {300, 512, 384, CF_BF16, CF_F32, 0, 1e-4},
         {256, 1024, 4096, CF_BF16, CF_BF16, 1, 1e-2},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
@@ -329,7 +331,7 @@ static void test_matmul(void) {
     cf_tensor none = {0};
     cpu->ops->matmul(cpu, o.c, cf_cols(xw.c, 8, k), w.c, none);
     gpu->ops->matmul(gpu, o.g, cf_cols(xw.g, 8, k), w.g, none);
-    cmp("matmul f16 weights, strided bf16 x view (gemv)", o, 1e-5);
+    cmp("matmul f16 weights, strided bf16 x view (gemv)", o, 3e-5);
     pair xb = mk(CF_BF16, 40, k, hrand((size_t)40 * k, -1, 1)), ob = mk(CF_F32, 40, d, NULL);
     cpu->ops->matmul(cpu, ob.c, xb.c, w.c, none);
     gpu->ops->matmul(gpu, ob.g, xb.g, w.g, none);
@@ -398,6 +400,71 @@ static void test_attention(void) {
         drop(&q);
         drop(&o);
     }
+}
+
+/* A decoder layer as the model runs it: the op sequence the backend merges (q/k/v into one GEMV with a
+ * bias, both RoPEs, both KV stores, o_proj + residual, gate/up + GLU, down + residual) against the CPU.
+ * The GPU rounds h, q, k, v, att, gate and up to bf16 and the CPU does not, and the roundings chain
+ * through the layer, so 2e-2 of max |ref|. 12 rows take cuBLAS and unmerged ops. */
+static void test_layer(void) {
+    const int D = 512, H = 8, KVH = 2, HD = 64, F = 1536, cap = 64, pos0 = 20;
+    cf_dtype a = gpu->act_dtype;
+    pair an = mkw(1, D, 0.5f, 1.5f), fn = mkw(1, D, 0.5f, 1.5f), wq = mkw(H * HD, D, -0.08f, 0.08f), bq = mkw(1, H * HD, -0.5f, 0.5f);
+    pair wk = mkw(KVH * HD, D, -0.08f, 0.08f), wv = mkw(KVH * HD, D, -0.08f, 0.08f), wo = mkw(D, H * HD, -0.08f, 0.08f);
+    pair wg = mkw(F, D, -0.08f, 0.08f), wu = mkw(F, D, -0.08f, 0.08f), wd = mkw(D, F, -0.05f, 0.05f);
+    float *f = hrand(HD / 2, 0, 0);
+    for (int i = 0; i < HD / 2; i++) f[i] = powf(10000.0f, -2.0f * i / HD);
+    pair inv = mk(CF_F32, 1, HD / 2, f);
+    int rows[] = {1, 3, 12};
+    for (int ri = 0; ri < 3; ri++) {
+        const int n = rows[ri];
+        pair kc = mk(a, cap, KVH * HD, NULL), vc = mk(a, cap, KVH * HD, NULL);
+        fill_cache(&kc, a, 0, pos0, cap);
+        fill_cache(&vc, a, 0, pos0, cap);
+        float pv[12];
+        for (int i = 0; i < n; i++) pv[i] = (float)(pos0 + i);
+        pair pos = mk(CF_I32, n, 1, pv), x = mk(CF_F32, n, D, hrand((size_t)n * D, -1, 1));
+        pair h = mk(a, n, D, NULL), q = mk(a, n, H * HD, NULL), k = mk(a, n, KVH * HD, NULL), v = mk(a, n, KVH * HD, NULL);
+        pair att = mk(a, n, H * HD, NULL), o = mk(CF_F32, n, D, NULL), gate = mk(a, n, F, NULL), up = mk(a, n, F, NULL);
+        cf_attn_args aa = {.n_q = n, .pos0 = pos0, .n_heads = H, .n_kv_heads = KVH, .head_dim = HD, .v_head_dim = HD, .cap = cap,
+                           .scale = 0.125f};
+        cf_tensor none = {0};
+        for (int side = 0; side < 2; side++) {
+            cf_backend *b = side ? gpu : cpu;
+            const cf_backend_ops *op = b->ops;
+#define T(p) (side ? (p).g : (p).c)
+            op->rmsnorm(b, T(h), T(x), T(an), 1e-5f, 0.0f);
+            op->matmul(b, T(q), T(h), T(wq), T(bq));
+            op->matmul(b, T(k), T(h), T(wk), none);
+            op->matmul(b, T(v), T(h), T(wv), none);
+            op->rope(b, T(q), T(pos), H, HD, HD, T(inv));
+            op->rope(b, T(k), T(pos), KVH, HD, HD, T(inv));
+            op->kv_store(b, T(kc), T(k), pos0, cap);
+            op->kv_store(b, T(vc), T(v), pos0, cap);
+            op->attention(b, T(att), T(q), T(kc), T(vc), &aa);
+            op->matmul(b, T(o), T(att), T(wo), none);
+            op->add(b, T(x), T(x), T(o));
+            op->rmsnorm(b, T(h), T(x), T(fn), 1e-5f, 0.0f);
+            op->matmul(b, T(gate), T(h), T(wg), none);
+            op->matmul(b, T(up), T(h), T(wu), none);
+            op->glu(b, T(gate), T(gate), T(up), CF_ACT_SILU);
+            op->matmul(b, T(o), T(gate), T(wd), none);
+            op->add(b, T(x), T(o), T(x));
+#undef T
+        }
+        char name[96];
+        snprintf(name, sizeof name, "layer, %d rows: k cache", n);
+        cmp(name, kc, 2e-2);
+        snprintf(name, sizeof name, "layer, %d rows: up", n);
+        cmp(name, up, 2e-2);
+        snprintf(name, sizeof name, "layer, %d rows: glu output", n);
+        cmp(name, gate, 2e-2);
+        snprintf(name, sizeof name, "layer, %d rows: residual after the layer", n);
+        cmp(name, x, 2e-2);
+        pair *all[] = {&kc, &vc, &pos, &x, &h, &q, &k, &v, &att, &o, &gate, &up};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+    }
+    drop(&inv);
 }
 
 /* ---- sampling: host reference of the truncation rules ---- */
@@ -627,6 +694,7 @@ int main(void) {
     test_rope_kv();
     test_matmul();
     test_attention();
+    test_layer();
     test_sampling();
     test_graph();
     if (gpu->ops->sync(gpu, &e)) {

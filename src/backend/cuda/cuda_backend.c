@@ -19,7 +19,19 @@
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
-cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 4, .gemv_max_rows = 8, .n_sm = 132};
+cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 4, .gemv_max_rows = 8, .fuse = 1, .n_sm = 132};
+
+/* An op held back to be merged with the next (see pend_* below). */
+typedef enum pend_kind { PEND_NONE, PEND_GEMV, PEND_ROPE, PEND_KV } pend_kind;
+typedef struct pending {
+    pend_kind kind;
+    cfk_gemv_job gemv;
+    int n;
+    cf_tensor t[2], u[2];   /* rope: t = x; kv_store: t = cache, u = src */
+    int heads[2];
+    cf_tensor pos, inv;
+    int head_dim, rot_dim, pos0, cap;
+} pending;
 
 typedef struct cuda_backend {
     cf_backend base;
@@ -42,6 +54,8 @@ typedef struct cuda_backend {
     /* pinned host memory for write(): small writes are queued without waiting for the stream */
     unsigned char *staging;
     size_t staging_used;
+    int *attn_counters;   /* zeroed; attention's split merge leaves them zeroed */
+    pending pend;
     int capturing;
     cinfer_status status;
     char message[400];
@@ -81,6 +95,97 @@ static size_t span_bytes(cf_tensor t) {
 }
 
 static int empty(cf_tensor t) { return t.rows <= 0 || t.cols <= 0; }
+
+/* ---- merging ops (cfk_cfg.fuse) ----
+ * The model calls ops one at a time; a decode step is dozens of tiny launches whose fixed costs add up.
+ * So some ops are held back and merged with the next when it fits: matmuls on the same activations
+ * (q, k, v; gate, up) become one GEMV launch, a following residual add or GLU is folded into it, and the
+ * two RoPEs and two KV stores of a layer go out as one launch each. Anything else, and every transfer,
+ * sync, allocation and graph boundary, first launches what is held. Merging never reorders: an op joins
+ * only when it reads nothing the held ops write and writes nothing they touch. */
+
+static int same_view(cf_tensor a, cf_tensor b) {
+    return a.data == b.data && a.dtype == b.dtype && a.rows == b.rows && a.cols == b.cols && a.stride == b.stride;
+}
+
+static int overlaps(cf_tensor a, cf_tensor b) {
+    if (!a.data || !b.data) return 0;
+    const char *a0 = a.data, *b0 = b.data;
+    return a0 < b0 + span_bytes(b) && b0 < a0 + span_bytes(a);
+}
+
+static void flush(cuda_backend *b) {
+    pending *p = &b->pend;
+    switch (p->kind) {
+    case PEND_GEMV: check(b, cfk_gemv(b->stream, &p->gemv), "matmul"); break;
+    case PEND_ROPE: check(b, cfk_rope(b->stream, p->n, p->t, p->heads, p->pos, p->head_dim, p->rot_dim, p->inv), "rope"); break;
+    case PEND_KV: check(b, cfk_kv_store(b->stream, p->n, p->t, p->u, p->pos0, p->pos, p->cap), "kv_store"); break;
+    case PEND_NONE: break;
+    }
+    p->kind = PEND_NONE;
+}
+
+/* a matmul joins a held GEMV on the same activations */
+static int pend_gemv(cuda_backend *b, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
+    cfk_gemv_job *j = &b->pend.gemv;
+    if (b->pend.kind != PEND_GEMV || !same_view(j->x, x) || j->n_seg == CFK_MAX_SEG || j->w[0].dtype != w.dtype || j->add.data ||
+        j->glu_out.data || overlaps(out, x))
+        return 0;
+    for (int s = 0; s < j->n_seg; s++)
+        if (overlaps(out, j->out[s]) || overlaps(bias, j->out[s])) return 0;
+    j->out[j->n_seg] = out;
+    j->w[j->n_seg] = w;
+    j->bias[j->n_seg] = bias;
+    j->n_seg++;
+    return 1;
+}
+
+/* add(out, out, o) or add(out, o, out) right after the matmul that wrote o */
+static int pend_add(cuda_backend *b, cf_tensor out, cf_tensor a, cf_tensor c) {
+    cfk_gemv_job *j = &b->pend.gemv;
+    if (b->pend.kind != PEND_GEMV || j->add.data || j->glu_out.data) return 0;
+    cf_tensor o = j->out[j->n_seg - 1];
+    if (!((same_view(a, out) && same_view(c, o)) || (same_view(c, out) && same_view(a, o))) || overlaps(out, j->x)) return 0;
+    for (int s = 0; s < j->n_seg; s++)
+        if (overlaps(out, j->out[s])) return 0;
+    j->add = out;
+    j->add_seg = j->n_seg - 1;
+    return 1;
+}
+
+/* glu(out, gate, up) right after the two matmuls that wrote gate and up */
+static int pend_glu(cuda_backend *b, cf_tensor out, cf_tensor gate, cf_tensor up, cf_act act) {
+    cfk_gemv_job *j = &b->pend.gemv;
+    if (b->pend.kind != PEND_GEMV || j->n_seg != 2 || j->add.data || j->glu_out.data || !same_view(gate, j->out[0]) ||
+        !same_view(up, j->out[1]) || j->w[0].rows != j->w[1].rows || overlaps(out, j->x))
+        return 0;
+    if (!same_view(out, gate) && !same_view(out, up) && (overlaps(out, gate) || overlaps(out, up))) return 0;
+    j->glu_out = out;
+    j->act = act;
+    return 1;
+}
+
+static int pend_rope(cuda_backend *b, cf_tensor x, cf_tensor pos, int n_heads, int head_dim, int rot_dim, cf_tensor inv) {
+    pending *p = &b->pend;
+    if (p->kind != PEND_ROPE || p->n != 1 || !same_view(p->pos, pos) || !same_view(p->inv, inv) || p->head_dim != head_dim ||
+        p->rot_dim != rot_dim || p->t[0].rows != x.rows || overlaps(x, p->t[0]) || overlaps(x, pos) || overlaps(x, inv))
+        return 0;
+    p->t[1] = x;
+    p->heads[1] = n_heads;
+    p->n = 2;
+    return 1;
+}
+
+static int pend_kv(cuda_backend *b, cf_tensor cache, cf_tensor src, int pos0, cf_tensor pos, int cap) {
+    pending *p = &b->pend;
+    if (p->kind != PEND_KV || p->n != 1 || p->pos0 != pos0 || !same_view(p->pos, pos) || p->cap != cap || p->u[0].rows != src.rows ||
+        overlaps(cache, p->t[0]) || overlaps(cache, p->u[0]) || overlaps(src, p->t[0]) || overlaps(cache, pos))
+        return 0;
+    p->t[1] = cache;
+    p->u[1] = src;
+    p->n = 2;
+    return 1;
+}
 
 /* ---- memory ---- */
 
@@ -151,6 +256,7 @@ static void *scratch(cuda_backend *b, size_t bytes) {
 
 static cinfer_status cuda_alloc(cf_backend *be, cf_dtype dt, int64_t rows, int64_t cols, cf_tensor *out, cinfer_error *err) {
     cuda_backend *b = CB(be);
+    flush(b);
     size_t bytes = (size_t)(rows * cols) * cf_dtype_size(dt);
     void *p = dev_alloc(b, bytes);
     if (!p) return oom(b, bytes, "a tensor", err);
@@ -164,6 +270,7 @@ static cinfer_status cuda_alloc(cf_backend *be, cf_dtype dt, int64_t rows, int64
 }
 
 static void cuda_free_tensor(cf_backend *be, cf_tensor *t) {
+    flush(CB(be));
     dev_free(CB(be), t->data);
     t->data = NULL;
 }
@@ -173,6 +280,7 @@ static void cuda_free_tensor(cf_backend *be, cf_tensor *t) {
 static cinfer_status cuda_upload_weight(cf_backend *be, const void *host, cf_dtype dt, int64_t rows, int64_t cols,
                                         cf_tensor *out, cinfer_error *err) {
     cuda_backend *b = CB(be);
+    flush(b);
     if (dt != CF_F32 && dt != CF_BF16 && dt != CF_F16)
         return cf_fail(err, CINFER_E_UNSUPPORTED, "the CUDA backend stores F32, BF16 or F16 weights, not %s", cf_dtype_name(dt));
     cf_dtype store = dt == CF_F32 && rows > 1 ? CF_BF16 : dt;
@@ -205,6 +313,7 @@ static cinfer_status cuda_upload_weight(cf_backend *be, const void *host, cf_dty
 
 static void cuda_write(cf_backend *be, cf_tensor dst, const void *host) {
     cuda_backend *b = CB(be);
+    flush(b);
     if (b->capturing) { fail(b, CINFER_E_INVALID_ARGUMENT, "write() while recording a graph"); return; }
     if (empty(dst)) return;
     size_t es = cf_dtype_size(dst.dtype), row = (size_t)dst.cols * es, bytes = row * (size_t)dst.rows;
@@ -222,14 +331,16 @@ static void cuda_write(cf_backend *be, cf_tensor dst, const void *host) {
           "write");
 }
 
-static void cuda_fill(cf_backend *be, cf_tensor dst, float value) {
-    cuda_backend *b = CB(be);
-    if (empty(dst)) return;
-    check(b, cfk_elementwise(b->stream, CFK_FILL, dst, dst, dst, value), "fill");
+static void ew(cuda_backend *b, cfk_ew op, cf_tensor out, cf_tensor a, cf_tensor c, float s, const char *what) {
+    flush(b);
+    if (!empty(out)) check(b, cfk_elementwise(b->stream, op, out, a, c, s), what);
 }
+
+static void cuda_fill(cf_backend *be, cf_tensor dst, float value) { ew(CB(be), CFK_FILL, dst, dst, dst, value, "fill"); }
 
 static cinfer_status cuda_read(cf_backend *be, float *host, cf_tensor src, cinfer_error *err) {
     cuda_backend *b = CB(be);
+    flush(b);
     if (b->capturing) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "read() while recording a graph");
     if (!empty(src)) {
         cf_tensor f = src;
@@ -249,6 +360,7 @@ static cinfer_status cuda_read(cf_backend *be, float *host, cf_tensor src, cinfe
 
 static cinfer_status cuda_sync(cf_backend *be, cinfer_error *err) {
     cuda_backend *b = CB(be);
+    flush(b);
     if (b->capturing) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "sync() while recording a graph");
     check(b, cudaStreamSynchronize(b->stream), "sync");
     b->staging_used = 0;
@@ -258,10 +370,12 @@ static cinfer_status cuda_sync(cf_backend *be, cinfer_error *err) {
 /* ---- operations ---- */
 
 static void cuda_embed(cf_backend *be, cf_tensor out, cf_tensor table, cf_tensor ids, float scale) {
+    flush(CB(be));
     if (!empty(out)) check(CB(be), cfk_embed(CB(be)->stream, out, table, ids, scale), "embed");
 }
 
 static void cuda_rmsnorm(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, float eps, float w_offset) {
+    flush(CB(be));
     if (!empty(out)) check(CB(be), cfk_rmsnorm(CB(be)->stream, out, x, w, eps, w_offset), "rmsnorm");
 }
 
@@ -300,44 +414,70 @@ static void gemm(cuda_backend *b, cf_tensor out, cf_tensor x, cf_tensor w, cf_te
 static void cuda_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
     cuda_backend *b = CB(be);
     if (empty(out)) return;
-    if (x.rows <= cfk_cfg.gemv_max_rows || (w.dtype != CF_BF16 && w.dtype != CF_F16))
-        check(b, cfk_gemv(b->stream, out, x, w, bias), "matmul (gemv)");
-    else
+    if (x.rows > cfk_cfg.gemv_max_rows && (w.dtype == CF_BF16 || w.dtype == CF_F16)) {
+        flush(b);
         gemm(b, out, x, w, bias);
+        return;
+    }
+    if (cfk_cfg.fuse && pend_gemv(b, out, x, w, bias)) return;
+    flush(b);
+    pending *p = &b->pend;
+    p->gemv = (cfk_gemv_job){.x = x, .n_seg = 1, .out = {out}, .w = {w}, .bias = {bias}};
+    if (cfk_cfg.fuse && cfk_gemv_vec_ok(x, w)) {
+        p->kind = PEND_GEMV;
+        return;
+    }
+    check(b, cfk_gemv(b->stream, &p->gemv), "matmul");
 }
 
-static void ew(cf_backend *be, cfk_ew op, cf_tensor out, cf_tensor a, cf_tensor b, float s, const char *what) {
-    if (!empty(out)) check(CB(be), cfk_elementwise(CB(be)->stream, op, out, a, b, s), what);
+static void cuda_add(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor c) {
+    if (cfk_cfg.fuse && pend_add(CB(be), out, a, c)) return;
+    ew(CB(be), CFK_ADD, out, a, c, 0, "add");
 }
-static void cuda_add(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor b) { ew(be, CFK_ADD, out, a, b, 0, "add"); }
-static void cuda_mul(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor b) { ew(be, CFK_MUL, out, a, b, 0, "mul"); }
-static void cuda_scale(cf_backend *be, cf_tensor x, float s) { ew(be, CFK_SCALE, x, x, x, s, "scale"); }
-static void cuda_softcap(cf_backend *be, cf_tensor x, float cap) { ew(be, CFK_SOFTCAP, x, x, x, cap, "softcap"); }
-static void cuda_copy(cf_backend *be, cf_tensor dst, cf_tensor src) { ew(be, CFK_COPY, dst, src, src, 0, "copy"); }
+static void cuda_mul(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor c) { ew(CB(be), CFK_MUL, out, a, c, 0, "mul"); }
+static void cuda_scale(cf_backend *be, cf_tensor x, float s) { ew(CB(be), CFK_SCALE, x, x, x, s, "scale"); }
+static void cuda_softcap(cf_backend *be, cf_tensor x, float cap) { ew(CB(be), CFK_SOFTCAP, x, x, x, cap, "softcap"); }
+static void cuda_copy(cf_backend *be, cf_tensor dst, cf_tensor src) { ew(CB(be), CFK_COPY, dst, src, src, 0, "copy"); }
 static void cuda_glu(cf_backend *be, cf_tensor out, cf_tensor gate, cf_tensor up, cf_act act) {
-    ew(be, act == CF_ACT_SILU ? CFK_GLU_SILU : CFK_GLU_GELU, out, gate, up, 0, "glu");
+    if (cfk_cfg.fuse && pend_glu(CB(be), out, gate, up, act)) return;
+    ew(CB(be), act == CF_ACT_SILU ? CFK_GLU_SILU : CFK_GLU_GELU, out, gate, up, 0, "glu");
 }
 
 static void cuda_rope(cf_backend *be, cf_tensor x, cf_tensor pos, int n_heads, int head_dim, int rot_dim, cf_tensor inv_freq) {
-    if (!empty(x) && rot_dim >= 2) check(CB(be), cfk_rope(CB(be)->stream, x, pos, n_heads, head_dim, rot_dim, inv_freq), "rope");
+    cuda_backend *b = CB(be);
+    if (empty(x) || rot_dim < 2) return;
+    if (cfk_cfg.fuse && pend_rope(b, x, pos, n_heads, head_dim, rot_dim, inv_freq)) return;
+    flush(b);
+    b->pend = (pending){.kind = PEND_ROPE, .n = 1, .t = {x}, .heads = {n_heads}, .pos = pos, .inv = inv_freq, .head_dim = head_dim,
+                        .rot_dim = rot_dim};
+    if (!cfk_cfg.fuse) flush(b);
+}
+
+static void kv_store(cuda_backend *b, cf_tensor cache, cf_tensor src, int pos0, cf_tensor pos, int cap) {
+    if (empty(src)) return;
+    if (cfk_cfg.fuse && pend_kv(b, cache, src, pos0, pos, cap)) return;
+    flush(b);
+    b->pend = (pending){.kind = PEND_KV, .n = 1, .t = {cache}, .u = {src}, .pos0 = pos0, .pos = pos, .cap = cap};
+    if (!cfk_cfg.fuse) flush(b);
 }
 
 static void cuda_kv_store(cf_backend *be, cf_tensor cache, cf_tensor src, int pos0, int cap) {
     cf_tensor none = {0};
-    if (!empty(src)) check(CB(be), cfk_kv_store(CB(be)->stream, cache, src, pos0, none, cap), "kv_store");
+    kv_store(CB(be), cache, src, pos0, none, cap);
 }
 
 static void cuda_kv_store_pos(cf_backend *be, cf_tensor cache, cf_tensor src, cf_tensor pos, int cap) {
-    if (!empty(src)) check(CB(be), cfk_kv_store(CB(be)->stream, cache, src, 0, pos, cap), "kv_store_pos");
+    kv_store(CB(be), cache, src, 0, pos, cap);
 }
 
 static void attention(cuda_backend *b, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a,
                       const int32_t *pos_dev, int max_keys) {
+    flush(b);
     if (a->n_q <= 0) return;
     size_t sb = cfk_attention_scratch(k, v, a, max_keys);
     void *part = sb ? scratch(b, sb) : NULL;
     if (sb && !part) return;
-    check(b, cfk_attention(b->stream, out, q, k, v, a, pos_dev, max_keys, part), "attention");
+    check(b, cfk_attention(b->stream, out, q, k, v, a, pos_dev, max_keys, part, b->attn_counters), "attention");
 }
 
 static void cuda_attention(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a) {
@@ -350,10 +490,12 @@ static void cuda_attention_pos(cf_backend *be, cf_tensor out, cf_tensor q, cf_te
 }
 
 static void cuda_argmax(cf_backend *be, cf_tensor ids, cf_tensor logits) {
+    flush(CB(be));
     if (!empty(logits)) check(CB(be), cfk_argmax(CB(be)->stream, ids, logits), "argmax");
 }
 
 static void cuda_sample(cf_backend *be, cf_tensor ids, cf_tensor logits, cf_tensor u, const cf_sample_args *s) {
+    flush(CB(be));
     if (!empty(logits)) check(CB(be), cfk_sample(CB(be)->stream, ids, logits, u, s), "sample");
 }
 
@@ -361,6 +503,7 @@ static void cuda_sample(cf_backend *be, cf_tensor ids, cf_tensor logits, cf_tens
 
 static cinfer_status cuda_graph_begin(cf_backend *be, cinfer_error *err) {
     cuda_backend *b = CB(be);
+    flush(b);
     if (b->capturing) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "graph_begin while already recording");
     CF_TRY(report(b, err));
     cudaError_t e = cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal);
@@ -372,6 +515,7 @@ static cinfer_status cuda_graph_begin(cf_backend *be, cinfer_error *err) {
 static cinfer_status cuda_graph_end(cf_backend *be, cf_graph **out, cinfer_error *err) {
     cuda_backend *b = CB(be);
     *out = NULL;
+    flush(b);
     if (!b->capturing) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "graph_end without graph_begin");
     b->capturing = 0;
     cudaGraph_t g = NULL;
@@ -394,6 +538,7 @@ static cinfer_status cuda_graph_end(cf_backend *be, cf_graph **out, cinfer_error
 }
 
 static void cuda_graph_launch(cf_backend *be, cf_graph *g) {
+    flush(CB(be));
     check(CB(be), cudaGraphLaunch(g->exec, CB(be)->stream), "graph launch");
 }
 
@@ -484,6 +629,10 @@ static cinfer_status setup(cuda_backend *b, const cf_backend_params *p, cinfer_e
     }
     b->blas_ws = dev_alloc(b, BLAS_WORKSPACE);
     if (!b->blas_ws) return oom(b, BLAS_WORKSPACE, "the cuBLAS workspace", err);
+    b->attn_counters = dev_alloc(b, CFK_ATTN_COUNTERS * sizeof(int));
+    if (!b->attn_counters) return oom(b, CFK_ATTN_COUNTERS * sizeof(int), "attention counters", err);
+    e = cudaMemsetAsync(b->attn_counters, 0, CFK_ATTN_COUNTERS * sizeof(int), b->stream);
+    if (e != cudaSuccess) return cf_fail(err, CINFER_E_DEVICE, "CUDA memset: %s", cudaGetErrorString(e));
     cublasStatus_t bs = cublasCreate(&b->blas);
     if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(b->blas, b->stream);
     if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetWorkspace(b->blas, b->blas_ws, BLAS_WORKSPACE);
@@ -513,6 +662,7 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     cfk_cfg.pdl = env_int("CINFER_CUDA_PDL", 1);
     cfk_cfg.gemv_unroll = env_int("CINFER_GEMV_UNROLL", 4);
     cfk_cfg.gemv_max_rows = env_int("CINFER_GEMV_MAX_ROWS", 8);
+    cfk_cfg.fuse = env_int("CINFER_CUDA_FUSE", 1);
 
     cuda_backend *b = calloc(1, sizeof *b);
     if (!b) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
@@ -532,11 +682,13 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
 /* ---- helpers for tests and benchmarks (cuda_backend.h) ---- */
 
 void cf_cuda_fill_random(cf_backend *be, cf_tensor t, uint64_t seed, float scale) {
+    flush(CB(be));
     if (!empty(t)) check(CB(be), cfk_fill_random(CB(be)->stream, t, seed, scale), "fill_random");
 }
 
 cinfer_status cf_cuda_memcpy_bandwidth(cf_backend *be, size_t bytes, int reps, double *gb_s, cinfer_error *err) {
     cuda_backend *b = CB(be);
+    flush(b);
     char *src = dev_alloc(b, bytes), *dst = dev_alloc(b, bytes);
     cudaEvent_t e0 = NULL, e1 = NULL;
     cinfer_status st = CINFER_OK;

@@ -5,17 +5,22 @@
 #define CF_BACKEND_CUDA_INTERNAL_H
 
 #include <cuda_runtime_api.h>
-#include "backend/backend.h"
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
+/* The project's headers get C linkage in the .cu files (their system headers are already included). */
 #ifdef __cplusplus
 extern "C" {
 #endif
+#include "backend/backend.h"
 
 /* Knobs read once by cf_cuda_backend_create (environment overrides for experiments and the sanitizer). */
 typedef struct cfk_config {
     int pdl;            /* launch with programmatic dependent launch (overlaps a kernel's start with the previous one's end) */
     int gemv_unroll;    /* 16-byte weight loads in flight per lane in the GEMV kernel: 2, 4 or 8 */
     int gemv_max_rows;  /* matmuls with at most this many activation rows use the GEMV kernel, the rest cuBLAS */
+    int fuse;           /* merge consecutive ops into one launch (cuda_backend.c) */
     int n_sm;
 } cfk_config;
 extern cfk_config cfk_cfg;
@@ -30,22 +35,42 @@ typedef enum cfk_ew {
 cudaError_t cfk_elementwise(cudaStream_t st, cfk_ew op, cf_tensor out, cf_tensor a, cf_tensor b, float s);
 cudaError_t cfk_embed(cudaStream_t st, cf_tensor out, cf_tensor table, cf_tensor ids, float scale);
 cudaError_t cfk_rmsnorm(cudaStream_t st, cf_tensor out, cf_tensor x, cf_tensor w, float eps, float w_offset);
-cudaError_t cfk_rope(cudaStream_t st, cf_tensor x, cf_tensor pos, int n_heads, int head_dim, int rot_dim, cf_tensor inv_freq);
-/* rows of src to slots (pos0 + i) % cap, or pos[i] % cap when pos.data is set */
-cudaError_t cfk_kv_store(cudaStream_t st, cf_tensor cache, cf_tensor src, int pos0, cf_tensor pos, int cap);
+/* RoPE on n (1 or 2) tensors of the same rows, positions and frequencies (q and k in one launch) */
+cudaError_t cfk_rope(cudaStream_t st, int n, const cf_tensor *x, const int *n_heads, cf_tensor pos, int head_dim, int rot_dim,
+                     cf_tensor inv_freq);
+/* n (1 or 2) stores of the same row count (k and v in one launch): rows of src[i] to slots (pos0 + r) % cap,
+ * or pos[r] % cap when pos.data is set */
+cudaError_t cfk_kv_store(cudaStream_t st, int n, const cf_tensor *cache, const cf_tensor *src, int pos0, cf_tensor pos, int cap);
 /* n contiguous elements of type from at src to type to at dst (weight upload, read-back) */
 cudaError_t cfk_convert(cudaStream_t st, void *dst, cf_dtype to, const void *src, cf_dtype from, int64_t n);
 /* uniform values in [-scale, scale) from a hash of (seed, index): benchmarks and tests */
 cudaError_t cfk_fill_random(cudaStream_t st, cf_tensor t, uint64_t seed, float scale);
 
-/* matrix-vector products for few activation rows (k_gemv.cu): out = x . w^T (+ bias) */
-cudaError_t cfk_gemv(cudaStream_t st, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias);
+/* Matrix-vector products for few activation rows (k_gemv.cu). One launch computes up to CFK_MAX_SEG
+ * products out[s] = x . w[s]^T (+ bias[s]) that share x, and may finish with a residual add
+ * (add += out[add_seg]) or, for two products of equal size, a GLU (glu_out = act(out[0]) * out[1], each
+ * warp computing a row of both). */
+#define CFK_MAX_SEG 3
+typedef struct cfk_gemv_job {
+    cf_tensor x;
+    int n_seg;
+    cf_tensor out[CFK_MAX_SEG], w[CFK_MAX_SEG], bias[CFK_MAX_SEG];
+    cf_tensor add;       /* data NULL: none */
+    int add_seg;
+    cf_tensor glu_out;   /* data NULL: none */
+    cf_act act;
+} cfk_gemv_job;
+/* whether x and w suit the vectorized kernel (the only one that fuses) */
+int cfk_gemv_vec_ok(cf_tensor x, cf_tensor w);
+cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *job);
 
 /* attention (k_attention.cu). pos_dev: when non-NULL, pos0 is read from it on the device. partial: scratch
- * of cfk_attention_scratch() bytes. */
+ * of cfk_attention_scratch() bytes; counters: CFK_ATTN_COUNTERS zeroed ints, left zeroed (the last block
+ * of each (query, head) merges the key splits). */
+#define CFK_ATTN_COUNTERS 65536
 size_t cfk_attention_scratch(cf_tensor k, cf_tensor v, const cf_attn_args *a, int max_keys);
 cudaError_t cfk_attention(cudaStream_t st, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a,
-                          const int32_t *pos_dev, int max_keys, void *partial);
+                          const int32_t *pos_dev, int max_keys, void *partial, int *counters);
 
 /* sampling (k_sample.cu) */
 cudaError_t cfk_argmax(cudaStream_t st, cf_tensor ids, cf_tensor logits);

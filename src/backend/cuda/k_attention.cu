@@ -22,6 +22,7 @@ struct AttnP {
     int64_t kstride, vstride;
     TV out;
     float *part;
+    int *counters;   /* NULL: attn_reduce_kernel merges the splits */
     const int32_t *pos_dev;
     int pos0, n_q, n_heads, group, D, Dv, cap, window, n_splits;
     float scale, softcap;
@@ -42,6 +43,8 @@ __device__ __forceinline__ float score_fix(const AttnP &P, float s) {
 __device__ __forceinline__ float *part_at(const AttnP &P, int i, int h, int split) {
     return P.part + ((int64_t)(i * P.n_heads + h) * P.n_splits + split) * (P.Dv + 2);
 }
+
+__device__ void merge_if_last(const AttnP &P, int i, int h);
 
 /* ---- decode: one lane per key ---- */
 
@@ -82,8 +85,9 @@ __global__ void __launch_bounds__(128) attn_split_kernel(AttnP P, bool vec) {
     const int chunk = ((p - lo + 1 + P.n_splits - 1) / P.n_splits + 31) & ~31;
     const int k0 = lo + split * chunk, k1 = min(p + 1, k0 + chunk);
     float *part = part_at(P, i, h, split);
-    if (k0 >= k1) {
+    if (k0 >= k1) {   /* nothing to see in this split: still counts towards the merge */
         if (threadIdx.x == 0) { part[0] = -INFINITY; part[1] = 0.0f; }
+        merge_if_last(P, i, h);
         return;
     }
     const int kvh = h / P.group;
@@ -134,23 +138,24 @@ __global__ void __launch_bounds__(128) attn_split_kernel(AttnP P, bool vec) {
         if (P.n_splits == 1) st(P.out, i, (int64_t)h * P.Dv + c, v / L);
         else part[2 + c] = v;
     }
-    if (P.n_splits > 1 && threadIdx.x == 0) { part[0] = M; part[1] = L; }
+    if (P.n_splits == 1) return;
+    if (threadIdx.x == 0) { part[0] = M; part[1] = L; }
+    merge_if_last(P, i, h);
 }
 
-__global__ void attn_reduce_kernel(AttnP P) {
+/* out[i, head h] = the splits' partial results merged (read past L1: other blocks wrote them). */
+__device__ void merge_splits(const AttnP &P, int i, int h) {
     __shared__ float wgt[256];
     __shared__ float total;
-    pdl_wait();
-    pdl_launch_next();
-    const int h = blockIdx.x, i = blockIdx.y;
     const float *pp = part_at(P, i, h, 0);
     const int S = P.n_splits, W = P.Dv + 2;
     if (threadIdx.x == 0) {
         float M = -INFINITY, L = 0.0f;
-        for (int s = 0; s < S; s++) M = fmaxf(M, pp[s * W]);
+        for (int s = 0; s < S; s++) M = fmaxf(M, __ldcg(pp + s * W));
         for (int s = 0; s < S; s++) {
-            wgt[s] = pp[s * W] == -INFINITY ? 0.0f : exp2f(pp[s * W] - M);
-            L += pp[s * W + 1] * wgt[s];
+            const float m = __ldcg(pp + s * W);
+            wgt[s] = m == -INFINITY ? 0.0f : exp2f(m - M);
+            L += __ldcg(pp + s * W + 1) * wgt[s];
         }
         total = L;
     }
@@ -158,9 +163,32 @@ __global__ void attn_reduce_kernel(AttnP P) {
     for (int c = threadIdx.x; c < P.Dv; c += blockDim.x) {
         float v = 0.0f;
         for (int s = 0; s < S; s++)
-            if (wgt[s] != 0.0f) v += pp[s * W + 2 + c] * wgt[s];
+            if (wgt[s] != 0.0f) v += __ldcg(pp + s * W + 2 + c) * wgt[s];
         st(P.out, i, (int64_t)h * P.Dv + c, v / total);
     }
+}
+
+/* The last split block of (i, h) to finish merges them all, and re-arms the counter for the next launch. */
+__device__ void merge_if_last(const AttnP &P, int i, int h) {
+    __shared__ int last;
+    if (!P.counters) return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *ctr = P.counters + (int64_t)i * P.n_heads + h;
+        last = atomicAdd(ctr, 1) == P.n_splits - 1;
+        if (last) *ctr = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    merge_splits(P, i, h);
+}
+
+__global__ void attn_reduce_kernel(AttnP P) {
+    pdl_wait();
+    pdl_launch_next();
+    merge_splits(P, blockIdx.y, blockIdx.x);
 }
 
 /* ---- prefill: tensor cores ---- */
@@ -397,13 +425,15 @@ extern "C" cudaError_t cfk_init(void) {
 }
 
 extern "C" cudaError_t cfk_attention(cudaStream_t st, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a,
-                                     const int32_t *pos_dev, int max_keys, void *partial) {
-    AttnP P = {q.data, (int)q.dtype, q.stride, k.data, v.data, k.stride, v.stride, tv(out), (float *)partial, pos_dev,
+                                     const int32_t *pos_dev, int max_keys, void *partial, int *counters) {
+    AttnP P = {q.data, (int)q.dtype, q.stride, k.data, v.data, k.stride, v.stride, tv(out), (float *)partial, NULL, pos_dev,
                a->pos0, a->n_q, a->n_heads, a->n_heads / a->n_kv_heads, a->head_dim, a->v_head_dim, a->cap, a->window,
                n_splits(k, v, a, max_keys), a->scale, a->softcap};
     if (a->head_dim > 256 || a->v_head_dim > 256) return cudaErrorInvalidValue;
     cudaError_t e;
-    if (use_mma(k, v, a)) {
+    const bool mma = use_mma(k, v, a);
+    if (!mma && (int64_t)a->n_q * a->n_heads <= CFK_ATTN_COUNTERS) P.counters = counters;
+    if (mma) {
         dim3 grid((unsigned)ceil_div(a->n_q, 64), (unsigned)a->n_heads, (unsigned)P.n_splits);
         if (a->head_dim == 64) e = launch(attn_mma_kernel<64, 64>, grid, dim3(128), mma_smem<64, 64>(), st, P);
         else if (a->head_dim == 128) e = launch(attn_mma_kernel<128, 64>, grid, dim3(128), mma_smem<128, 64>(), st, P);
@@ -417,6 +447,6 @@ extern "C" cudaError_t cfk_attention(cudaStream_t st, cf_tensor out, cf_tensor q
         else if (k.dtype == CF_F16) e = launch(attn_split_kernel<__half>, grid, dim3(128), 0, st, P, vec);
         else e = launch(attn_split_kernel<float>, grid, dim3(128), 0, st, P, vec);
     }
-    if (e != cudaSuccess || P.n_splits == 1) return e;
+    if (e != cudaSuccess || P.n_splits == 1 || P.counters) return e;
     return launch(attn_reduce_kernel, dim3((unsigned)a->n_heads, (unsigned)a->n_q), dim3(128), 0, st, P);
 }

@@ -89,40 +89,62 @@ extern "C" cudaError_t cfk_rmsnorm(cudaStream_t st, cf_tensor out, cf_tensor x, 
     return launch(rmsnorm_kernel, grid, dim3(threads), 0, st, tv(out), tv(x), tv(w), x.rows, x.cols, eps, w_offset);
 }
 
-/* In each head, (x[i], x[i + rot/2]) rotates by pos * inv_freq[i]. */
-__global__ void rope_kernel(TV x, TV pos, TV inv_freq, int n_heads, int head_dim, int half) {
+/* In each head, (x[i], x[i + rot/2]) rotates by pos * inv_freq[i]. blockIdx.y picks the tensor. */
+struct RopeArgs {
+    TV x[2];
+    int n_heads[2];
+    TV pos, inv_freq;
+    int head_dim, half;
+};
+
+__global__ void rope_kernel(RopeArgs a) {
     pdl_wait();
     pdl_launch_next();
     const int64_t t = blockIdx.x;
-    const float p = (float)((const int32_t *)pos.p)[t * pos.stride];
-    for (int j = threadIdx.x; j < n_heads * half; j += blockDim.x) {
-        const int h = j / half, i = j % half;
+    const TV x = blockIdx.y ? a.x[1] : a.x[0];
+    const int n_heads = blockIdx.y ? a.n_heads[1] : a.n_heads[0];
+    const float p = (float)((const int32_t *)a.pos.p)[t * a.pos.stride];
+    for (int j = threadIdx.x; j < n_heads * a.half; j += blockDim.x) {
+        const int h = j / a.half, i = j % a.half;
         float sn, cs;
-        sincosf(p * ld(inv_freq, 0, i), &sn, &cs);
-        const int64_t c = (int64_t)h * head_dim + i;
-        const float a = ld(x, t, c), b = ld(x, t, c + half);
-        st(x, t, c, a * cs - b * sn);
-        st(x, t, c + half, b * cs + a * sn);
+        sincosf(p * ld(a.inv_freq, 0, i), &sn, &cs);
+        const int64_t c = (int64_t)h * a.head_dim + i;
+        const float u = ld(x, t, c), v = ld(x, t, c + a.half);
+        st(x, t, c, u * cs - v * sn);
+        st(x, t, c + a.half, v * cs + u * sn);
     }
 }
 
-extern "C" cudaError_t cfk_rope(cudaStream_t st, cf_tensor x, cf_tensor pos, int n_heads, int head_dim, int rot_dim, cf_tensor inv_freq) {
-    const int half = rot_dim / 2;
-    int threads = n_heads * half < 256 ? (n_heads * half + 31) / 32 * 32 : 256;
-    return launch(rope_kernel, dim3((unsigned)x.rows), dim3(threads), 0, st, tv(x), tv(pos), tv(inv_freq), n_heads, head_dim, half);
+extern "C" cudaError_t cfk_rope(cudaStream_t st, int n, const cf_tensor *x, const int *n_heads, cf_tensor pos, int head_dim, int rot_dim,
+                                cf_tensor inv_freq) {
+    RopeArgs a = {{tv(x[0]), tv(x[n - 1])}, {n_heads[0], n_heads[n - 1]}, tv(pos), tv(inv_freq), head_dim, rot_dim / 2};
+    const int most = n_heads[0] > n_heads[n - 1] ? n_heads[0] : n_heads[n - 1];
+    const int threads = most * a.half < 256 ? (most * a.half + 31) / 32 * 32 : 256;
+    return launch(rope_kernel, dim3((unsigned)x[0].rows, (unsigned)n), dim3(threads), 0, st, a);
 }
 
-__global__ void kv_store_kernel(TV cache, TV src, int64_t cols, int pos0, const int32_t *pos, int64_t pos_stride, int cap) {
+struct KvArgs {
+    TV cache[2], src[2];
+    int64_t cols[2];
+    int pos0, cap;
+    const int32_t *pos;
+    int64_t pos_stride;
+};
+
+__global__ void kv_store_kernel(KvArgs a) {
     pdl_wait();
     pdl_launch_next();
     const int64_t i = blockIdx.x;
-    const int64_t slot = (pos ? (int64_t)pos[i * pos_stride] : pos0 + i) % cap;
+    const TV cache = blockIdx.y ? a.cache[1] : a.cache[0], src = blockIdx.y ? a.src[1] : a.src[0];
+    const int64_t cols = blockIdx.y ? a.cols[1] : a.cols[0];
+    const int64_t slot = (a.pos ? (int64_t)a.pos[i * a.pos_stride] : a.pos0 + i) % a.cap;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) st(cache, slot, c, ld(src, i, c));
 }
 
-extern "C" cudaError_t cfk_kv_store(cudaStream_t st, cf_tensor cache, cf_tensor src, int pos0, cf_tensor pos, int cap) {
-    return launch(kv_store_kernel, dim3((unsigned)src.rows), dim3(256), 0, st, tv(cache), tv(src), src.cols, pos0,
-                  (const int32_t *)pos.data, pos.stride, cap);
+extern "C" cudaError_t cfk_kv_store(cudaStream_t st, int n, const cf_tensor *cache, const cf_tensor *src, int pos0, cf_tensor pos, int cap) {
+    KvArgs a = {{tv(cache[0]), tv(cache[n - 1])}, {tv(src[0]), tv(src[n - 1])}, {src[0].cols, src[n - 1].cols}, pos0, cap,
+                (const int32_t *)pos.data, pos.stride};
+    return launch(kv_store_kernel, dim3((unsigned)src[0].rows, (unsigned)n), dim3(256), 0, st, a);
 }
 
 __global__ void convert_kernel(void *dst, int to, const void *src, int from, int64_t n) {

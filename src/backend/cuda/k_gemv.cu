@@ -2,18 +2,26 @@
  * product is bound by streaming the weights. Each weight row is read once with 16-byte loads that skip
  * L1 (U of them in flight per lane, the first batch issued before waiting for the previous kernel), and
  * used for all n activation rows (read through L1). One warp, or wpr warps splitting k when the rows
- * are too few to fill the GPU, per weight row; f32 accumulation. Unaligned shapes and f32 weights take a
- * plain scalar kernel. */
+ * are too few to fill the GPU, per weight row; f32 accumulation.
+ *
+ * One launch serves a cfk_gemv_job: up to 3 products sharing x (q, k, v) as consecutive block ranges,
+ * with an optional residual add of one product's result (o_proj/down_proj + residual), or two products
+ * paired row by row (gate, up: each warp streams row j of both, as one row of length 2k) finished by the
+ * GLU. Unaligned shapes and f32 weights take a plain scalar kernel, one product per launch. */
 #include "backend/cuda/k_common.cuh"
+
+struct Seg {
+    const void *w;
+    int64_t wstride, d, block0;
+    TV out, bias;
+};
 
 struct GemvArgs {
     const void *x;
-    int64_t xstride;
-    const void *w;
-    int64_t wstride;
-    TV out, bias;
-    int n, wpr;
-    int64_t k, d;
+    int64_t xstride, k;
+    int n, wpr, nseg, add_seg, act;
+    Seg s0, s1, s2;
+    TV add, glu;   /* .p NULL: none */
 };
 
 __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
@@ -52,38 +60,56 @@ __device__ __forceinline__ void load8(const __nv_bfloat16 *p, float f[8]) {
     unpack(*reinterpret_cast<const uint4 *>(p), f, __nv_bfloat16());
 }
 
-template <int NX, int U, typename WT, typename XT>
+__device__ __forceinline__ float act_fn(int act, float g) {
+    if (act == CF_ACT_SILU) return g / (1.0f + expf(-g));
+    const float k0 = 0.7978845608028654f;
+    return 0.5f * g * (1.0f + tanhf(k0 * (g + 0.044715f * g * g * g)));
+}
+
+template <int NX, int U, typename WT, typename XT, bool PAIR>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t j = (int64_t)blockIdx.x * (8 / g.wpr) + warp / g.wpr;
+    const int si = PAIR ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
+    const Seg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
+    const int64_t j = ((int64_t)blockIdx.x - S.block0) * (8 / g.wpr) + warp / g.wpr;
     const int sub = warp % g.wpr;
-    const int64_t nch = j < g.d ? g.k / 8 : 0, step = (int64_t)g.wpr * 32;
-    const uint4 *wr = reinterpret_cast<const uint4 *>((const WT *)g.w + (j < g.d ? j : 0) * g.wstride);
+    const bool row_ok = j < S.d;
+    const int64_t nch = row_ok ? g.k / 8 : 0, total = PAIR ? 2 * nch : nch, step = (int64_t)g.wpr * 32;
+    const uint4 *w0 = reinterpret_cast<const uint4 *>((const WT *)S.w + (row_ok ? j : 0) * S.wstride);
+    const uint4 *w1 = PAIR ? reinterpret_cast<const uint4 *>((const WT *)g.s1.w + (row_ok ? j : 0) * g.s1.wstride) : w0;
     const XT *x = (const XT *)g.x;
-    float acc[NX];
+    float a0[NX], a1[NX];
 #pragma unroll
-    for (int r = 0; r < NX; r++) acc[r] = 0.0f;
+    for (int r = 0; r < NX; r++) a0[r] = a1[r] = 0.0f;
 
     int64_t base = sub * 32 + lane;
     uint4 wv[U];
 #pragma unroll
-    for (int u = 0; u < U; u++) wv[u] = base + u * step < nch ? ld_stream(wr + base + u * step) : make_uint4(0, 0, 0, 0);
+    for (int u = 0; u < U; u++) {
+        const int64_t c = base + u * step;
+        wv[u] = c < total ? ld_stream(PAIR && c >= nch ? w1 + (c - nch) : w0 + c) : make_uint4(0, 0, 0, 0);
+    }
     pdl_wait();
     pdl_launch_next();
-    for (; base < nch; base += U * step) {
+    for (; base < total; base += U * step) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t c = base + u * step;
-            if (c < nch) {
+            if (c < total) {
+                const bool second = PAIR && c >= nch;
+                const int64_t xc = second ? c - nch : c;
                 float wf[8];
                 unpack(wv[u], wf, WT());
 #pragma unroll
                 for (int r = 0; r < NX; r++) {
                     if (r < g.n) {
                         float xf[8];
-                        load8(x + r * g.xstride + c * 8, xf);
+                        load8(x + r * g.xstride + xc * 8, xf);
+                        float s = 0.0f;
 #pragma unroll
-                        for (int e = 0; e < 8; e++) acc[r] = fmaf(xf[e], wf[e], acc[r]);
+                        for (int e = 0; e < 8; e++) s = fmaf(xf[e], wf[e], s);
+                        if (second) a1[r] += s;
+                        else a0[r] += s;
                     }
                 }
             }
@@ -91,30 +117,43 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t c = base + (U + u) * step;
-            if (c < nch) wv[u] = ld_stream(wr + c);
+            if (c < total) wv[u] = ld_stream(PAIR && c >= nch ? w1 + (c - nch) : w0 + c);
         }
     }
 #pragma unroll
-    for (int r = 0; r < NX; r++) acc[r] = warp_sum(acc[r]);
+    for (int r = 0; r < NX; r++) {
+        a0[r] = warp_sum(a0[r]);
+        if (PAIR) a1[r] = warp_sum(a1[r]);
+    }
     if (g.wpr > 1) {
-        __shared__ float red[8][NX];
+        __shared__ float red[8][2 * NX];
         if (lane == 0)
 #pragma unroll
-            for (int r = 0; r < NX; r++) red[warp][r] = acc[r];
+            for (int r = 0; r < NX; r++) { red[warp][r] = a0[r]; red[warp][NX + r] = a1[r]; }
         __syncthreads();
         if (sub == 0 && lane == 0)
 #pragma unroll
             for (int r = 0; r < NX; r++) {
-                float s = 0.0f;
-                for (int i = 0; i < g.wpr; i++) s += red[warp + i][r];
-                acc[r] = s;
+                float s0 = 0.0f, s1 = 0.0f;
+                for (int i = 0; i < g.wpr; i++) { s0 += red[warp + i][r]; s1 += red[warp + i][NX + r]; }
+                a0[r] = s0;
+                a1[r] = s1;
             }
     }
-    if (sub == 0 && lane == 0 && j < g.d) {
-        const float b = g.bias.p ? ld(g.bias, 0, j) : 0.0f;
+    if (sub != 0 || lane != 0 || !row_ok) return;
+    const float b0 = S.bias.p ? ld(S.bias, 0, j) : 0.0f, b1 = PAIR && g.s1.bias.p ? ld(g.s1.bias, 0, j) : 0.0f;
 #pragma unroll
-        for (int r = 0; r < NX; r++)
-            if (r < g.n) st(g.out, r, j, acc[r] + b);
+    for (int r = 0; r < NX; r++) {
+        if (r >= g.n) break;
+        const float v0 = a0[r] + b0;
+        st(S.out, r, j, v0);
+        if (PAIR) {
+            const float v1 = a1[r] + b1;
+            st(g.s1.out, r, j, v1);
+            if (g.glu.p) st(g.glu, r, j, act_fn(g.act, v0) * v1);
+        } else if (g.add.p && si == g.add_seg) {
+            st(g.add, r, j, ld(g.add, r, j) + v0);
+        }
     }
 }
 
@@ -133,49 +172,89 @@ __global__ void __launch_bounds__(256) gemv_generic_kernel(TV x, TV w, TV out, T
     }
 }
 
-template <int NX, int U, typename WT, typename XT>
-static cudaError_t go(cudaStream_t st, const GemvArgs &g) {
-    return launch(gemv_kernel<NX, U, WT, XT>, dim3((unsigned)ceil_div(g.d, 8 / g.wpr)), dim3(256), 0, st, g);
+template <int NX, int U, typename WT, typename XT, bool PAIR>
+static cudaError_t go(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
+    return launch(gemv_kernel<NX, U, WT, XT, PAIR>, dim3((unsigned)blocks), dim3(256), 0, st, g);
 }
 
-template <int NX, typename WT, typename XT>
-static cudaError_t pick_unroll(cudaStream_t st, const GemvArgs &g) {
+template <int NX, typename WT, typename XT, bool PAIR>
+static cudaError_t pick_unroll(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
     switch (cfk_cfg.gemv_unroll) {
-    case 2: return go<NX, 2, WT, XT>(st, g);
-    case 8: return go<NX, 8, WT, XT>(st, g);
-    default: return go<NX, 4, WT, XT>(st, g);
+    case 2: return go<NX, 2, WT, XT, PAIR>(st, g, blocks);
+    case 8: return go<NX, 8, WT, XT, PAIR>(st, g, blocks);
+    default: return go<NX, 4, WT, XT, PAIR>(st, g, blocks);
     }
 }
 
-template <typename WT, typename XT>
-static cudaError_t pick_rows(cudaStream_t st, const GemvArgs &g) {
-    if (g.n == 1) return pick_unroll<1, WT, XT>(st, g);
-    if (g.n == 2) return pick_unroll<2, WT, XT>(st, g);
-    if (g.n <= 4) return pick_unroll<4, WT, XT>(st, g);
-    return pick_unroll<8, WT, XT>(st, g);
+template <typename WT, typename XT, bool PAIR>
+static cudaError_t pick_rows(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
+    if (g.n == 1) return pick_unroll<1, WT, XT, PAIR>(st, g, blocks);
+    if (g.n == 2) return pick_unroll<2, WT, XT, PAIR>(st, g, blocks);
+    if (g.n <= 4) return pick_unroll<4, WT, XT, PAIR>(st, g, blocks);
+    return pick_unroll<8, WT, XT, PAIR>(st, g, blocks);
+}
+
+template <bool PAIR>
+static cudaError_t pick_types(cudaStream_t st, const GemvArgs &g, int64_t blocks, cf_dtype wdt, cf_dtype xdt) {
+    if (wdt == CF_BF16)
+        return xdt == CF_F32 ? pick_rows<__nv_bfloat16, float, PAIR>(st, g, blocks) : pick_rows<__nv_bfloat16, __nv_bfloat16, PAIR>(st, g, blocks);
+    return xdt == CF_F32 ? pick_rows<__half, float, PAIR>(st, g, blocks) : pick_rows<__half, __nv_bfloat16, PAIR>(st, g, blocks);
 }
 
 static bool aligned16(const void *p, int64_t stride_bytes) { return ((uintptr_t)p % 16) == 0 && stride_bytes % 16 == 0; }
 
-extern "C" cudaError_t cfk_gemv(cudaStream_t st, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
-    const int64_t k = x.cols, d = w.rows;
-    const bool vec = (w.dtype == CF_BF16 || w.dtype == CF_F16) && (x.dtype == CF_F32 || x.dtype == CF_BF16) && k % 8 == 0 &&
-                     aligned16(w.data, w.stride * 2) && aligned16(x.data, x.stride * (int64_t)(x.dtype == CF_F32 ? 4 : 2));
+extern "C" int cfk_gemv_vec_ok(cf_tensor x, cf_tensor w) {
+    return (w.dtype == CF_BF16 || w.dtype == CF_F16) && (x.dtype == CF_F32 || x.dtype == CF_BF16) && x.cols % 8 == 0 &&
+           aligned16(w.data, w.stride * 2) && aligned16(x.data, x.stride * (int64_t)(x.dtype == CF_F32 ? 4 : 2));
+}
+
+static Seg seg_of(const cfk_gemv_job *j, int s, int64_t r0, int n, int64_t block0) {
+    return Seg{j->w[s].data, j->w[s].stride, j->w[s].rows, block0, tv(cf_rows(j->out[s], r0, n)), tv(j->bias[s])};
+}
+
+extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
+    const cf_tensor x = j->x, w = j->w[0];
+    const int64_t k = x.cols;
+    const bool pair = j->glu_out.data != NULL;
+    int vec = cfk_gemv_vec_ok(x, w);
+    for (int s = 1; s < j->n_seg; s++) vec &= cfk_gemv_vec_ok(x, j->w[s]) && j->w[s].dtype == w.dtype;
+    if (!vec) {   /* the backend fuses only what the vector kernel takes */
+        if (j->n_seg != 1 || j->add.data) return cudaErrorInvalidValue;
+        for (int64_t r0 = 0; r0 < x.rows; r0 += 8) {
+            const int n = (int)(x.rows - r0 < 8 ? x.rows - r0 : 8);
+            cudaError_t e = launch(gemv_generic_kernel, dim3((unsigned)ceil_div(w.rows, 8)), dim3(256), 0, st, tv(cf_rows(x, r0, n)),
+                                   tv(w), tv(cf_rows(j->out[0], r0, n)), tv(j->bias[0]), n, k, w.rows);
+            if (e != cudaSuccess) return e;
+        }
+        return cudaSuccess;
+    }
+    int64_t rows = 0;
+    for (int s = 0; s < j->n_seg; s++) rows += j->w[s].rows;
     int wpr = 1;
-    while (wpr < 8 && d * wpr * 2 <= (int64_t)cfk_cfg.n_sm * 32 && k / 8 >= (int64_t)wpr * 64) wpr *= 2;
+    while (wpr < 8 && rows * wpr * 2 <= (int64_t)cfk_cfg.n_sm * 32 && k / 8 >= (int64_t)wpr * 64) wpr *= 2;
+    const int rpb = 8 / wpr;
     for (int64_t r0 = 0; r0 < x.rows; r0 += 8) {
         const int n = (int)(x.rows - r0 < 8 ? x.rows - r0 : 8);
-        cf_tensor xs = cf_rows(x, r0, n), os = cf_rows(out, r0, n);
-        cudaError_t e;
-        if (!vec) {
-            e = launch(gemv_generic_kernel, dim3((unsigned)ceil_div(d, 8)), dim3(256), 0, st, tv(xs), tv(w), tv(os), tv(bias), n, k, d);
-        } else {
-            GemvArgs g = {xs.data, xs.stride, w.data, w.stride, tv(os), tv(bias), n, wpr, k, d};
-            if (w.dtype == CF_BF16)
-                e = x.dtype == CF_F32 ? pick_rows<__nv_bfloat16, float>(st, g) : pick_rows<__nv_bfloat16, __nv_bfloat16>(st, g);
-            else
-                e = x.dtype == CF_F32 ? pick_rows<__half, float>(st, g) : pick_rows<__half, __nv_bfloat16>(st, g);
+        cf_tensor xs = cf_rows(x, r0, n);
+        GemvArgs g = {};
+        g.x = xs.data;
+        g.xstride = xs.stride;
+        g.k = k;
+        g.n = n;
+        g.wpr = wpr;
+        g.nseg = j->n_seg;
+        g.add_seg = j->add_seg;
+        g.act = (int)j->act;
+        int64_t blocks = 0;
+        Seg *segs[3] = {&g.s0, &g.s1, &g.s2};
+        for (int s = 0; s < j->n_seg; s++) {
+            *segs[s] = seg_of(j, s, r0, n, blocks);
+            if (!pair) blocks += ceil_div(j->w[s].rows, rpb);
         }
+        if (pair) blocks = ceil_div(w.rows, rpb);
+        if (j->add.data) g.add = tv(cf_rows(j->add, r0, n));
+        if (pair) g.glu = tv(cf_rows(j->glu_out, r0, n));
+        cudaError_t e = pair ? pick_types<true>(st, g, blocks, w.dtype, x.dtype) : pick_types<false>(st, g, blocks, w.dtype, x.dtype);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
