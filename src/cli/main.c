@@ -16,6 +16,8 @@ static const verb verbs[] = {
     {"logits", cf_cmd_logits, "write the logits of every prompt position to a file"},
     {"info", cf_cmd_info, "describe a model folder"},
     {"bench", cf_cmd_bench, "measure prefill and decode speed against the bandwidth roofline"},
+    {"tokenize", cf_cmd_tokenize, "print the token ids of a text"},
+    {"detokenize", cf_cmd_detokenize, "print the text of token ids"},
     {"chat-template", cf_cmd_chat_template, "render a model's chat template for a conversation"},
 };
 
@@ -25,7 +27,7 @@ static void usage(FILE *fp) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { usage(stderr); return 2; }
+    if (argc < 2) { fprintf(stderr, "cinfer: no verb given (see cinfer --help)\n"); return 2; }
     if (cf_is_help(argv[1])) { usage(stdout); return 0; }
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
         if (!strcmp(argv[1], verbs[i].name)) return verbs[i].fn(argc - 1, argv + 1);
