@@ -71,22 +71,24 @@ static cinfer_status read_file(const char *path, int optional, char **data, size
     return CINFER_OK;
 }
 
+static cinfer_status parse_text(const char *what, const char *data, size_t len, cJSON **out, cinfer_error *err) {
+    const char *end = NULL;
+    *out = cJSON_ParseWithLengthOpts(data, len, &end, 0);
+    if (*out) return CINFER_OK;
+    size_t at = end && end >= data && end <= data + len ? (size_t)(end - data) : 0, line = 1;
+    for (size_t i = 0; i < at; i++) line += data[i] == '\n';
+    return cf_fail(err, CINFER_E_FORMAT, "%s: malformed JSON near line %zu (byte %zu)", what, line, at);
+}
+
 static cinfer_status parse_json(const char *path, int optional, cJSON **out, cinfer_error *err) {
     char *data;
     size_t len;
     *out = NULL;
     CF_TRY(read_file(path, optional, &data, &len, err));
     if (!data) return CINFER_OK;
-    const char *end = NULL;
-    *out = cJSON_ParseWithLengthOpts(data, len, &end, 0);
-    if (!*out) {
-        size_t at = end && end >= data && end <= data + len ? (size_t)(end - data) : 0, line = 1;
-        for (size_t i = 0; i < at; i++) line += data[i] == '\n';
-        free(data);
-        return cf_fail(err, CINFER_E_FORMAT, "%s: malformed JSON near line %zu (byte %zu)", path, line, at);
-    }
+    cinfer_status st = parse_text(path, data, len, out, err);
     free(data);
-    return CINFER_OK;
+    return st;
 }
 
 static char *xstrdup(const char *s) {
@@ -234,6 +236,28 @@ static cinfer_status build(cf_tokenizer *tok, const cJSON *root, cinfer_error *e
     return oom ? cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer") : CINFER_OK;
 }
 
+static cinfer_status from_json(const cJSON *root, cf_tokenizer **out, cinfer_error *err) {
+    cf_tokenizer *tok = calloc(1, sizeof *tok);
+    if (!tok) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading a tokenizer");
+    tok->bos_id = -1;
+    cinfer_status st = build(tok, root, err);
+    if (st) {
+        cf_tokenizer_free(tok);
+        return st;
+    }
+    *out = tok;
+    return CINFER_OK;
+}
+
+cinfer_status cf_tokenizer_load_json(const char *json, size_t len, cf_tokenizer **out, cinfer_error *err) {
+    *out = NULL;
+    cJSON *root;
+    CF_TRY(parse_text("tokenizer.json", json, len, &root, err));
+    cinfer_status st = from_json(root, out, err);
+    cJSON_Delete(root);
+    return st;
+}
+
 cinfer_status cf_tokenizer_load(const char *dir, cf_tokenizer **out, cinfer_error *err) {
     *out = NULL;
     char path[4096];
@@ -241,19 +265,10 @@ cinfer_status cf_tokenizer_load(const char *dir, cf_tokenizer **out, cinfer_erro
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "tokenizer directory path is too long");
     cJSON *root;
     CF_TRY(parse_json(path, 0, &root, err));
-    cf_tokenizer *tok = calloc(1, sizeof *tok);
-    if (!tok) {
-        cJSON_Delete(root);
-        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading %s", path);
-    }
-    tok->bos_id = -1;
-    cinfer_status st = build(tok, root, err);
+    cf_tokenizer *tok = NULL;
+    cinfer_status st = from_json(root, &tok, err);
     cJSON_Delete(root);
-    if (st) {
-        cf_wrap(err, st, "%s", path);
-        cf_tokenizer_free(tok);
-        return st;
-    }
+    if (st) return cf_wrap(err, st, "%s", path);
     st = load_special_config(tok, dir, err);
     if (st) {
         cf_tokenizer_free(tok);

@@ -27,6 +27,9 @@ enum {
  * generation_config's bos_token_id. EOS ids: the eos_token of tokenizer_config (or
  * special_tokens_map) followed by generation_config's eos_token_id (an int or a list). */
 cinfer_status cf_tokenizer_load(const char *dir, cf_tokenizer **out, cinfer_error *err);
+/* Builds a tokenizer from the text of a tokenizer.json alone (no configuration files, so no BOS or
+ * EOS unless the caller looks them up). */
+cinfer_status cf_tokenizer_load_json(const char *json, size_t len, cf_tokenizer **out, cinfer_error *err);
 void cf_tokenizer_free(cf_tokenizer *tok);
 
 /* Encodes len bytes of text as HF tokenizers' Tokenizer.encode (0.23): flags CF_TOK_ADD_SPECIAL |
