@@ -1,6 +1,8 @@
 # Thin wrapper over CMake. `make demo` and `make test` install missing Debian packages first.
 BUILD ?= build
 JOBS ?= $(shell nproc)
+# OpenMP threads wait passively: tests run side by side on few cores (see src/cli/main.c)
+export OMP_WAIT_POLICY ?= passive
 CMAKE_FLAGS ?=
 
 .PHONY: all setup configure build demo test asan clean
