@@ -161,11 +161,11 @@ int cf_cmd_bench(int argc, char **argv) {
     {
         double prefill = median(pre, (int)reps), decode = median(dec, (int)reps);
         /* bytes per decoded token: all weights but the embedding gather, plus the average KV cache read */
-        double kv_avg = (double)cf_hparams_kv_bytes_per_token(hp, cf_dtype_size(m->be->act_dtype)) * (n_prompt + n_gen / 2.0);
+        double kv_avg = (double)cf_hparams_kv_read_bytes(hp, n_prompt + n_gen / 2, cf_dtype_size(m->be->act_dtype));
         double bytes = (double)m->decode_bytes + kv_avg;
         double roof = bw * 1e9 / bytes;
         /* 2 flops per weight used per token: everything but the embedding gather */
-        double used_params = (double)cf_hparams_n_params(hp) - (hp->tied ? 0.0 : (double)hp->vocab * hp->dim);
+        double used_params = (double)cf_hparams_active_params(hp);
         double prefill_gflops = prefill * 2.0 * used_params / 1e9;
         if (json) {
             printf("{\"model\":\"%s\",\"arch\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"params\":%lld,\"weight_dtype\":\"%s\","
