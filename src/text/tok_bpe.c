@@ -2,7 +2,6 @@
  * lowest-ranked adjacent pair first, leftmost among equals) run with a binary heap over a linked list
  * of symbols, so a word of n characters costs O(n log n). Supports byte_fallback, unk_token with
  * fuse_unk, ignore_merges, continuing_subword_prefix and end_of_word_suffix. */
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,32 +91,71 @@ static char *opt_str(const cJSON *model, const char *key, size_t *len) {
     return d;
 }
 
-static cinfer_status load_vocab(tk_bpe *b, const cJSON *vocab, cinfer_error *err) {
-    if (!cJSON_IsObject(vocab)) return cf_fail(err, CINFER_E_FORMAT, "BPE model without a \"vocab\" object");
-    size_t n = (size_t)cJSON_GetArraySize(vocab);
-    if (tk_strmap_init(&b->vocab, n)) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the vocabulary");
+static cinfer_status bad_json(const char *what, cinfer_error *err) {
+    return cf_fail(err, CINFER_E_FORMAT, "model \"%s\" is malformed JSON", what);
+}
+
+/* {"token": id, ...} */
+static cinfer_status load_vocab(tk_bpe *b, const char *p, const char *end, cinfer_error *err) {
+    if (!p) return cf_fail(err, CINFER_E_FORMAT, "BPE model without a \"vocab\" object");
+    p = tk_json_ws(p, end);
+    if (p >= end || *p != '{') return cf_fail(err, CINFER_E_FORMAT, "BPE model \"vocab\" is not an object");
+    /* first pass: count entries and find the largest id */
+    tk_buf key = {0};
+    size_t count = 0;
     b->max_id = -1;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, vocab) {
-        double d = it->valuedouble;
-        if (!cJSON_IsNumber(it) || d < 0 || d > INT32_MAX - 1 || d != floor(d))
-            return cf_fail(err, CINFER_E_FORMAT, "vocab entry \"%.60s\" has no valid id", it->string);
-        if ((int32_t)d > b->max_id) b->max_id = (int32_t)d;
+    for (int pass = 0; pass < 2; pass++) {
+        const char *q = tk_json_ws(p + 1, end);
+        if (pass == 1) {
+            size_t ids = (size_t)b->max_id + 1;
+            b->tok_off = malloc((ids ? ids : 1) * sizeof *b->tok_off);
+            b->tok_len = malloc((ids ? ids : 1) * sizeof *b->tok_len);
+            if (!b->tok_off || !b->tok_len || tk_strmap_init(&b->vocab, count)) {
+                tk_buf_free(&key);
+                return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the vocabulary");
+            }
+            for (size_t i = 0; i < ids; i++) b->tok_off[i] = SIZE_MAX;
+        }
+        if (q < end && *q == '}') break;
+        for (;;) {
+            q = tk_json_string(tk_json_ws(q, end), end, pass ? &key : NULL);
+            if (q) q = tk_json_ws(q, end);
+            if (!q || q >= end || *q++ != ':') {
+                tk_buf_free(&key);
+                return key.oom ? cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the vocabulary")
+                               : bad_json("vocab", err);
+            }
+            q = tk_json_ws(q, end);
+            int64_t id = 0;
+            const char *d = q;
+            while (q < end && *q >= '0' && *q <= '9' && id <= INT32_MAX) id = id * 10 + (*q++ - '0');
+            if (q == d || id > INT32_MAX - 1 || (q < end && strchr(".eE", *q))) {
+                tk_buf_free(&key);
+                return cf_fail(err, CINFER_E_FORMAT, "vocab entry %zu has no valid id", count + 1);
+            }
+            if (pass == 0) {
+                count++;
+                if (id > b->max_id) b->max_id = (int32_t)id;
+            } else {
+                b->tok_off[id] = b->strs.n;
+                b->tok_len[id] = (uint32_t)key.n;
+                tk_buf_put(&b->strs, key.p ? key.p : "", key.n);
+                if (b->strs.oom || tk_strmap_put(&b->vocab, key.p ? key.p : "", key.n, id)) {
+                    tk_buf_free(&key);
+                    return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the vocabulary");
+                }
+            }
+            q = tk_json_ws(q, end);
+            if (q < end && *q == '}') break;
+            if (q >= end || *q++ != ',') {
+                tk_buf_free(&key);
+                return bad_json("vocab", err);
+            }
+        }
     }
-    size_t ids = (size_t)b->max_id + 1;
-    b->tok_off = malloc((ids ? ids : 1) * sizeof *b->tok_off);
-    b->tok_len = malloc((ids ? ids : 1) * sizeof *b->tok_len);
-    if (!b->tok_off || !b->tok_len) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the vocabulary");
-    for (size_t i = 0; i < ids; i++) b->tok_off[i] = SIZE_MAX;
-    cJSON_ArrayForEach(it, vocab) {
-        int32_t id = (int32_t)it->valuedouble;
-        size_t len = strlen(it->string);
-        b->tok_off[id] = b->strs.n;
-        b->tok_len[id] = (uint32_t)len;
-        tk_buf_put(&b->strs, it->string, len);
-        if (b->strs.oom || tk_strmap_put(&b->vocab, it->string, len, id))
-            return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the vocabulary");
-    }
+    tk_buf_free(&key);
+    if (!b->vocab.slots && tk_strmap_init(&b->vocab, 1))
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the vocabulary");
     b->vocab_len = b->vocab.count;
     return CINFER_OK;
 }
@@ -126,7 +164,7 @@ static cinfer_status add_merge(tk_bpe *b, const char *l, size_t ll, const char *
                                tk_buf *tmp, cinfer_error *err) {
     int32_t a = tk_bpe_id(b, l, ll), c = tk_bpe_id(b, r, rl);
     if (a < 0 || c < 0)
-        return cf_fail(err, CINFER_E_FORMAT, "merge %u: token \"%.*s\" is not in the vocabulary", rank,
+        return cf_fail(err, CINFER_E_FORMAT, "merge %u: token \"%.*s\" is not in the vocabulary", rank + 1,
                        (int)(a < 0 ? ll : rl), a < 0 ? l : r);
     size_t skip = b->prefix_len <= rl ? b->prefix_len : rl; /* HF drops the prefix length from the right part */
     tmp->n = 0;
@@ -135,47 +173,73 @@ static cinfer_status add_merge(tk_bpe *b, const char *l, size_t ll, const char *
     if (tmp->oom) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading merges");
     int32_t m = tk_bpe_id(b, tmp->p, tmp->n);
     if (m < 0)
-        return cf_fail(err, CINFER_E_FORMAT, "merge %u: merged token \"%.*s\" is not in the vocabulary", rank,
+        return cf_fail(err, CINFER_E_FORMAT, "merge %u: merged token \"%.*s\" is not in the vocabulary", rank + 1,
                        (int)tmp->n, tmp->p);
     if (tk_u64map_put(&b->merges, (uint64_t)a << 32 | (uint32_t)c, (uint64_t)rank << 32 | (uint32_t)m))
         return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading merges");
     return CINFER_OK;
 }
 
-static cinfer_status load_merges(tk_bpe *b, const cJSON *merges, cinfer_error *err) {
-    if (!cJSON_IsArray(merges)) return cf_fail(err, CINFER_E_FORMAT, "BPE model without a \"merges\" array");
-    if (tk_u64map_init(&b->merges, (size_t)cJSON_GetArraySize(merges)))
+/* ["a b", ...] or [["a", "b"], ...] */
+static cinfer_status load_merges(tk_bpe *b, const char *p, const char *end, cinfer_error *err) {
+    if (!p) return cf_fail(err, CINFER_E_FORMAT, "BPE model without a \"merges\" array");
+    p = tk_json_ws(p, end);
+    if (p >= end || *p != '[') return cf_fail(err, CINFER_E_FORMAT, "BPE model \"merges\" is not an array");
+    size_t approx = 0;
+    for (const char *q = p; q < end; q++) approx += *q == '"';
+    if (tk_u64map_init(&b->merges, approx / 2 + 1))
         return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading merges");
-    tk_buf tmp = {0};
+    tk_buf l = {0}, r = {0}, tmp = {0};
     cinfer_status st = CINFER_OK;
     uint32_t rank = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, merges) {
-        if (cJSON_IsString(it)) {
-            const char *s = it->valuestring;
-            if (strncmp(s, "#version", 8) == 0) continue;
-            const char *sp = strchr(s, ' ');
-            if (!sp || strchr(sp + 1, ' ')) {
+    const char *q = tk_json_ws(p + 1, end);
+    if (q < end && *q == ']') q = NULL;
+    while (q && !st) {
+        q = tk_json_ws(q, end);
+        if (q < end && *q == '"') {
+            q = tk_json_string(q, end, &l);
+            if (!q) break;
+            int version = l.n >= 8 && memcmp(l.p, "#version", 8) == 0; /* a merges.txt header line */
+            const char *sp = l.n ? memchr(l.p, ' ', l.n) : NULL;
+            if (!version && (!sp || memchr(sp + 1, ' ', l.n - (size_t)(sp + 1 - l.p)))) {
                 st = cf_fail(err, CINFER_E_FORMAT, "merge %u (\"%.60s\") is not two tokens separated by one space",
-                             rank + 1, s);
+                             rank + 1, l.p ? l.p : "");
                 break;
             }
-            st = add_merge(b, s, (size_t)(sp - s), sp + 1, strlen(sp + 1), rank, &tmp, err);
-        } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
-                   cJSON_IsString(cJSON_GetArrayItem(it, 1))) {
-            const char *l = cJSON_GetArrayItem(it, 0)->valuestring, *r = cJSON_GetArrayItem(it, 1)->valuestring;
-            st = add_merge(b, l, strlen(l), r, strlen(r), rank, &tmp, err);
+            if (!version)
+                st = add_merge(b, l.p, (size_t)(sp - l.p), sp + 1, l.n - (size_t)(sp + 1 - l.p), rank++, &tmp, err);
+        } else if (q < end && *q == '[') {
+            q = tk_json_string(tk_json_ws(q + 1, end), end, &l);
+            if (q) q = tk_json_ws(q, end);
+            if (!q || q >= end || *q++ != ',') {
+                st = cf_fail(err, CINFER_E_FORMAT, "merge %u is neither \"a b\" nor [\"a\", \"b\"]", rank + 1);
+                break;
+            }
+            q = tk_json_string(tk_json_ws(q, end), end, &r);
+            if (q) q = tk_json_ws(q, end);
+            if (!q || q >= end || *q++ != ']') {
+                st = cf_fail(err, CINFER_E_FORMAT, "merge %u is neither \"a b\" nor [\"a\", \"b\"]", rank + 1);
+                break;
+            }
+            st = add_merge(b, l.p ? l.p : "", l.n, r.p ? r.p : "", r.n, rank++, &tmp, err);
         } else {
             st = cf_fail(err, CINFER_E_FORMAT, "merge %u is neither \"a b\" nor [\"a\", \"b\"]", rank + 1);
+            break;
         }
-        if (st) break;
-        rank++;
+        q = tk_json_ws(q, end);
+        if (q < end && *q == ']') break;
+        if (q >= end || *q++ != ',') q = NULL;
     }
+    if (!st && !q) st = l.oom || r.oom ? cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading merges")
+                                       : bad_json("merges", err);
+    tk_buf_free(&l);
+    tk_buf_free(&r);
     tk_buf_free(&tmp);
     return st;
 }
 
-cinfer_status tk_bpe_load(const cJSON *model, tk_bpe **out, cinfer_error *err) {
+cinfer_status tk_bpe_load(const cJSON *model, const char *vocab, const char *vocab_end, const char *merges,
+                          const char *merges_end, tk_bpe **out, cinfer_error *err) {
     *out = NULL;
     const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
     if (cJSON_IsNumber(dropout) && dropout->valuedouble != 0.0)
@@ -192,8 +256,8 @@ cinfer_status tk_bpe_load(const cJSON *model, tk_bpe **out, cinfer_error *err) {
     b->byte_fallback = tk_json_bool(model, "byte_fallback", 0);
     b->fuse_unk = tk_json_bool(model, "fuse_unk", 0);
     b->ignore_merges = tk_json_bool(model, "ignore_merges", 0);
-    cinfer_status st = load_vocab(b, cJSON_GetObjectItemCaseSensitive(model, "vocab"), err);
-    if (!st) st = load_merges(b, cJSON_GetObjectItemCaseSensitive(model, "merges"), err);
+    cinfer_status st = load_vocab(b, vocab, vocab_end, err);
+    if (!st) st = load_merges(b, merges, merges_end, err);
     b->unk_id = -1;
     const char *unk = tk_json_str(model, "unk_token");
     if (!st && unk) {
@@ -209,7 +273,7 @@ cinfer_status tk_bpe_load(const cJSON *model, tk_bpe **out, cinfer_error *err) {
         b->char_id = malloc(0x10000 * sizeof *b->char_id);
         if (!b->char_id) st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer");
         for (int32_t i = 0; !st && i < 0x10000; i++) b->char_id[i] = -1;
-        if (!st && tk_u64map_init(&b->bigrams, b->vocab_len * 4))
+        if (!st && tk_u64map_init(&b->bigrams, 4096))
             st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer");
         for (int32_t id = 0; !st && id <= b->max_id; id++) {
             size_t len;

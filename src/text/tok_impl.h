@@ -144,7 +144,10 @@ void tk_post_apply(const tk_post *p, int add_special, const int32_t *ids, size_t
 /* ---- BPE model ---- */
 
 typedef struct tk_bpe tk_bpe;
-cinfer_status tk_bpe_load(const cJSON *model, tk_bpe **out, cinfer_error *err);
+/* model: the "model" object with its "vocab" and "merges" left out; their JSON text is given
+ * separately (vocab NULL when the file has none, likewise merges). */
+cinfer_status tk_bpe_load(const cJSON *model, const char *vocab, const char *vocab_end, const char *merges,
+                          const char *merges_end, tk_bpe **out, cinfer_error *err);
 void tk_bpe_free(tk_bpe *b);
 size_t tk_bpe_vocab_len(const tk_bpe *b); /* entries in the vocab (HF get_vocab_size) */
 int32_t tk_bpe_id(const tk_bpe *b, const char *s, size_t n);
@@ -189,6 +192,16 @@ void tk_added_split(const tk_added *a, int normalized, int skip_special, const c
                     tk_pieces *out);
 
 /* ---- JSON helpers ---- */
+
+/* In-place scanning of JSON text (tok_json.c). Each returns the position after what it read, or
+ * NULL when the text is malformed there. */
+const char *tk_json_ws(const char *p, const char *end);
+const char *tk_json_skip(const char *p, const char *end); /* one value */
+/* Decodes the string at p (its opening quote) into out (reset first; NULL to only skip it). */
+const char *tk_json_string(const char *p, const char *end, tk_buf *out);
+/* Finds the member key of the object at obj: 1 with the value's text in [*v, *vend), 0 when absent,
+ * -1 when malformed. */
+int tk_json_member(const char *obj, const char *end, const char *key, const char **v, const char **vend);
 
 /* String member or NULL. */
 const char *tk_json_str(const cJSON *o, const char *key);

@@ -53,16 +53,23 @@ static cinfer_status read_file(const char *path, int optional, char **data, size
         return cf_fail(err, CINFER_E_IO, "%s: %s", path, strerror(errno));
     }
     tk_buf b = {0};
-    char chunk[65536];
-    size_t k;
-    while ((k = fread(chunk, 1, sizeof chunk, f)) > 0) tk_buf_put(&b, chunk, k);
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    rewind(f);
+    tk_buf_reserve(&b, size > 0 ? (size_t)size + 1 : 65536); /* + 1: the read that sees the end needs room */
+    while (!b.oom) {
+        if (b.cap - b.n - 1 == 0 && tk_buf_reserve(&b, 65536)) break;
+        size_t k = fread(b.p + b.n, 1, b.cap - b.n - 1, f);
+        if (k == 0) break;
+        b.n += k;
+        b.p[b.n] = 0;
+    }
     int bad = ferror(f);
     fclose(f);
     if (bad) {
         tk_buf_free(&b);
         return cf_fail(err, CINFER_E_IO, "%s: read error", path);
     }
-    if (b.oom || tk_buf_reserve(&b, 0)) {
+    if (b.oom) {
         tk_buf_free(&b);
         return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "%s: out of memory reading the file", path);
     }
@@ -71,13 +78,13 @@ static cinfer_status read_file(const char *path, int optional, char **data, size
     return CINFER_OK;
 }
 
-static cinfer_status parse_text(const char *what, const char *data, size_t len, cJSON **out, cinfer_error *err) {
+static cinfer_status parse_text(const char *data, size_t len, cJSON **out, cinfer_error *err) {
     const char *end = NULL;
     *out = cJSON_ParseWithLengthOpts(data, len, &end, 0);
     if (*out) return CINFER_OK;
     size_t at = end && end >= data && end <= data + len ? (size_t)(end - data) : 0, line = 1;
     for (size_t i = 0; i < at; i++) line += data[i] == '\n';
-    return cf_fail(err, CINFER_E_FORMAT, "%s: malformed JSON near line %zu (byte %zu)", what, line, at);
+    return cf_fail(err, CINFER_E_FORMAT, "malformed JSON near line %zu (byte %zu)", line, at);
 }
 
 static cinfer_status parse_json(const char *path, int optional, cJSON **out, cinfer_error *err) {
@@ -86,9 +93,9 @@ static cinfer_status parse_json(const char *path, int optional, cJSON **out, cin
     *out = NULL;
     CF_TRY(read_file(path, optional, &data, &len, err));
     if (!data) return CINFER_OK;
-    cinfer_status st = parse_text(path, data, len, out, err);
+    cinfer_status st = parse_text(data, len, out, err);
     free(data);
-    return st;
+    return st ? cf_wrap(err, st, "%s", path) : st;
 }
 
 static char *xstrdup(const char *s) {
@@ -189,7 +196,12 @@ static cinfer_status load_special_config(cf_tokenizer *tok, const char *dir, cin
     return st;
 }
 
-static cinfer_status build(cf_tokenizer *tok, const cJSON *root, cinfer_error *err) {
+/* The raw JSON of the model's vocab and merges, which tk_bpe_load reads in place. */
+typedef struct bulk {
+    const char *vocab, *vocab_end, *merges, *merges_end;
+} bulk;
+
+static cinfer_status build(cf_tokenizer *tok, const cJSON *root, const bulk *bk, cinfer_error *err) {
     const char *version = tk_json_str(root, "version");
     if (version && strcmp(version, "1.0") != 0)
         return cf_fail(err, CINFER_E_UNSUPPORTED, "tokenizer.json version %s is not supported (expected 1.0)", version);
@@ -200,7 +212,7 @@ static cinfer_status build(cf_tokenizer *tok, const cJSON *root, cinfer_error *e
         return cf_fail(err, CINFER_E_UNSUPPORTED, "tokenizer model type %s is not supported (only BPE is)", type);
     if (!type && !cJSON_GetObjectItemCaseSensitive(model, "merges"))
         return cf_fail(err, CINFER_E_UNSUPPORTED, "tokenizer model without a type and without merges: only BPE is supported");
-    CF_TRY(tk_bpe_load(model, &tok->model, err));
+    CF_TRY(tk_bpe_load(model, bk->vocab, bk->vocab_end, bk->merges, bk->merges_end, &tok->model, err));
     const cJSON *c;
     if ((c = cJSON_GetObjectItemCaseSensitive(root, "normalizer")) && !cJSON_IsNull(c))
         CF_TRY(tk_normalizer_parse(c, &tok->norm, err));
@@ -236,11 +248,47 @@ static cinfer_status build(cf_tokenizer *tok, const cJSON *root, cinfer_error *e
     return oom ? cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer") : CINFER_OK;
 }
 
-static cinfer_status from_json(const cJSON *root, cf_tokenizer **out, cinfer_error *err) {
+/* Parses tokenizer.json text: the model's "vocab" and "merges" are located and read in place, and
+ * the rest, with those two replaced by empty values, goes through cJSON. */
+static cinfer_status from_text(const char *text, size_t len, cf_tokenizer **out, cinfer_error *err) {
+    *out = NULL;
+    const char *end = text + len, *model = NULL, *model_end = NULL;
+    bulk bk = {NULL, NULL, NULL, NULL};
+    if (tk_utf8_valid_prefix(text, len) != len)
+        return cf_fail(err, CINFER_E_FORMAT, "not UTF-8 (byte %zu)", tk_utf8_valid_prefix(text, len));
+    if (tk_json_member(text, end, "model", &model, &model_end) == 1) {
+        tk_json_member(model, model_end, "vocab", &bk.vocab, &bk.vocab_end);
+        tk_json_member(model, model_end, "merges", &bk.merges, &bk.merges_end);
+    }
+    /* the text with the two spans (in file order) replaced by {} and [] */
+    const char *cut[2][2] = {{bk.vocab, bk.vocab_end}, {bk.merges, bk.merges_end}};
+    const char *fill[2] = {"{}", "[]"};
+    int first = bk.vocab && bk.merges && bk.merges < bk.vocab;
+    tk_buf small = {0};
+    const char *at = text;
+    for (int k = 0; k < 2; k++) {
+        int i = k ^ first;
+        if (!cut[i][0]) continue;
+        tk_buf_put(&small, at, (size_t)(cut[i][0] - at));
+        tk_buf_put(&small, fill[i], 2);
+        at = cut[i][1];
+    }
+    tk_buf_put(&small, at, (size_t)(end - at));
+    if (small.oom) {
+        tk_buf_free(&small);
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading a tokenizer");
+    }
+    cJSON *root;
+    cinfer_status st = parse_text(small.p, small.n, &root, err);
+    tk_buf_free(&small);
+    if (st) return st;
     cf_tokenizer *tok = calloc(1, sizeof *tok);
-    if (!tok) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading a tokenizer");
-    tok->bos_id = -1;
-    cinfer_status st = build(tok, root, err);
+    if (!tok) st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading a tokenizer");
+    else {
+        tok->bos_id = -1;
+        st = build(tok, root, &bk, err);
+    }
+    cJSON_Delete(root);
     if (st) {
         cf_tokenizer_free(tok);
         return st;
@@ -250,12 +298,7 @@ static cinfer_status from_json(const cJSON *root, cf_tokenizer **out, cinfer_err
 }
 
 cinfer_status cf_tokenizer_load_json(const char *json, size_t len, cf_tokenizer **out, cinfer_error *err) {
-    *out = NULL;
-    cJSON *root;
-    CF_TRY(parse_text("tokenizer.json", json, len, &root, err));
-    cinfer_status st = from_json(root, out, err);
-    cJSON_Delete(root);
-    return st;
+    return from_text(json, len, out, err);
 }
 
 cinfer_status cf_tokenizer_load(const char *dir, cf_tokenizer **out, cinfer_error *err) {
@@ -263,11 +306,12 @@ cinfer_status cf_tokenizer_load(const char *dir, cf_tokenizer **out, cinfer_erro
     char path[4096];
     if (snprintf(path, sizeof path, "%s/tokenizer.json", dir) >= (int)sizeof path)
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "tokenizer directory path is too long");
-    cJSON *root;
-    CF_TRY(parse_json(path, 0, &root, err));
+    char *text;
+    size_t len;
+    CF_TRY(read_file(path, 0, &text, &len, err));
     cf_tokenizer *tok = NULL;
-    cinfer_status st = from_json(root, &tok, err);
-    cJSON_Delete(root);
+    cinfer_status st = from_text(text, len, &tok, err);
+    free(text);
     if (st) return cf_wrap(err, st, "%s", path);
     st = load_special_config(tok, dir, err);
     if (st) {

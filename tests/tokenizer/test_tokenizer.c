@@ -75,6 +75,14 @@ static void errors(void) {
                       CINFER_E_FORMAT, "merge 1");
     expect_load_error("dropout", "{\"model\":{\"type\":\"BPE\",\"dropout\":0.1,\"vocab\":{},\"merges\":[]}}",
                       CINFER_E_UNSUPPORTED, "dropout");
+    expect_load_error("fraction_id", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":1.5},\"merges\":[]}}",
+                      CINFER_E_FORMAT, "no valid id");
+    expect_load_error("short_pair", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[[\"a\"]]}}",
+                      CINFER_E_FORMAT, "merge 1");
+    expect_load_error("not_utf8", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"\xff\":0},\"merges\":[]}}",
+                      CINFER_E_FORMAT, "not UTF-8");
+    expect_load_error("bad_escape", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"\\ud800\":0},\"merges\":[]}}",
+                      CINFER_E_FORMAT, "malformed JSON");
     snprintf(dir, sizeof dir, "%s/badcfg", tmp);
     snprintf(buf, sizeof buf, "{\"model\":%s}", MINI_BPE);
     write_file(dir, "tokenizer.json", buf);
@@ -150,6 +158,24 @@ static void invalid_utf8(void) {
                  len == 3 && memcmp(text, "\xEF\xBF\xBD", 3) == 0,
              "a lone byte 0xC3 must decode to U+FFFD");
     if (id >= 0 && len) free(text);
+    cf_tokenizer_free(tok);
+}
+
+/* Vocabulary strings keep U+0000 (cJSON would cut them there). */
+static void nul_in_vocab(void) {
+    static const char json[] = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"\\u0000\":1,\"b\":2,\"a\\u0000\":3,"
+                               "\"a\\u0000b\":4},\"merges\":[[\"a\",\"\\u0000\"],[\"a\\u0000\",\"b\"]]}}";
+    cf_tokenizer *tok;
+    cinfer_error err = {0};
+    if (cf_tokenizer_load_json(json, sizeof json - 1, &tok, &err)) {
+        tt_check(0, "NUL vocabulary: %s", err.message);
+        return;
+    }
+    int32_t *ids;
+    size_t n;
+    tt_check(cf_tokenizer_encode(tok, "a\0b\0", 4, 0, &ids, &n, NULL) == CINFER_OK && n == 2 && ids[0] == 4 && ids[1] == 1,
+             "\"a\\0b\\0\" should merge to ids 4 1");
+    free(ids);
     cf_tokenizer_free(tok);
 }
 
@@ -292,6 +318,7 @@ int main(int argc, char **argv) {
     tmp = argv[2];
     errors();
     invalid_utf8();
+    nul_in_vocab();
     special_config();
     lookups();
     long_word();
