@@ -302,6 +302,9 @@ static cinfer_status cuda_upload_weight(cf_backend *be, const void *host, cf_dty
             dev_free(b, p);
             return report(b, err);
         }
+        /* the GEMV kernel prefetches weights before waiting for the kernel ahead of it (k_gemv.cuh): no
+         * kernel that writes a weight may run right before one that reads it */
+        if (e == cudaSuccess) e = cudaStreamSynchronize(b->stream);
     }
     if (e != cudaSuccess) {
         dev_free(b, p);
@@ -437,7 +440,17 @@ static void cuda_add(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor c) {
 static void cuda_mul(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor c) { ew(CB(be), CFK_MUL, out, a, c, 0, "mul"); }
 static void cuda_scale(cf_backend *be, cf_tensor x, float s) { ew(CB(be), CFK_SCALE, x, x, x, s, "scale"); }
 static void cuda_softcap(cf_backend *be, cf_tensor x, float cap) { ew(CB(be), CFK_SOFTCAP, x, x, x, cap, "softcap"); }
-static void cuda_copy(cf_backend *be, cf_tensor dst, cf_tensor src) { ew(CB(be), CFK_COPY, dst, src, src, 0, "copy"); }
+static void cuda_copy(cf_backend *be, cf_tensor dst, cf_tensor src) {
+    cuda_backend *b = CB(be);
+    if (dst.dtype != src.dtype || empty(dst)) {
+        ew(b, CFK_COPY, dst, src, src, 0, "copy");
+        return;
+    }
+    flush(b);   /* same type: the copy engine's rate */
+    size_t es = cf_dtype_size(dst.dtype);
+    check(b, cudaMemcpy2DAsync(dst.data, (size_t)dst.stride * es, src.data, (size_t)src.stride * es, (size_t)dst.cols * es, (size_t)dst.rows,
+                               cudaMemcpyDeviceToDevice, b->stream), "copy");
+}
 static void cuda_glu(cf_backend *be, cf_tensor out, cf_tensor gate, cf_tensor up, cf_act act) {
     if (cfk_cfg.fuse && pend_glu(CB(be), out, gate, up, act)) return;
     ew(CB(be), act == CF_ACT_SILU ? CFK_GLU_SILU : CFK_GLU_GELU, out, gate, up, 0, "glu");
@@ -683,7 +696,9 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
 
 void cf_cuda_fill_random(cf_backend *be, cf_tensor t, uint64_t seed, float scale) {
     flush(CB(be));
-    if (!empty(t)) check(CB(be), cfk_fill_random(CB(be)->stream, t, seed, scale), "fill_random");
+    if (empty(t)) return;
+    check(CB(be), cfk_fill_random(CB(be)->stream, t, seed, scale), "fill_random");
+    check(CB(be), cudaStreamSynchronize(CB(be)->stream), "fill_random");   /* it may fill weights: see upload_weight */
 }
 
 cinfer_status cf_cuda_memcpy_bandwidth(cf_backend *be, size_t bytes, int reps, double *gb_s, cinfer_error *err) {

@@ -1,0 +1,205 @@
+/* k_gemv.cuh: out[n, d] = x[n, k] . w[d, k]^T (+ bias) for few activation rows (decode), where the
+ * product is bound by streaming the weights. Each weight row is read once with 16-byte loads that skip
+ * L1 (U of them in flight per lane, the first batch issued before waiting for the previous kernel), and
+ * used for all n activation rows (read through L1). One warp, or wpr warps splitting k when the rows
+ * are too few to fill the GPU, per weight row; f32 accumulation.
+ *
+ * One launch serves a cfk_gemv_job: up to 3 products sharing x (q, k, v) as consecutive block ranges,
+ * with an optional residual add of one product's result (o_proj/down_proj + residual), or two products
+ * paired row by row (gate, up: each warp streams row j of both, as one row of length 2k) finished by the
+ * GLU. Unaligned shapes and f32 weights take a plain scalar kernel, one product per launch.
+ *
+ * The weight prefetch before griddepcontrol.wait assumes weights are not written by the kernel that runs
+ * right before (true of weights: uploaded once; the backend synchronizes after a kernel writes one). */
+#ifndef CF_BACKEND_CUDA_K_GEMV_CUH
+#define CF_BACKEND_CUDA_K_GEMV_CUH
+
+#include <type_traits>
+#include "backend/cuda/k_common.cuh"
+
+struct Seg {
+    const void *w;
+    int64_t wstride, d, block0;
+    TV out, bias;
+};
+
+struct GemvArgs {
+    const void *x;
+    int64_t xstride, k;
+    int n, wpr, nseg, add_seg, act;
+    Seg s0, s1, s2;
+    TV add, glu;   /* .p NULL: none */
+};
+
+__device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void unpack(uint4 v, float f[8], __nv_bfloat16) {
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(u[i] << 16);
+        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+}
+
+__device__ __forceinline__ void unpack(uint4 v, float f[8], __half) {
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        __half2 h = *reinterpret_cast<const __half2 *>(&u[i]);
+        float2 t = __half22float2(h);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
+__device__ __forceinline__ void load8(const float *p, float f[8]) {
+    float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
+    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+    f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+
+__device__ __forceinline__ void load8(const __nv_bfloat16 *p, float f[8]) {
+    unpack(*reinterpret_cast<const uint4 *>(p), f, __nv_bfloat16());
+}
+
+__device__ __forceinline__ float act_fn(int act, float g) {
+    if (act == CF_ACT_SILU) return g / (1.0f + expf(-g));
+    const float k0 = 0.7978845608028654f;
+    return 0.5f * g * (1.0f + tanhf(k0 * (g + 0.044715f * g * g * g)));
+}
+
+template <int NX, int U, typename WT, typename XT, bool PAIR>
+__global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int si = PAIR ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
+    const Seg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
+    const int64_t j = ((int64_t)blockIdx.x - S.block0) * (8 / g.wpr) + warp / g.wpr;
+    const int sub = warp % g.wpr;
+    const bool row_ok = j < S.d;
+    const int64_t nch = row_ok ? g.k / 8 : 0, total = PAIR ? 2 * nch : nch, step = (int64_t)g.wpr * 32;
+    const uint4 *w0 = reinterpret_cast<const uint4 *>((const WT *)S.w + (row_ok ? j : 0) * S.wstride);
+    const uint4 *w1 = PAIR ? reinterpret_cast<const uint4 *>((const WT *)g.s1.w + (row_ok ? j : 0) * g.s1.wstride) : w0;
+    const XT *x = (const XT *)g.x;
+    float a0[NX], a1[NX];
+#pragma unroll
+    for (int r = 0; r < NX; r++) a0[r] = a1[r] = 0.0f;
+
+    int64_t base = sub * 32 + lane;
+    uint4 wv[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int64_t c = base + u * step;
+        wv[u] = c < total ? ld_stream(PAIR && c >= nch ? w1 + (c - nch) : w0 + c) : make_uint4(0, 0, 0, 0);
+    }
+    pdl_wait();
+    pdl_launch_next();
+    for (; base < total; base += U * step) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t c = base + u * step;
+            if (c < total) {
+                const bool second = PAIR && c >= nch;
+                const int64_t xc = second ? c - nch : c;
+                float wf[8];
+                unpack(wv[u], wf, WT());
+#pragma unroll
+                for (int r = 0; r < NX; r++) {
+                    if (r < g.n) {
+                        float xf[8];
+                        load8(x + r * g.xstride + xc * 8, xf);
+                        float s = 0.0f;
+#pragma unroll
+                        for (int e = 0; e < 8; e++) s = fmaf(xf[e], wf[e], s);
+                        if (second) a1[r] += s;
+                        else a0[r] += s;
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t c = base + (U + u) * step;
+            if (c < total) wv[u] = ld_stream(PAIR && c >= nch ? w1 + (c - nch) : w0 + c);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < NX; r++) {
+        a0[r] = warp_sum(a0[r]);
+        if (PAIR) a1[r] = warp_sum(a1[r]);
+    }
+    if (g.wpr > 1) {
+        __shared__ float red[8][2 * NX];
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < NX; r++) { red[warp][r] = a0[r]; red[warp][NX + r] = a1[r]; }
+        __syncthreads();
+        if (sub == 0 && lane == 0)
+#pragma unroll
+            for (int r = 0; r < NX; r++) {
+                float s0 = 0.0f, s1 = 0.0f;
+                for (int i = 0; i < g.wpr; i++) { s0 += red[warp + i][r]; s1 += red[warp + i][NX + r]; }
+                a0[r] = s0;
+                a1[r] = s1;
+            }
+    }
+    if (sub != 0 || lane != 0 || !row_ok) return;
+    const float b0 = S.bias.p ? ld(S.bias, 0, j) : 0.0f, b1 = PAIR && g.s1.bias.p ? ld(g.s1.bias, 0, j) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < NX; r++) {
+        if (r >= g.n) break;
+        const float v0 = a0[r] + b0;
+        st(S.out, r, j, v0);
+        if (PAIR) {
+            const float v1 = a1[r] + b1;
+            st(g.s1.out, r, j, v1);
+            if (g.glu.p) st(g.glu, r, j, act_fn(g.act, v0) * v1);
+        } else if (g.add.p && si == g.add_seg) {
+            st(g.add, r, j, ld(g.add, r, j) + v0);
+        }
+    }
+}
+
+template <int NX, int U, typename WT, typename XT, bool PAIR>
+static cudaError_t go(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
+    return launch(gemv_kernel<NX, U, WT, XT, PAIR>, dim3((unsigned)blocks), dim3(256), 0, st, g);
+}
+
+/* Loads in flight per lane: tunable (cfk_cfg.gemv_unroll) for the common bf16 case, 4 otherwise. */
+template <int NX, typename WT, typename XT, bool PAIR>
+static cudaError_t pick_unroll(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
+    if constexpr (std::is_same<WT, __nv_bfloat16>::value && std::is_same<XT, __nv_bfloat16>::value) {
+        switch (cfk_cfg.gemv_unroll) {
+        case 2: return go<NX, 2, WT, XT, PAIR>(st, g, blocks);
+        case 8: return go<NX, 8, WT, XT, PAIR>(st, g, blocks);
+        default: break;
+        }
+    }
+    return go<NX, 4, WT, XT, PAIR>(st, g, blocks);
+}
+
+template <typename WT, typename XT, bool PAIR>
+static cudaError_t pick_rows(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
+    if (g.n == 1) return pick_unroll<1, WT, XT, PAIR>(st, g, blocks);
+    if (g.n == 2) return pick_unroll<2, WT, XT, PAIR>(st, g, blocks);
+    if (g.n <= 4) return pick_unroll<4, WT, XT, PAIR>(st, g, blocks);
+    return pick_unroll<8, WT, XT, PAIR>(st, g, blocks);
+}
+
+/* Launches the kernel for weights of type WT and activations xdt (f32 or bf16); one instantiation set
+ * per weight type, each in its own file so they compile in parallel. */
+template <typename WT>
+static cudaError_t gemv_launch(cudaStream_t st, const GemvArgs &g, int64_t blocks, cf_dtype xdt, bool pair) {
+    if (pair) return xdt == CF_F32 ? pick_rows<WT, float, true>(st, g, blocks) : pick_rows<WT, __nv_bfloat16, true>(st, g, blocks);
+    return xdt == CF_F32 ? pick_rows<WT, float, false>(st, g, blocks) : pick_rows<WT, __nv_bfloat16, false>(st, g, blocks);
+}
+
+cudaError_t gemv_launch_bf16(cudaStream_t st, const GemvArgs &g, int64_t blocks, cf_dtype xdt, bool pair);
+cudaError_t gemv_launch_f16(cudaStream_t st, const GemvArgs &g, int64_t blocks, cf_dtype xdt, bool pair);
+
+#endif
+
