@@ -280,6 +280,7 @@ int tk_decode_chain(const tk_decoder *d, tk_scratch *sc, tk_strs *io) {
     }
     tk_strs out = {0};
     int rc = 0;
+    tk_strs_reserve(&out, io->n, io->text.n + 16);
     switch (d->kind) {
     case D_BYTELEVEL:
         bytelevel(io, &out);

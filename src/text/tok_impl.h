@@ -55,6 +55,7 @@ typedef struct tk_strs {
 } tk_strs;
 
 void tk_strs_add(tk_strs *s, const char *p, size_t n);
+void tk_strs_reserve(tk_strs *s, size_t count, size_t bytes); /* room for that many more */
 void tk_strs_reset(tk_strs *s);
 void tk_strs_free(tk_strs *s);
 

@@ -57,19 +57,29 @@ void tk_pieces_free(tk_pieces *p) {
     memset(p, 0, sizeof *p);
 }
 
+static void strs_grow(tk_strs *s, size_t need) {
+    if (need <= s->cap) return;
+    size_t c = s->cap ? s->cap * 2 : 16;
+    while (c < need) c *= 2;
+    size_t *o = realloc(s->off, c * sizeof *o);
+    if (o) s->off = o;
+    size_t *l = o ? realloc(s->len, c * sizeof *l) : NULL;
+    if (l) s->len = l;
+    if (!o || !l) s->oom = 1;
+    else s->cap = c;
+}
+
+void tk_strs_reserve(tk_strs *s, size_t count, size_t bytes) {
+    if (s->oom) return;
+    strs_grow(s, s->n + count);
+    if (tk_buf_reserve(&s->text, bytes)) s->oom = 1;
+}
+
 void tk_strs_add(tk_strs *s, const char *p, size_t n) {
     if (s->oom) return;
     if (s->n + 1 > s->cap) {
-        size_t c = s->cap ? s->cap * 2 : 16;
-        size_t *o = realloc(s->off, c * sizeof *o);
-        if (o) s->off = o;
-        size_t *l = o ? realloc(s->len, c * sizeof *l) : NULL;
-        if (l) s->len = l;
-        if (!o || !l) {
-            s->oom = 1;
-            return;
-        }
-        s->cap = c;
+        strs_grow(s, s->n + 1);
+        if (s->oom) return;
     }
     s->off[s->n] = s->text.n;
     tk_buf_put(&s->text, p, n);

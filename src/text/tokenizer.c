@@ -19,9 +19,10 @@ struct cf_tokenizer {
     tk_pretok *pretok;
     tk_post *post;
     tk_decoder *dec;
-    tk_added *added;
+    tk_added *added_vocab;
     int32_t n_ids;    /* 1 + the largest id */
     uint8_t *special; /* per id: skipped by decode(skip_special) */
+    int32_t *added;   /* per id: index of its added token, -1 */
     int32_t bos_id;
     char *bos_text, *eos_text;
     int32_t *eos;
@@ -35,8 +36,9 @@ void cf_tokenizer_free(cf_tokenizer *tok) {
     tk_pretok_free(tok->pretok);
     tk_post_free(tok->post);
     tk_decoder_free(tok->dec);
-    tk_added_free(tok->added);
+    tk_added_free(tok->added_vocab);
     free(tok->special);
+    free(tok->added);
     free(tok->bos_text);
     free(tok->eos_text);
     free(tok->eos);
@@ -107,19 +109,19 @@ static char *xstrdup(const char *s) {
 
 int32_t cf_tokenizer_token_id(const cf_tokenizer *tok, const char *token) {
     size_t n = strlen(token);
-    const tk_added_token *a = tk_added_by_content(tok->added, token, n);
+    const tk_added_token *a = tk_added_by_content(tok->added_vocab, token, n);
     return a ? a->id : tk_bpe_id(tok->model, token, n);
 }
 
 const char *cf_tokenizer_token_text(const cf_tokenizer *tok, int32_t id) {
-    const tk_added_token *a = tk_added_by_id(tok->added, id);
+    const tk_added_token *a = tk_added_by_id(tok->added_vocab, id);
     size_t len;
     return a ? a->content : tk_bpe_token(tok->model, id, &len);
 }
 
 /* The string decode() uses for an id: an added token's (normalized) content, else the model's. */
 static const char *decode_text(const cf_tokenizer *tok, int32_t id, size_t *len) {
-    const tk_added_token *a = tk_added_by_id(tok->added, id);
+    const tk_added_token *a = tok->added[id] >= 0 ? tk_added_get(tok->added_vocab, (size_t)tok->added[id]) : NULL;
     if (a) {
         *len = a->norm ? a->norm_len : a->len;
         return a->norm ? a->norm : a->content;
@@ -222,21 +224,28 @@ static cinfer_status build(cf_tokenizer *tok, const cJSON *root, const bulk *bk,
         CF_TRY(tk_post_parse(c, &tok->post, err));
     if ((c = cJSON_GetObjectItemCaseSensitive(root, "decoder")) && !cJSON_IsNull(c))
         CF_TRY(tk_decoder_parse(c, &tok->dec, err));
-    CF_TRY(tk_added_build(cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), tok->model, tok->norm, &tok->added,
+    CF_TRY(tk_added_build(cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), tok->model, tok->norm, &tok->added_vocab,
                           err));
     int32_t max = tk_bpe_max_id(tok->model);
-    for (size_t i = 0; i < tk_added_count(tok->added); i++)
-        if (tk_added_get(tok->added, i)->id > max) max = tk_added_get(tok->added, i)->id;
+    for (size_t i = 0; i < tk_added_count(tok->added_vocab); i++)
+        if (tk_added_get(tok->added_vocab, i)->id > max) max = tk_added_get(tok->added_vocab, i)->id;
     tok->n_ids = max + 1;
     tok->special = calloc((size_t)tok->n_ids + 1, 1);
+    tok->added = malloc(((size_t)tok->n_ids + 1) * sizeof *tok->added);
+    if (!tok->added) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer");
+    for (int32_t id = 0; id < tok->n_ids; id++) tok->added[id] = -1;
+    for (size_t i = 0; i < tk_added_count(tok->added_vocab); i++) {
+        const tk_added_token *a = tk_added_get(tok->added_vocab, i);
+        if (tk_added_by_id(tok->added_vocab, a->id) == a) tok->added[a->id] = (int32_t)i;
+    }
     tk_strmap specials = {0};
     if (!tok->special || tk_strmap_init(&specials, 16)) {
         tk_strmap_free(&specials);
         return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer");
     }
     int oom = 0;
-    for (size_t i = 0; i < tk_added_count(tok->added); i++) {
-        const tk_added_token *a = tk_added_get(tok->added, i);
+    for (size_t i = 0; i < tk_added_count(tok->added_vocab); i++) {
+        const tk_added_token *a = tk_added_get(tok->added_vocab, i);
         if (a->special && tk_strmap_put(&specials, a->content, a->len, 1)) oom = 1;
     }
     for (int32_t id = 0; id < tok->n_ids && !oom && specials.count; id++) {
@@ -342,7 +351,7 @@ static int encode_piece(const cf_tokenizer *tok, tk_scratch *sc, tk_bpe_work *ca
         n = nb->n;
     }
     tk_pieces_reset(b);
-    if (tk_added_has_normalized(tok->added)) tk_added_split(tok->added, 1, skip_special, s, n, at_start, b);
+    if (tk_added_has_normalized(tok->added_vocab)) tk_added_split(tok->added_vocab, 1, skip_special, s, n, at_start, b);
     else tk_pieces_add(b, s, n, -1, at_start);
     if (b->oom) return -1;
     bpe_ctx ctx = {tok->model, cache, ids};
@@ -380,7 +389,7 @@ cinfer_status cf_tokenizer_encode(const cf_tokenizer *tok, const char *text, siz
     tk_ids raw = {0}, done = {0};
     int rc = (!sc || !cache) ? -1 : 0;
     if (!rc) {
-        tk_added_split(tok->added, 0, skip_special, text, len, 1, &a);
+        tk_added_split(tok->added_vocab, 0, skip_special, text, len, 1, &a);
         rc = a.oom ? -1 : 0;
     }
     for (size_t i = 0; i < a.n && !rc; i++) {
@@ -418,6 +427,7 @@ cinfer_status cf_tokenizer_decode(const cf_tokenizer *tok, const int32_t *ids, s
     *len = 0;
     if (!ids && n_ids) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "decode: ids is NULL");
     tk_strs toks = {0};
+    tk_strs_reserve(&toks, n_ids, n_ids * 4);
     for (size_t i = 0; i < n_ids; i++) {
         size_t tl = 0;
         const char *t = ids[i] >= 0 && ids[i] < tok->n_ids ? decode_text(tok, ids[i], &tl) : NULL;
