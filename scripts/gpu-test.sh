@@ -1,28 +1,42 @@
 #!/usr/bin/env bash
-# gpu-test.sh: on the GPU machine, after gpu-build.sh: the CUDA tests (ctest -L cuda), the whole suite,
-# then compute-sanitizer memcheck and racecheck over the op tests (one cudaMalloc per tensor, so reads
-# and writes past a tensor are caught). Logs under $OUT when set. Exit status: 1 if anything failed.
+# gpu-test.sh: on the GPU machine, after gpu-build.sh. Parts (all by default, or those named):
+#   cuda       ctest -L cuda, one test at a time (each CUDA test takes most of the GPU's memory)
+#   rest       the rest of the suite (ctest -LE cuda)
+#   sanitizer  compute-sanitizer memcheck and racecheck over test_cuda_ops --quick, one cudaMalloc per
+#              tensor (CINFER_CUDA_DIRECT_ALLOC=1) so accesses past a tensor are caught
+# Logs go to $OUT (or build-gpu). Exit status 1 if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . .gpu/env.sh
 out=${OUT:-build-gpu}
+parts=${*:-cuda rest sanitizer}
 rc=0
-echo "== ctest -L cuda"
-(cd build-gpu && ctest -L cuda --output-on-failure --timeout 300) 2>&1 | tee "$out/ctest-cuda.txt" || rc=1
-echo "== ctest -LE cuda (the rest of the suite; the CUDA tests run one at a time above, each takes the GPU's memory)"
-(cd build-gpu && ctest -LE cuda -j 8 --timeout 300 2>&1 | tail -40) 2>&1 | tee "$out/ctest-rest.txt" || rc=1
-grep -q "100% tests passed" "$out/ctest-rest.txt" || rc=1
-if command -v compute-sanitizer >/dev/null 2>&1; then
-  for tool in memcheck racecheck; do
-    echo "== compute-sanitizer --tool $tool test_cuda_ops"
-    CINFER_CUDA_DIRECT_ALLOC=1 timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/tests/cuda/test_cuda_ops \
-      > "$out/sanitizer-$tool.txt" 2>&1
-    s=$?
-    tail -5 "$out/sanitizer-$tool.txt"
-    echo "compute-sanitizer $tool: exit $s"
-    [ $s -eq 0 ] || rc=1
-  done
-else
-  echo "compute-sanitizer not found"
-fi
+for part in $parts; do
+  case $part in
+  cuda)
+    echo "== ctest -L cuda"
+    (cd build-gpu && ctest -L cuda --output-on-failure --timeout 300) > "$out/ctest-cuda.txt" 2>&1 || rc=1
+    grep -E "tests passed|Failed|\*\*\*|SKIP" "$out/ctest-cuda.txt" | tail -40
+    ;;
+  rest)
+    echo "== ctest -LE cuda"
+    (cd build-gpu && ctest -LE cuda -j 8 --timeout 300) > "$out/ctest-rest.txt" 2>&1 || rc=1
+    grep -E "tests passed|Failed|\*\*\*" "$out/ctest-rest.txt" | tail -20
+    ;;
+  sanitizer)
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
+    if [ -z "$cs" ]; then echo "compute-sanitizer not found"; rc=1; continue; fi
+    for tool in memcheck racecheck; do
+      echo "== compute-sanitizer --tool $tool test_cuda_ops --quick"
+      CINFER_CUDA_DIRECT_ALLOC=1 timeout 150 "$cs" --tool "$tool" --error-exitcode 9 build-gpu/tests/cuda/test_cuda_ops --quick \
+        > "$out/sanitizer-$tool.txt" 2>&1
+      s=$?
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|checks,|FAIL" "$out/sanitizer-$tool.txt" | tail -8
+      echo "compute-sanitizer $tool: exit $s$([ $s -eq 124 ] && echo ' (timed out)')"
+      [ $s -eq 0 ] || rc=1
+    done
+    ;;
+  *) echo "gpu-test: unknown part '$part'"; rc=1 ;;
+  esac
+done
 exit $rc
