@@ -70,6 +70,8 @@ DRAFT_HP = dict(lr=2e-3, dropout=0.0, weight_decay=0.1, epochs=10.0, time_cap=16
 MODELS = ("cinfer-tiny", "cinfer-tiny-draft")
 # The relative validation-perplexity gap by which the card calls the target clearly better.
 CLEARLY_BETTER = 0.05
+# Relative gaps below this are ties.
+TIE = 0.001
 SHARED_HP = dict(batch=16, seq=1024, warmup=100, min_lr_ratio=0.1, beta1=0.9, beta2=0.95,
                  grad_clip=1.0, log_every=25, eval_every=100)
 
@@ -647,6 +649,14 @@ def fence(text):
     return "```text\n" + text.replace("```", "'''") + "\n```"
 
 
+def stopped_by(m):
+    if m.get("stop", "planned steps done") != "planned steps done":
+        return m["stop"]
+    if m["steps"] < m["planned_steps"]:
+        return "planned steps, cut to fit the time cap"
+    return "planned steps"
+
+
 def write_card(out_dir, res):
     L = []
     L.append("# cinfer-tiny and cinfer-tiny-draft\n")
@@ -750,7 +760,7 @@ def write_card(out_dir, res):
             rows.append(row + ["failed"] * 6)
             continue
         rows.append(row + [f"{m['params']:,}", m["planned_steps"], m["steps"], m["epochs_seen"],
-                           m.get("stop", "planned steps done"), f"{m['train_seconds']:.0f}s"])
+                           stopped_by(m), f"{m['train_seconds']:.0f}s"])
     L.append(md_table(["model", "hidden × layers", "dropout", "peak lr", "weight decay",
                        "parameters", "planned steps", "steps run", "epochs", "stopped by",
                        "time"], rows))
@@ -795,14 +805,24 @@ def write_card(out_dir, res):
         L.append(f"The target's validation perplexity, {t:.2f}, is {gap * 100:.1f}% below the "
                  f"draft's, {d:.2f}: on held-out text the target is clearly the better model "
                  f"(this card calls a gap of {CLEARLY_BETTER * 100:.0f}% or more clear).\n")
-    elif gap > 0:
+    elif gap >= TIE:
         L.append(f"**Known shortcoming: the target is barely better than the draft.** Its "
                  f"validation perplexity, {t:.2f}, is only {gap * 100:.1f}% below the draft's, "
                  f"{d:.2f}, less than the {CLEARLY_BETTER * 100:.0f}% this card calls clear.\n")
+    elif gap > -TIE:
+        L.append(f"**Known shortcoming: the target is no better than the draft.** The best "
+                 f"variant's validation perplexity, {t:.3f}, equals the draft's, {d:.3f}, within "
+                 f"{TIE * 100:.1f}%.\n")
     else:
         L.append(f"**Known shortcoming: the target is not better than the draft.** The best "
                  f"variant's validation perplexity, {t:.2f}, is {-gap * 100:.1f}% above the "
                  f"draft's, {d:.2f}.\n")
+    rising = [n for n, v in variants.items()
+              if not v.get("failed") and v["best_step"] == v["steps"]]
+    if rising:
+        L.append("Still improving at their last step (best step = last step), so more steps would "
+                 "likely have lowered their validation loss: " +
+                 ", ".join(f"`{n}`" for n in rising) + ".\n")
     acc = res.get("acceptance")
     if acc:
         L.append(f"**Greedy draft acceptance (transformers, float32):** "
@@ -991,10 +1011,18 @@ def main():
                     help="steps of each target variant; 0: from epochs and time cap")
     ap.add_argument("--draft-steps", type=int, default=0, help="0: from epochs and time cap")
     ap.add_argument("--no-smoke", action="store_true")
+    ap.add_argument("--card", metavar="RESULTS_JSON",
+                    help="only rewrite the model card in --out from a results.json (no GPU)")
     ap.add_argument("--job", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.job:
         sys.exit(run_job(args.job))
+    if args.card:
+        if not args.out:
+            ap.error("--card needs --out")
+        with open(args.card) as f:
+            write_card(args.out, json.load(f))
+        return
     if not args.data or not args.out:
         ap.error("--data and --out are required")
 
