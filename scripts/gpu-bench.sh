@@ -20,7 +20,7 @@ for part in $parts; do
     ;;
   model)
     : > "$out/cinfer_bench.txt"
-    for args in "--prompt 512 --gen 128 --reps 2" "--prompt 4096 --gen 32 --reps 1"; do
+    for args in "--prompt 4096 --gen 64 --reps 1"; do
       cmd="build-gpu/cinfer bench --random-weights bench/configs/llama-3-8b.json --device cuda $args"
       { echo "\$ $cmd"; $cmd; } >> "$out/cinfer_bench.txt" 2>&1 || rc=1
     done

@@ -3,7 +3,7 @@
 #   cuda       ctest -L cuda, one test at a time (each CUDA test takes most of the GPU's memory)
 #   rest       the rest of the suite (ctest -LE cuda)
 #   sanitizer  compute-sanitizer memcheck and racecheck over test_cuda_ops --quick, one cudaMalloc per
-#              tensor (CINFER_CUDA_DIRECT_ALLOC=1) so accesses past a tensor are caught
+#              tensor (CINFER_CUDA_DIRECT_ALLOC=1) so accesses past a tensor are caught; SAN_TIMEOUT s each (150)
 # Logs go to $OUT (or build-gpu). Exit status 1 if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +28,7 @@ for part in $parts; do
     if [ -z "$cs" ]; then echo "compute-sanitizer not found"; rc=1; continue; fi
     for tool in memcheck racecheck; do
       echo "== compute-sanitizer --tool $tool test_cuda_ops --quick"
-      CINFER_CUDA_DIRECT_ALLOC=1 timeout 150 "$cs" --tool "$tool" --error-exitcode 9 build-gpu/tests/cuda/test_cuda_ops --quick \
+      CINFER_CUDA_DIRECT_ALLOC=1 timeout "${SAN_TIMEOUT:-150}" "$cs" --tool "$tool" --error-exitcode 9 build-gpu/tests/cuda/test_cuda_ops --quick \
         > "$out/sanitizer-$tool.txt" 2>&1
       s=$?
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|checks,|FAIL" "$out/sanitizer-$tool.txt" | tail -8
