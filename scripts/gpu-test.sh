@@ -32,6 +32,13 @@ for part in $parts; do
         > "$out/sanitizer-$tool.txt" 2>&1
       s=$?
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|checks,|FAIL" "$out/sanitizer-$tool.txt" | tail -8
+      ours=$(grep "Race reported" "$out/sanitizer-$tool.txt" | grep -vc "nvjet_")
+      # racecheck reports hazards inside cuBLAS's own GEMM kernels (nvjet_*), which synchronize shared
+      # memory through the tensor-memory accelerator's barriers that it does not model; ours must be clean
+      if [ "$tool" = racecheck ] && [ $s -eq 9 ] && [ "$ours" -eq 0 ] && grep -q "^[0-9]* checks, 0 failed" "$out/sanitizer-$tool.txt"; then
+        echo "compute-sanitizer racecheck: hazards only in cuBLAS kernels (nvjet_*), none in cinfer's"
+        s=0
+      fi
       echo "compute-sanitizer $tool: exit $s$([ $s -eq 124 ] && echo ' (timed out)')"
       [ $s -eq 0 ] || rc=1
     done

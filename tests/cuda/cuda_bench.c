@@ -105,7 +105,7 @@ static void bench_gemv(int quick) {
         {"q/o   4096x4096", 4096, 4096}, {"k/v   1024x4096", 1024, 4096}, {"gate 14336x4096", 14336, 4096},
         {"down 4096x14336", 4096, 14336}, {"lm_head 128256x4096", 128256, 4096},
     };
-    int rows[] = {1, 4, 8}, unrolls[] = {2, 4, 8};
+    int rows[] = {1, 4, 8}, unrolls[] = {2, 4, 8}, dflt = cfk_cfg.gemv_unroll;
     printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth\n");
     printf("| shape | rows | unroll 2 | unroll 4 | unroll 8 |\n|---|---:|---:|---:|---:|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -133,7 +133,7 @@ static void bench_gemv(int quick) {
         }
         for (int i = 0; i < g.nw; i++) op->free_tensor(be, &g.w[i]);
     }
-    cfk_cfg.gemv_unroll = 4;
+    cfk_cfg.gemv_unroll = dflt;
 }
 
 /* ---- attention ---- */
@@ -182,16 +182,21 @@ static void bench_attention(int quick) {
     t.q = rnd(L, H * D, 1, 13);
     t.out = alloc(CF_BF16, L, H * D);
     struct { int n_q, pos0; } pc[] = {{4096, 0}, {256, 3840}};
-    for (int c = 0; c < 2; c++) {
-        t.a = (cf_attn_args){.n_q = pc[c].n_q, .pos0 = pc[c].pos0, .n_heads = H, .n_kv_heads = KVH, .head_dim = D, .v_head_dim = D,
-                             .cap = L, .scale = 0.088f};
-        double s = time_graph(attn_work, &t, quick ? 2 : 10);
-        /* QK^T and PV over the visible keys: 4 * D FLOPs per (query, key, head) */
-        double pairs = 0;
-        for (int i = 0; i < pc[c].n_q; i++) pairs += pc[c].pos0 + i + 1;
-        double flops = 4.0 * D * H * pairs;
-        printf("| prefill %d queries at %d, causal | %.1f | %.0f TFLOP/s |\n", pc[c].n_q, pc[c].pos0, s * 1e6, flops / s / 1e12);
-    }
+    const int bc0 = cfk_cfg.attn_bc, bcs[] = {64, 32};
+    for (int c = 0; c < 2; c++)
+        for (int b = 0; b < 2; b++) {
+            cfk_cfg.attn_bc = bcs[b];
+            t.a = (cf_attn_args){.n_q = pc[c].n_q, .pos0 = pc[c].pos0, .n_heads = H, .n_kv_heads = KVH, .head_dim = D, .v_head_dim = D,
+                                 .cap = L, .scale = 0.088f};
+            double s = time_graph(attn_work, &t, quick ? 2 : 10);
+            /* QK^T and PV over the visible keys: 4 * D FLOPs per (query, key, head) */
+            double pairs = 0;
+            for (int i = 0; i < pc[c].n_q; i++) pairs += pc[c].pos0 + i + 1;
+            double flops = 4.0 * D * H * pairs;
+            printf("| prefill %d queries at %d, causal, %d-key tiles | %.1f | %.0f TFLOP/s |\n", pc[c].n_q, pc[c].pos0, bcs[b], s * 1e6,
+                   flops / s / 1e12);
+        }
+    cfk_cfg.attn_bc = bc0;
     op->free_tensor(be, &t.k[0]);
     op->free_tensor(be, &t.v[0]);
     op->free_tensor(be, &t.q);

@@ -1,13 +1,16 @@
 /* test_cuda_model.c: a fixture model on the CUDA backend against the CPU backend's f32 path: logits of
- * every prompt position, and the greedy continuation.
+ * every prompt position, and the greedy continuation, with bf16 activations (the default) and with f32
+ * activations (CINFER_CUDA_F32_ACT=1).
  *
- * Bound: the GPU stores the f32 fixture weights as bf16 (each weight within 2^-9 relative) and rounds
- * the activations entering every matmul and attention to bf16 (2^-9 again), so every layer perturbs its
- * output by a few 2^-9 relative and the logits by a few percent of their scale: max |gpu - cpu| <=
- * 5e-2 * max |cpu| over all positions. With CINFER_CUDA_F32_ACT=1 (f32 activations) only the weight
- * rounding remains. Greedy ids must agree until the first step where the CPU's top-1/top-2 margin is
- * below that absolute bound (then either choice is right within bf16 precision, and comparing stops).
- * Usage: test_cuda_model FIXTURE_DIR   (exit 77 without a GPU) */
+ * Bounds, as max |gpu - cpu| over all logits against max |cpu logit|: the GPU stores the f32 fixture
+ * weights as bf16, each within 2^-8 of its value, which moves every layer's output by a fraction of a
+ * percent and the logits by up to a few percent of their scale: 5e-2 with f32 activations. bf16
+ * activations add a rounding of the same size at every op's output, about ten per layer, so 1e-1.
+ * Mixture-of-experts models route each token to its top-k experts, a discontinuous choice: a rounding
+ * that swaps two nearly tied experts changes that token's output by O(1), so their logits have no bf16
+ * bound and only the greedy rule applies to them. Greedy ids must agree until the first step where the
+ * CPU's top-1/top-2 margin is below the logit bound (either choice is then right within bf16 precision,
+ * and the continuations part). Usage: test_cuda_model FIXTURE_DIR   (exit 77 without a GPU) */
 #include "model/model.h"
 #include "base/status.h"
 
@@ -17,7 +20,6 @@
 
 #define N_PROMPT 16
 #define N_GEN 32
-#define TOL 5e-2
 
 static int top(const float *v, int n, float *margin) {
     int a = 0, b = -1;
@@ -60,10 +62,11 @@ static int run(const char *dir, cf_model *cpu, int f32_act) {
             me = fmax(me, fabs((double)lg[i] - lc[i]));
             mr = fmax(mr, fabs((double)lc[i]));
         }
-        const double bound = TOL * mr;
-        fail = bad || !(me <= bound);
-        printf("%-4s %s (%s activations): max |logit cuda - cpu| %.4g, max |logit| %.4g, bound %.4g\n", fail ? "FAIL" : "ok", dir,
-               f32_act ? "f32" : "bf16", me, mr, bound);
+        const int moe = cpu->hp.n_experts > 0;
+        const double bound = (f32_act ? 5e-2 : 1e-1) * mr;
+        fail = bad || (!moe && !(me <= bound));
+        printf("%-4s %s (%s activations): max |logit cuda - cpu| %.4g, max |logit| %.4g, bound %.4g%s\n", fail ? "FAIL" : "ok", dir,
+               f32_act ? "f32" : "bf16", me, mr, bound, moe ? " (mixture of experts: not applied)" : "");
         /* greedy from the last prompt position */
         float *c = lc + (size_t)(N_PROMPT - 1) * V, *g = lg + (size_t)(N_PROMPT - 1) * V;
         int agree = 0;
@@ -100,7 +103,10 @@ int main(int argc, char **argv) {
     cf_model *cpu = NULL;
     if (cf_model_load(argv[1], &p, &cpu, &e) != CINFER_OK) { fprintf(stderr, "load %s: %s\n", argv[1], e.message); return 1; }
     int rc = run(argv[1], cpu, 0);
-    if (rc == 0) rc = run(argv[1], cpu, 1);
+    if (rc != 77) {
+        int rc32 = run(argv[1], cpu, 1);
+        if (rc32) rc = rc32;
+    }
     cf_model_free(cpu);
     return rc;
 }

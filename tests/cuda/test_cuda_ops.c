@@ -7,7 +7,9 @@
  * - f32 outputs of f32 arithmetic: 1e-5, 3e-5 for dot products over up to 14336 terms (the summation
  *   order differs; |error| <= K * 2^-24 of the sum of |terms|, typically sqrt(K) * 2^-24), 1e-4 when
  *   cuBLAS accumulates on the tensor cores;
- * - bf16 outputs: one rounding to 8 significant bits is <= 2^-9 = 2e-3 relative per element, so 4e-3;
+ * - bf16 outputs: one rounding to 8 significant bits is at most half an ulp, <= 2^-8 = 3.9e-3 of the value,
+ *   so 4e-3; an op whose bf16 input carries such a rounding from the op before (the CPU's does not) gets
+ *   two: 8e-3, 1e-2 through a GLU;
  * - matmul with bf16 activations converted for cuBLAS, or attention whose softmax weights are rounded to
  *   bf16 for the tensor cores: two or three roundings of 2^-9 each, so 1e-2;
  * - transcendental ops (SiLU, GELU, tanh, exp, sin/cos): CUDA's are within 2 ulp of f32: 1e-5 for f32.
@@ -204,8 +206,8 @@ static void test_elementwise(void) {
         cmp(name, o, tol_of(dt, 0));
         cpu->ops->scale(cpu, o.c, 0.37f);
         gpu->ops->scale(gpu, o.g, 0.37f);
-        snprintf(name, sizeof name, "scale in place, %s", cf_dtype_name(dt));
-        cmp(name, o, tol_of(dt, 1e-7));
+        snprintf(name, sizeof name, "scale in place (input rounded by mul), %s", cf_dtype_name(dt));
+        cmp(name, o, dt == CF_F32 ? 1e-7 : 8e-3);
         cpu->ops->softcap(cpu, a.c, 2.5f);
         gpu->ops->softcap(gpu, a.g, 2.5f);
         snprintf(name, sizeof name, "softcap in place, %s", cf_dtype_name(dt));
@@ -213,8 +215,8 @@ static void test_elementwise(void) {
         for (int act = 0; act < 2; act++) {
             cpu->ops->glu(cpu, o.c, a.c, b.c, (cf_act)act);
             gpu->ops->glu(gpu, o.g, a.g, b.g, (cf_act)act);
-            snprintf(name, sizeof name, "glu %s, %s", act ? "gelu-tanh" : "silu", cf_dtype_name(dt));
-            cmp(name, o, tol_of(dt, 1e-6));
+            snprintf(name, sizeof name, "glu %s (gate rounded by softcap), %s", act ? "gelu-tanh" : "silu", cf_dtype_name(dt));
+            cmp(name, o, dt == CF_F32 ? 1e-6 : 1e-2);
         }
         cpu->ops->add(cpu, b.c, b.c, b.c);
         gpu->ops->add(gpu, b.g, b.g, b.g);
@@ -643,13 +645,6 @@ static void test_graph(void) {
     report("graph replayed at 40 positions == direct ops (bitwise)", 0, 1, 0, !same);
     op->graph_free(b, g);
 
-    /* what a recording may not contain is reported, not crashed on */
-    if (op->graph_begin(b, &e)) die("graph_begin", &e);
-    int32_t one = 1;
-    op->write(b, ids, &one);
-    cinfer_status st = op->graph_end(b, &g, &e);
-    printf("     write while recording -> %s: %s\n", cinfer_status_name(st), e.message);
-    report("write while recording is refused", 0, 1, 0, st == CINFER_OK);
     cf_tensor *all[] = {&ids, &pos, &x, &h, &q, &k, &att, &logits, &next, &kc[0], &kc[1], &vc[0], &vc[1]};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) op->free_tensor(b, all[i]);
     drop(&inv);
@@ -677,6 +672,15 @@ static void test_errors(void) {
     int32_t w[4] = {0};
     st = b->ops->upload_weight(b, w, CF_I32, 2, 2, &t, &e);
     report("an I32 weight is CINFER_E_UNSUPPORTED", 0, 1, 0, st != CINFER_E_UNSUPPORTED);
+    /* what a recording may not contain is refused (the error stays with this backend) */
+    cf_tensor ids;
+    cf_graph *g = NULL;
+    if (b->ops->alloc(b, CF_I32, 1, 1, &ids, &e) || b->ops->graph_begin(b, &e)) die("graph", &e);
+    int32_t one = 1;
+    b->ops->write(b, ids, &one);
+    st = b->ops->graph_end(b, &g, &e);
+    printf("     write while recording -> %s: %s\n", cinfer_status_name(st), e.message);
+    report("write while recording is refused", 0, 1, 0, st == CINFER_OK || g != NULL);
     cf_backend_destroy(b);
     p.pool_bytes = (size_t)1 << 50;
     st = cf_backend_create(&p, &b, &e);

@@ -19,7 +19,7 @@
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
-cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 4, .gemv_max_rows = 8, .fuse = 1, .n_sm = 132};
+cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 2, .gemv_max_rows = 8, .fuse = 1, .attn_bc = 64, .n_sm = 132};
 
 /* An op held back to be merged with the next (see pend_* below). */
 typedef enum pend_kind { PEND_NONE, PEND_GEMV, PEND_ROPE, PEND_KV } pend_kind;
@@ -352,11 +352,18 @@ static cinfer_status cuda_read(cf_backend *be, float *host, cf_tensor src, cinfe
                             .rows = src.rows, .cols = src.cols, .stride = src.cols};
             if (f.data) check(b, cfk_elementwise(b->stream, CFK_COPY, f, src, src, 0), "read");
         }
+        /* small reads (logits, ids) land in the pinned staging buffer, after the writes queued before them
+         * have consumed it in stream order, and are copied out after the sync */
+        const size_t bytes = (size_t)(f.rows * f.cols) * 4;
+        void *dst = bytes <= STAGING_BYTES ? (void *)b->staging : (void *)host;
         if (f.data && b->status == CINFER_OK)
-            check(b, cudaMemcpy2DAsync(host, (size_t)f.cols * 4, f.data, (size_t)f.stride * 4, (size_t)f.cols * 4, (size_t)f.rows,
+            check(b, cudaMemcpy2DAsync(dst, (size_t)f.cols * 4, f.data, (size_t)f.stride * 4, (size_t)f.cols * 4, (size_t)f.rows,
                                        cudaMemcpyDeviceToHost, b->stream), "read");
+        check(b, cudaStreamSynchronize(b->stream), "read");
+        if (dst != host && b->status == CINFER_OK) memcpy(host, dst, bytes);
+    } else {
+        check(b, cudaStreamSynchronize(b->stream), "read");
     }
-    check(b, cudaStreamSynchronize(b->stream), "read");
     b->staging_used = 0;
     return report(b, err);
 }
@@ -448,6 +455,10 @@ static void cuda_copy(cf_backend *be, cf_tensor dst, cf_tensor src) {
     }
     flush(b);   /* same type: the copy engine's rate */
     size_t es = cf_dtype_size(dst.dtype);
+    if (dst.stride == dst.cols && src.stride == src.cols) {
+        check(b, cudaMemcpyAsync(dst.data, src.data, (size_t)(dst.rows * dst.cols) * es, cudaMemcpyDeviceToDevice, b->stream), "copy");
+        return;
+    }
     check(b, cudaMemcpy2DAsync(dst.data, (size_t)dst.stride * es, src.data, (size_t)src.stride * es, (size_t)dst.cols * es, (size_t)dst.rows,
                                cudaMemcpyDeviceToDevice, b->stream), "copy");
 }
@@ -673,9 +684,10 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
                        prop.name, prop.major, prop.minor);
     cfk_cfg.n_sm = prop.multiProcessorCount;
     cfk_cfg.pdl = env_int("CINFER_CUDA_PDL", 1);
-    cfk_cfg.gemv_unroll = env_int("CINFER_GEMV_UNROLL", 4);
+    cfk_cfg.gemv_unroll = env_int("CINFER_GEMV_UNROLL", 2);
     cfk_cfg.gemv_max_rows = env_int("CINFER_GEMV_MAX_ROWS", 8);
     cfk_cfg.fuse = env_int("CINFER_CUDA_FUSE", 1);
+    cfk_cfg.attn_bc = env_int("CINFER_ATTN_BC", 64);
 
     cuda_backend *b = calloc(1, sizeof *b);
     if (!b) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");

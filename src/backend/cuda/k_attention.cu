@@ -1,9 +1,10 @@
 /* k_attention.cu: attention over the slot-ring KV cache of backend.h (position p in slot p % cap,
  * window, GQA, softcap), in two kernels that both split the key range and merge the pieces:
  *
- * - attn_split_kernel (decode, few queries, any cache dtype and head size <= 256): flash-decoding. One
- *   block of 4 warps per (key split, head, query); each lane scores one key, the warp keeps a running
- *   max and sum, and accumulates V with lanes across dimensions.
+ * - attn_decode_kernel (decode, few queries, 16-bit caches, head size 64/128/256) and attn_split_kernel
+ *   (any cache dtype and head size <= 256): flash-decoding. One block of 4 warps per (key split, head,
+ *   query); each lane scores one key, the warp keeps a running max and sum, and accumulates V with lanes
+ *   across dimensions.
  * - attn_mma_kernel (prefill, >= 16 queries, bf16 caches, head size 64/128/256): FlashAttention-2 on
  *   tensor cores (mma.sync m16n8k16 bf16, f32 accumulation). A block of 4 warps takes 64 queries of one
  *   head; K/V tiles stream through shared memory with cp.async, double-buffered; scores stay in registers.
@@ -136,6 +137,102 @@ __global__ void __launch_bounds__(128) attn_split_kernel(AttnP P, bool vec) {
     for (int c = threadIdx.x; c < P.Dv; c += blockDim.x) {
         const float v = wo[0][c] * f[0] + wo[1][c] * f[1] + wo[2][c] * f[2] + wo[3][c] * f[3];
         if (P.n_splits == 1) st(P.out, i, (int64_t)h * P.Dv + c, v / L);
+        else part[2 + c] = v;
+    }
+    if (P.n_splits == 1) return;
+    if (threadIdx.x == 0) { part[0] = M; part[1] = L; }
+    merge_if_last(P, i, h);
+}
+
+/* The same for 16-bit caches and head sizes 64/128/256, written for latency: each lane's key row is
+ * fetched with all its 16-byte loads in flight, and V is read lane-across-dimensions 16 keys at a time
+ * with every load issued before use. A block takes 128 keys per round (32 per warp). */
+template <int D, typename KT>
+__global__ void __launch_bounds__(128) attn_decode_kernel(AttnP P) {
+    constexpr int VL = D / 32;   /* V elements per lane: 2, 4 or 8 */
+    __shared__ __align__(16) float qs[D];
+    __shared__ float wm[4], wl[4];
+    __shared__ float wo[4][D];
+    pdl_wait();
+    pdl_launch_next();
+    const int split = blockIdx.x, h = blockIdx.y, i = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int p = query_pos0(P) + i, lo = first_key(P, p);
+    const int chunk = ((p - lo + 1 + P.n_splits - 1) / P.n_splits + 127) & ~127;
+    const int k0 = lo + split * chunk, k1 = min(p + 1, k0 + chunk);
+    float *part = part_at(P, i, h, split);
+    if (k0 >= k1) {
+        if (threadIdx.x == 0) { part[0] = -INFINITY; part[1] = 0.0f; }
+        merge_if_last(P, i, h);
+        return;
+    }
+    const int kvh = h / P.group;
+    for (int c = threadIdx.x; c < D; c += blockDim.x) qs[c] = ld_elem(P.q, P.qdt, i * P.qstride + (int64_t)h * D + c) * P.scale;
+    __syncthreads();
+    const KT *K = (const KT *)P.k + (int64_t)kvh * D, *V = (const KT *)P.v + (int64_t)kvh * D + lane * VL;
+    float m = -INFINITY, l = 0.0f, o[VL];
+#pragma unroll
+    for (int j = 0; j < VL; j++) o[j] = 0.0f;
+    for (int base = k0 + warp * 32; base < k1; base += 128) {
+        const int kk = base + lane;
+        float s = -INFINITY;
+        if (kk < k1) {
+            const uint4 *kr = reinterpret_cast<const uint4 *>(K + (int64_t)(kk % P.cap) * P.kstride);
+            uint4 kv[D / 8];
+#pragma unroll
+            for (int c = 0; c < D / 8; c++) kv[c] = kr[c];
+            float acc = 0.0f;
+#pragma unroll
+            for (int c = 0; c < D / 8; c++) {
+                const KT *e = reinterpret_cast<const KT *>(&kv[c]);
+                const float4 q0 = *reinterpret_cast<const float4 *>(qs + 8 * c), q1 = *reinterpret_cast<const float4 *>(qs + 8 * c + 4);
+                acc = fmaf(q0.x, (float)e[0], acc); acc = fmaf(q0.y, (float)e[1], acc);
+                acc = fmaf(q0.z, (float)e[2], acc); acc = fmaf(q0.w, (float)e[3], acc);
+                acc = fmaf(q1.x, (float)e[4], acc); acc = fmaf(q1.y, (float)e[5], acc);
+                acc = fmaf(q1.z, (float)e[6], acc); acc = fmaf(q1.w, (float)e[7], acc);
+            }
+            s = score_fix(P, acc);
+        }
+        const float mn = fmaxf(m, warp_max(s));
+        const float corr = exp2f(m - mn);
+        const float pj = kk < k1 ? exp2f(s - mn) : 0.0f;
+        l = l * corr + warp_sum(pj);
+#pragma unroll
+        for (int j = 0; j < VL; j++) o[j] *= corr;
+        const int nk = min(32, k1 - base);
+#pragma unroll
+        for (int t0 = 0; t0 < 32; t0 += 16) {
+            KT vv[16][VL];
+#pragma unroll
+            for (int t = 0; t < 16; t++) {
+                const int key = base + min(t0 + t, nk - 1);   /* past the end: a valid row, weighted 0 */
+                const KT *vr = V + (int64_t)(key % P.cap) * P.vstride;
+#pragma unroll
+                for (int j = 0; j < VL; j += 2) *reinterpret_cast<uint32_t *>(&vv[t][j]) = *reinterpret_cast<const uint32_t *>(vr + j);
+            }
+#pragma unroll
+            for (int t = 0; t < 16; t++) {
+                const float pt = __shfl_sync(0xffffffffu, pj, t0 + t);
+#pragma unroll
+                for (int j = 0; j < VL; j++) o[j] = fmaf(pt, (float)vv[t][j], o[j]);
+            }
+        }
+        m = mn;
+    }
+    if (lane == 0) { wm[warp] = m; wl[warp] = l; }
+#pragma unroll
+    for (int j = 0; j < VL; j++) wo[warp][lane * VL + j] = o[j];
+    __syncthreads();
+    const float M = fmaxf(fmaxf(wm[0], wm[1]), fmaxf(wm[2], wm[3]));
+    float f[4], L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        f[w] = wm[w] == -INFINITY ? 0.0f : exp2f(wm[w] - M);
+        L += wl[w] * f[w];
+    }
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        const float v = wo[0][c] * f[0] + wo[1][c] * f[1] + wo[2][c] * f[2] + wo[3][c] * f[3];
+        if (P.n_splits == 1) st(P.out, i, (int64_t)h * D + c, v / L);
         else part[2 + c] = v;
     }
     if (P.n_splits == 1) return;
@@ -388,7 +485,15 @@ static bool use_mma(cf_tensor k, cf_tensor v, const cf_attn_args *a) {
            (uintptr_t)k.data % 16 == 0 && (uintptr_t)v.data % 16 == 0 && k.stride % 8 == 0 && v.stride % 8 == 0;
 }
 
-static int mma_bc(int D) { return D == 256 ? 32 : 64; }
+/* keys per tile: 32 for head size 256 (registers); for 128, cfk_cfg.attn_bc (64, or 32: more blocks per SM) */
+static int mma_bc(int D) { return D == 256 ? 32 : D == 128 && cfk_cfg.attn_bc == 32 ? 32 : 64; }
+
+/* the latency-tuned decode kernel: 16-bit caches, head size 64/128/256, 16-byte aligned rows */
+static bool use_decode(cf_tensor k, cf_tensor v, const cf_attn_args *a) {
+    const int D = a->head_dim;
+    return k.dtype == v.dtype && (k.dtype == CF_BF16 || k.dtype == CF_F16) && D == a->v_head_dim && (D == 64 || D == 128 || D == 256) &&
+           (uintptr_t)k.data % 16 == 0 && (uintptr_t)v.data % 16 == 0 && k.stride % 8 == 0 && v.stride % 8 == 0;
+}
 
 static int n_splits(cf_tensor k, cf_tensor v, const cf_attn_args *a, int max_keys) {
     int64_t base, limit, cap;
@@ -398,7 +503,7 @@ static int n_splits(cf_tensor k, cf_tensor v, const cf_attn_args *a, int max_key
         cap = 64;
     } else {
         base = (int64_t)a->n_q * a->n_heads;
-        limit = ceil_div(max_keys, 32);
+        limit = ceil_div(max_keys, use_decode(k, v, a) ? 128 : 32);
         cap = 256;
     }
     int64_t want = ceil_div(4 * (int64_t)cfk_cfg.n_sm, base);
@@ -420,6 +525,7 @@ static cudaError_t mma_init() {
 extern "C" cudaError_t cfk_init(void) {
     cudaError_t e = mma_init<64, 64>();
     if (e == cudaSuccess) e = mma_init<128, 64>();
+    if (e == cudaSuccess) e = mma_init<128, 32>();
     if (e == cudaSuccess) e = mma_init<256, 32>();
     return e;
 }
@@ -436,8 +542,20 @@ extern "C" cudaError_t cfk_attention(cudaStream_t st, cf_tensor out, cf_tensor q
     if (mma) {
         dim3 grid((unsigned)ceil_div(a->n_q, 64), (unsigned)a->n_heads, (unsigned)P.n_splits);
         if (a->head_dim == 64) e = launch(attn_mma_kernel<64, 64>, grid, dim3(128), mma_smem<64, 64>(), st, P);
+        else if (a->head_dim == 128 && mma_bc(128) == 32) e = launch(attn_mma_kernel<128, 32>, grid, dim3(128), mma_smem<128, 32>(), st, P);
         else if (a->head_dim == 128) e = launch(attn_mma_kernel<128, 64>, grid, dim3(128), mma_smem<128, 64>(), st, P);
         else e = launch(attn_mma_kernel<256, 32>, grid, dim3(128), mma_smem<256, 32>(), st, P);
+    } else if (use_decode(k, v, a)) {
+        dim3 grid((unsigned)P.n_splits, (unsigned)a->n_heads, (unsigned)a->n_q);
+        if (k.dtype == CF_BF16) {
+            if (a->head_dim == 64) e = launch(attn_decode_kernel<64, __nv_bfloat16>, grid, dim3(128), 0, st, P);
+            else if (a->head_dim == 128) e = launch(attn_decode_kernel<128, __nv_bfloat16>, grid, dim3(128), 0, st, P);
+            else e = launch(attn_decode_kernel<256, __nv_bfloat16>, grid, dim3(128), 0, st, P);
+        } else {
+            if (a->head_dim == 64) e = launch(attn_decode_kernel<64, __half>, grid, dim3(128), 0, st, P);
+            else if (a->head_dim == 128) e = launch(attn_decode_kernel<128, __half>, grid, dim3(128), 0, st, P);
+            else e = launch(attn_decode_kernel<256, __half>, grid, dim3(128), 0, st, P);
+        }
     } else {
         if (k.dtype != v.dtype || (k.dtype != CF_BF16 && k.dtype != CF_F16 && k.dtype != CF_F32)) return cudaErrorInvalidValue;
         const size_t es = cf_dtype_size(k.dtype);

@@ -89,16 +89,16 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
 #pragma unroll
     for (int r = 0; r < NX; r++) a0[r] = a1[r] = 0.0f;
 
-    int64_t base = sub * 32 + lane;
-    uint4 wv[U];
+    /* software-pipelined: batch A is in flight while batch B is used, and the other way round */
+    uint4 wa[U], wb[U];
+    auto fetch = [&](uint4 (&wv)[U], int64_t base) {
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int64_t c = base + u * step;
-        wv[u] = c < total ? ld_stream(PAIR && c >= nch ? w1 + (c - nch) : w0 + c) : make_uint4(0, 0, 0, 0);
-    }
-    pdl_wait();
-    pdl_launch_next();
-    for (; base < total; base += U * step) {
+        for (int u = 0; u < U; u++) {
+            const int64_t c = base + u * step;
+            wv[u] = c < total ? ld_stream(PAIR && c >= nch ? w1 + (c - nch) : w0 + c) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    auto use = [&](const uint4 (&wv)[U], int64_t base) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t c = base + u * step;
@@ -121,11 +121,20 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
                 }
             }
         }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int64_t c = base + (U + u) * step;
-            if (c < total) wv[u] = ld_stream(PAIR && c >= nch ? w1 + (c - nch) : w0 + c);
-        }
+    };
+    int64_t base = sub * 32 + lane;
+    const int64_t batch = U * step;
+    fetch(wa, base);   /* weights only: may run before the kernel ahead of this one has finished */
+    pdl_wait();
+    pdl_launch_next();
+    while (base < total) {
+        fetch(wb, base + batch);
+        use(wa, base);
+        base += batch;
+        if (base >= total) break;
+        fetch(wa, base + batch);
+        use(wb, base);
+        base += batch;
     }
 #pragma unroll
     for (int r = 0; r < NX; r++) {
@@ -169,17 +178,18 @@ static cudaError_t go(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
     return launch(gemv_kernel<NX, U, WT, XT, PAIR>, dim3((unsigned)blocks), dim3(256), 0, st, g);
 }
 
-/* Loads in flight per lane: tunable (cfk_cfg.gemv_unroll) for the common bf16 case, 4 otherwise. */
+/* Loads per batch (two batches in flight per lane): tunable (cfk_cfg.gemv_unroll) for the common bf16
+ * case, 2 otherwise. */
 template <int NX, typename WT, typename XT, bool PAIR>
 static cudaError_t pick_unroll(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
     if constexpr (std::is_same<WT, __nv_bfloat16>::value && std::is_same<XT, __nv_bfloat16>::value) {
         switch (cfk_cfg.gemv_unroll) {
-        case 2: return go<NX, 2, WT, XT, PAIR>(st, g, blocks);
+        case 4: return go<NX, 4, WT, XT, PAIR>(st, g, blocks);
         case 8: return go<NX, 8, WT, XT, PAIR>(st, g, blocks);
         default: break;
         }
     }
-    return go<NX, 4, WT, XT, PAIR>(st, g, blocks);
+    return go<NX, 2, WT, XT, PAIR>(st, g, blocks);
 }
 
 template <typename WT, typename XT, bool PAIR>

@@ -105,7 +105,7 @@ __device__ Bound descend(const Row &row, bool by_mass, double target, uint32_t f
             if ((key & mask) == prefix && key >= floor_key) {
                 const int b = (key >> shift) & 255;
                 atomicAdd(&hc[b], 1u);
-                if (by_mass) atomicAdd(&hm[b], pv);
+                atomicAdd(&hm[b], pv);   /* by count too: callers use mass_above */
             }
         }
         __syncthreads();
