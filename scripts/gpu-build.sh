@@ -5,7 +5,7 @@
 #   device `run` call carries it: carry [".gpu"]).
 #   There (nvidia-smi present): unpack them into .gpu/prefix, point the .pc files at it, link every library
 #   the system already has to the system's copy (so LD_LIBRARY_PATH shadows nothing), write .gpu/env.sh,
-#   and build into build-gpu with -DCINFER_CUDA=ON.
+#   and build into build-gpu with -DCINFER_CUDA=ON (everything, or the targets named as arguments).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -57,5 +57,8 @@ pkgconfig_exe=$(command -v pkg-config || true)
 echo "gpu-build: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader); nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'); pkg-config $pkgconfig_exe"
 # warnings are CI's business (here another gcc may warn differently): no -Werror on the GPU machine
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCINFER_CUDA=ON -DCINFER_WERROR=OFF -DPKG_CONFIG_EXECUTABLE="$pkgconfig_exe" >/dev/null
-# -k 0: one broken target elsewhere in the tree does not stop the others (the exit status still reports it)
-cmake --build build-gpu -j "$(nproc)" -- -k 0
+# -k 0: one broken target elsewhere in the tree does not stop the others (the exit status still reports it).
+# Arguments, if any, name the only targets to build.
+targets=()
+for t in "$@"; do targets+=(--target "$t"); done
+cmake --build build-gpu -j "$(nproc)" "${targets[@]}" -- -k 0

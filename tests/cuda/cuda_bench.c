@@ -8,7 +8,8 @@
  * - decode step (32 layers, graph with the *_pos ops, then host reads the argmax id): tokens/s against
  *   copy bandwidth / (weight bytes without the embedding table + KV bytes), as cinfer bench counts.
  * - prefill: 4096 tokens in chunks (256 as the model does, and 4096), FLOPs 2 * params * tokens.
- * Usage: cuda_bench [--quick]  (quick: smaller model, for a smoke run) */
+ * Usage: cuda_bench [--quick | --short]  (quick: a 4-layer model and small sweeps, a smoke run; short:
+ * the full model, fewer sweep points) */
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
@@ -23,6 +24,7 @@
 static cf_backend *be;
 static const cf_backend_ops *op;
 static double copy_bw;   /* GB/s */
+static int short_run;
 
 static double now(void) {
     struct timespec t;
@@ -117,11 +119,12 @@ static void bench_gemv(int quick) {
         if (quick && g.nw > 4) g.nw = 4;
         for (int i = 0; i < g.nw; i++) g.w[i] = rnd(shapes[s].d, shapes[s].k, 0.02f, 100 + i);
         for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
-            if (quick && r) break;
+            if ((quick || short_run) && r) break;
             g.x = rnd(rows[r], shapes[s].k, 1.0f, 7);
             g.out = alloc(CF_BF16, rows[r], shapes[s].d);
             printf("| %s | %d |", shapes[s].name, rows[r]);
             for (size_t u = 0; u < 3; u++) {
+                if (short_run && u == 2) { printf(" - |"); continue; }
                 cfk_cfg.gemv_unroll = unrolls[u];
                 double t = time_graph(gemv_work, &g, quick ? 8 : 4 * g.nw);
                 double gbs = bytes / t / 1e9;
@@ -155,7 +158,7 @@ static void bench_attention(int quick) {
     printf("| case | time us | rate |\n|---|---:|---:|\n");
     int lens[] = {512, 4096, 32768};
     for (int li = 0; li < 3; li++) {
-        if (quick && li == 2) break;
+        if ((quick || short_run) && li == 2) break;
         attn_ctx t;
         const int L = lens[li];
         const double bytes = 2.0 * L * KVH * D * 2;
@@ -392,7 +395,8 @@ static void bench_model(int quick, double gemm_tflops) {
         struct { const char *name; int graph, pdl, fuse; } modes[] = {
             {"eager + PDL", 0, 1, 1}, {"graph, no PDL", 1, 0, 1}, {"graph + PDL, no merging", 1, 1, 0}, {"graph + PDL", 1, 1, 1}};
         for (int md = 0; md < 4; md++) {
-            if (c == 1 && md < 3) continue;
+            if ((c == 1 || short_run) && md > 0 && md < 3) continue;
+            if (c == 1 && md == 0) continue;
             cfk_cfg.fuse = modes[md].fuse;
             cfk_cfg.pdl = modes[md].pdl;
             double tps = decode_tps(&m, ctx, T, modes[md].graph);
@@ -414,6 +418,8 @@ static void bench_model(int quick, double gemm_tflops) {
 
 int main(int argc, char **argv) {
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    short_run = argc > 1 && !strcmp(argv[1], "--short");
+    setvbuf(stdout, NULL, _IOLBF, 0);   /* every line out as it is made, should the run be cut short */
     cinfer_error e = {0};
     cf_backend_params p = cf_backend_default_params();
     p.device = CF_DEVICE_CUDA;
@@ -426,12 +432,15 @@ int main(int argc, char **argv) {
     ok(st, &e, "cuda backend");
     op = be->ops;
     ok(cf_cuda_memcpy_bandwidth(be, (size_t)4 << 30, 20, &copy_bw, &e), &e, "copy bandwidth");
-    printf("# cuda_bench%s\n\ndevice-to-device copy (4 GiB, read + write): %.0f GB/s\n", quick ? " --quick" : "", copy_bw);
+    printf("# cuda_bench%s\n\ndevice-to-device copy (4 GiB, read + write): %.0f GB/s\n", argc > 1 ? argv[1] : "", copy_bw);
     double g_big = bench_gemm(4096, 4096, 14336, quick ? 2 : 10), g_chunk = bench_gemm(256, 4096, 14336, quick ? 2 : 20);
     printf("bf16 GEMM (matmul op, cuBLAS): 4096x4096x14336 %.0f TFLOP/s; 256x4096x14336 %.0f TFLOP/s\n", g_big, g_chunk);
-    bench_gemv(quick);
-    bench_attention(quick);
+    fflush(stdout);
     bench_model(quick, g_big);
+    fflush(stdout);
+    bench_gemv(quick);
+    fflush(stdout);
+    bench_attention(quick);
     ok(op->sync(be, &e), &e, "final sync");
     cf_backend_destroy(be);
     return 0;

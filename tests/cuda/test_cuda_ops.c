@@ -691,6 +691,7 @@ static void test_errors(void) {
 
 int main(int argc, char **argv) {
     quick = argc > 1 && !strcmp(argv[1], "--quick");
+    setvbuf(stdout, NULL, _IOLBF, 0);
     cinfer_error e = {0};
     cf_backend_params p = cf_backend_default_params();
     p.device = CF_DEVICE_CUDA;
