@@ -193,8 +193,8 @@ static cinfer_status load_merges(tk_bpe *b, const char *p, const char *end, cinf
     cinfer_status st = CINFER_OK;
     uint32_t rank = 0;
     const char *q = tk_json_ws(p + 1, end);
-    if (q < end && *q == ']') q = NULL;
-    while (q && !st) {
+    const int empty = q < end && *q == ']';
+    while (!empty && q && !st) {
         q = tk_json_ws(q, end);
         if (q < end && *q == '"') {
             q = tk_json_string(q, end, &l);
@@ -230,7 +230,7 @@ static cinfer_status load_merges(tk_bpe *b, const char *p, const char *end, cinf
         if (q < end && *q == ']') break;
         if (q >= end || *q++ != ',') q = NULL;
     }
-    if (!st && !q) st = l.oom || r.oom ? cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading merges")
+    if (!st && !empty && !q) st = l.oom || r.oom ? cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading merges")
                                        : bad_json("merges", err);
     tk_buf_free(&l);
     tk_buf_free(&r);
