@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 export OMP_WAIT_POLICY ?= passive
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build demo test asan clean
+.PHONY: all setup configure build demo test asan tsan clean
 
 all: build
 
@@ -29,5 +29,11 @@ asan: setup
 	@cmake --build build-asan -j $(JOBS)
 	@cd build-asan && ctest --output-on-failure -j $(JOBS) -LE slow $(CTEST_FLAGS)
 
+# ThreadSanitizer on the tests labelled tsan (the engine's threads; one OpenMP thread, see tests/engine)
+tsan: setup
+	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCINFER_CUDA=OFF -DCINFER_SANITIZE=thread >/dev/null
+	@cmake --build build-tsan -j $(JOBS)
+	@cd build-tsan && ctest --output-on-failure -j $(JOBS) -L tsan $(CTEST_FLAGS)
+
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-tsan

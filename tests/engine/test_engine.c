@@ -8,7 +8,9 @@
  * full decode, stop strings across token boundaries, held-back text released at the end.
  *
  * usage: test_engine MODEL_DIR        the checks that hold for any model (greedy, logprobs, text)
- *        test_engine --tiny TMP_DIR   writes the tiny model into TMP_DIR and runs every check */
+ *        test_engine --tiny TMP_DIR   writes the tiny model into TMP_DIR and runs every check
+ * CINFER_TEST_THREADS sets the CPU threads (default 2); ThreadSanitizer runs use 1, since libgomp's
+ * barriers are not instrumented and TSan would report every parallel matmul as a race. */
 #include "cinfer.h"
 #include "model/model.h"
 #include "tiny_model.h"
@@ -30,6 +32,7 @@ static cinfer_model *M;
 static cinfer_engine *E;
 static cf_model *REF;   /* the same folder loaded directly, for reference outputs */
 static int V, CTX;
+static int THREADS = 2;
 
 /* ---- helpers ---- */
 
@@ -1004,7 +1007,9 @@ static void check_missing_text_parts(const char *root) {
         snprintf(d, sizeof d, "%s-%s", root, flags == TINY_NO_TOKENIZER ? "no-tokenizer" : "no-template");
         cinfer_model *m = NULL;
         cinfer_engine *e = NULL;
-        if (tiny_model_write(d, flags) || cinfer_model_load(d, NULL, &m, &err) != CINFER_OK ||
+        cinfer_model_params mp = cinfer_model_default_params();
+        mp.n_threads = THREADS;
+        if (tiny_model_write(d, flags) || cinfer_model_load(d, &mp, &m, &err) != CINFER_OK ||
             cinfer_engine_create(m, NULL, &e, &err) != CINFER_OK) {
             CHECK(0, "%s: %s", d, err.message);
             cinfer_model_free(m);
@@ -1058,7 +1063,7 @@ static void check_load(const char *dir) {
     cinfer_model_params p = cinfer_model_default_params();
     p.progress = progress_cb;
     p.cancel = cancel_cb_load;
-    p.n_threads = 1;
+    p.n_threads = THREADS;
     cancel_after = 2;
     CHECK(cinfer_model_load(dir, &p, &m, &err) == CINFER_E_CANCELLED && !m, "cancelled load: %s", err.message);
     n_progress = 0;
@@ -1087,12 +1092,14 @@ int main(int argc, char **argv) {
         return 2;
     }
     main_thread = pthread_self();
+    const char *nt = getenv("CINFER_TEST_THREADS");
+    if (nt && atoi(nt) > 0) THREADS = atoi(nt);
     cinfer_error err = {0};
     cinfer_model_params mp = cinfer_model_default_params();
-    mp.n_threads = 2;
+    mp.n_threads = THREADS;
     if (cinfer_model_load(dir, &mp, &M, &err) != CINFER_OK) { fprintf(stderr, "load %s: %s\n", dir, err.message); return 1; }
     cf_model_params rp = cf_model_default_params();
-    rp.backend.n_threads = 2;
+    rp.backend.n_threads = THREADS;
     if (cf_model_load(dir, &rp, &REF, &err) != CINFER_OK) { fprintf(stderr, "reference load: %s\n", err.message); return 1; }
     V = cinfer_model_get_info(M).vocab;
     CTX = cinfer_model_get_info(M).context;
