@@ -105,11 +105,13 @@ typedef struct cinfer_engine_params {
     size_t struct_size;
     int max_queued;              /* sessions waiting for their turn; beyond it open fails with
                                     CINFER_E_BUSY. 0 = no limit */
-    /* The clock behind deadlines and timings, in seconds (any origin, never decreasing); NULL = the
-     * monotonic clock. Tests inject one to drive deadlines without sleeping. */
+    /* The clock behind deadlines and timings, in seconds (any origin, never decreasing), called from
+     * the engine's and the consumers' threads; NULL = the monotonic clock. Tests inject one to drive
+     * deadlines without sleeping. */
     double (*now)(void *user);
     void *now_user;
-    /* Receives one line per notable event (the plan of each request, failures); NULL = silent. */
+    /* Receives one line per notable event (each request's plan at open, each outcome), from any thread;
+     * NULL = silent. */
     void (*log)(const char *line, void *user);
     void *log_user;
 } cinfer_engine_params;
@@ -123,7 +125,8 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
                                    cinfer_error *err);
 /* Cancels every session (reason CINFER_CANCEL_ENGINE_CLOSED), waits until each is terminal and its
  * native resources (sequence state, sampler) are released, stops the scheduler thread and frees the
- * engine. The sessions stay readable; each is still freed with cinfer_session_free. */
+ * engine. The sessions stay readable; each is still freed with cinfer_session_free. Not from a
+ * callback. */
 void cinfer_engine_free(cinfer_engine *e);
 
 /* ---- requests -------------------------------------------------------------------------------- */
@@ -253,8 +256,9 @@ typedef struct cinfer_session_params {
     size_t struct_size;
     cinfer_output_mode output;
     /* CALLBACK: called for every event in order, END included; returning non-zero cancels the session
-     * (reason CINFER_CANCEL_CONSUMER_CLOSED). It must not block for long (it holds up the engine) and
-     * must not free the session. */
+     * (reason CINFER_CANCEL_CONSUMER_CLOSED). It runs on the engine's thread, so it should return soon
+     * (every session waits for it) and must not wait for a session or free the engine; it may cancel
+     * any session or free one (the engine then releases it after the callback). */
     int (*on_event)(const cinfer_event *ev, void *user);
     void *user;
     /* PULL: cancel (reason CINFER_CANCEL_CONSUMER_IDLE) when events have waited unread for longer than
