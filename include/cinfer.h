@@ -295,7 +295,8 @@ typedef struct cinfer_result {
 typedef struct cinfer_session cinfer_session;
 
 cinfer_session_params cinfer_session_default_params(void);
-/* Validates and copies the request, plans it and queues it. A request that fails validation allocates
+/* Validates and copies the request, plans it and queues it; *out is set before the session can run, so
+ * callbacks may use it. A request that fails validation allocates
  * nothing and returns its own status (CINFER_E_EMPTY_PROMPT, _TOKEN_OUT_OF_RANGE, _MAX_TOKENS,
  * _CONTEXT_OVERFLOW, _TOP_LOGPROBS, _TEMPERATURE, _TOP_K, _TOP_P, _MIN_P, _PENALTY, _NOT_A_NUMBER,
  * _INVALID_ARGUMENT, _UNSUPPORTED for a draft source, _TOKENIZER / _TEMPLATE for text and messages). */

@@ -400,12 +400,14 @@ cinfer_status cinfer_session_open(cinfer_engine *e, const cinfer_request *req, c
     atomic_init(&s->state, CINFER_STATE_CREATED);
     atomic_init(&s->cancel, CINFER_CANCEL_NONE);
 
+    *out = s;  /* before the engine can see it, so that its callbacks may use the handle */
     pthread_mutex_lock(&e->mu);
     if (e->closing) st = cf_fail(err, CINFER_E_INVALID_ARGUMENT, "the engine is closing; no session can be opened");
     else if (e->p.max_queued && e->n_queued >= e->p.max_queued)
         st = cf_fail(err, CINFER_E_BUSY, "%d sessions are already waiting (max_queued); try again later", e->n_queued);
+    uint64_t id = 0;
     if (st == CINFER_OK) {
-        s->id = ++e->next_id;
+        s->id = id = ++e->next_id;
         if (req->seed < 0) s->req.sp.seed = fresh_seed(s->id);
         else s->req.sp.seed = (uint64_t)req->seed;
         if (e->tail) e->tail->next = s;
@@ -416,11 +418,11 @@ cinfer_status cinfer_session_open(cinfer_engine *e, const cinfer_request *req, c
     }
     pthread_mutex_unlock(&e->mu);
     if (st != CINFER_OK) {
+        *out = NULL;
         cf_session_destroy(s);
         return st;
     }
-    elog(e, "session %llu: plan %s, %d prompt tokens, up to %d new", (unsigned long long)s->id, s->plan.id, s->req.n_prompt,
-         s->plan.output_limit);
-    *out = s;
+    elog(e, "session %llu: plan %s, %d prompt tokens, up to %d new", (unsigned long long)id, plan.id, q.n_prompt,
+         plan.output_limit);
     return CINFER_OK;
 }
