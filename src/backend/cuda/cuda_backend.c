@@ -19,7 +19,7 @@
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
-cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 2, .gemv_max_rows = 8, .fuse = 1, .attn_bc = 64, .n_sm = 132};
+cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 2, .gemv_max_rows = 8, .fuse = 1, .attn_bc = 32, .n_sm = 132};
 
 /* An op held back to be merged with the next (see pend_* below). */
 typedef enum pend_kind { PEND_NONE, PEND_GEMV, PEND_ROPE, PEND_KV } pend_kind;
@@ -687,7 +687,7 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     cfk_cfg.gemv_unroll = env_int("CINFER_GEMV_UNROLL", 2);
     cfk_cfg.gemv_max_rows = env_int("CINFER_GEMV_MAX_ROWS", 8);
     cfk_cfg.fuse = env_int("CINFER_CUDA_FUSE", 1);
-    cfk_cfg.attn_bc = env_int("CINFER_ATTN_BC", 64);
+    cfk_cfg.attn_bc = env_int("CINFER_ATTN_BC", 32);
 
     cuda_backend *b = calloc(1, sizeof *b);
     if (!b) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");

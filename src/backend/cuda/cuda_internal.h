@@ -21,7 +21,7 @@ typedef struct cfk_config {
     int gemv_unroll;    /* 16-byte weight loads per batch and lane in the GEMV kernel (two batches in flight): 2, 4 or 8 */
     int gemv_max_rows;  /* matmuls with at most this many activation rows use the GEMV kernel, the rest cuBLAS */
     int fuse;           /* merge consecutive ops into one launch (cuda_backend.c) */
-    int attn_bc;        /* keys per tile of the prefill attention kernel for head size 128: 64 or 32 */
+    int attn_bc;        /* keys per tile of the prefill attention kernel for head size 128: 32 (faster on the H200) or 64 */
     int n_sm;
 } cfk_config;
 extern cfk_config cfk_cfg;

@@ -55,16 +55,25 @@ extern "C" cudaError_t cfk_elementwise(cudaStream_t st, cfk_ew op, cf_tensor out
     return launch(ew_kernel, grid, dim3(256), 0, st, e);
 }
 
+/* Small ops spread a row over several blocks (grid y or z) so that each thread has one or two elements:
+ * at decode a row is all there is, and a thread looping over many would serialize their latencies. */
+static unsigned col_blocks(int64_t cols, int threads) {
+    int64_t b = ceil_div(cols, threads);
+    return (unsigned)(b < 32 ? b : 32);
+}
+
 __global__ void embed_kernel(TV out, TV table, TV ids, int64_t cols, float scale) {
     pdl_wait();
     pdl_launch_next();
     const int64_t i = blockIdx.x;
     const int64_t id = ((const int32_t *)ids.p)[i * ids.stride];
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) st(out, i, c, ld(table, id, c) * scale);
+    for (int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; c < cols; c += (int64_t)gridDim.y * blockDim.x)
+        st(out, i, c, ld(table, id, c) * scale);
 }
 
 extern "C" cudaError_t cfk_embed(cudaStream_t st, cf_tensor out, cf_tensor table, cf_tensor ids, float scale) {
-    return launch(embed_kernel, dim3((unsigned)out.rows), dim3(256), 0, st, tv(out), tv(table), tv(ids), out.cols, scale);
+    return launch(embed_kernel, dim3((unsigned)out.rows, col_blocks(out.cols, 256)), dim3(256), 0, st, tv(out), tv(table), tv(ids),
+                  out.cols, scale);
 }
 
 __global__ void rmsnorm_kernel(TV out, TV x, TV w, int64_t rows, int64_t cols, float eps, float w_offset) {
@@ -72,12 +81,14 @@ __global__ void rmsnorm_kernel(TV out, TV x, TV w, int64_t rows, int64_t cols, f
     pdl_launch_next();
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         float ss = 0.0f;
+#pragma unroll 4
         for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
             float v = ld(x, r, c);
             ss += v * v;
         }
         ss = block_sum(ss);
         const float inv = 1.0f / sqrtf(ss / (float)cols + eps);
+#pragma unroll 4
         for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) st(out, r, c, ld(x, r, c) * inv * (ld(w, 0, c) + w_offset));
     }
 }
@@ -104,7 +115,7 @@ __global__ void rope_kernel(RopeArgs a) {
     const TV x = blockIdx.y ? a.x[1] : a.x[0];
     const int n_heads = blockIdx.y ? a.n_heads[1] : a.n_heads[0];
     const float p = (float)((const int32_t *)a.pos.p)[t * a.pos.stride];
-    for (int j = threadIdx.x; j < n_heads * a.half; j += blockDim.x) {
+    for (int j = blockIdx.z * blockDim.x + threadIdx.x; j < n_heads * a.half; j += gridDim.z * blockDim.x) {
         const int h = j / a.half, i = j % a.half;
         float sn, cs;
         sincosf(p * ld(a.inv_freq, 0, i), &sn, &cs);
@@ -119,8 +130,8 @@ extern "C" cudaError_t cfk_rope(cudaStream_t st, int n, const cf_tensor *x, cons
                                 cf_tensor inv_freq) {
     RopeArgs a = {{tv(x[0]), tv(x[n - 1])}, {n_heads[0], n_heads[n - 1]}, tv(pos), tv(inv_freq), head_dim, rot_dim / 2};
     const int most = n_heads[0] > n_heads[n - 1] ? n_heads[0] : n_heads[n - 1];
-    const int threads = most * a.half < 256 ? (most * a.half + 31) / 32 * 32 : 256;
-    return launch(rope_kernel, dim3((unsigned)x[0].rows, (unsigned)n), dim3(threads), 0, st, a);
+    const int threads = most * a.half < 128 ? (most * a.half + 31) / 32 * 32 : 128;
+    return launch(rope_kernel, dim3((unsigned)x[0].rows, (unsigned)n, col_blocks((int64_t)most * a.half, threads)), dim3(threads), 0, st, a);
 }
 
 struct KvArgs {
@@ -138,13 +149,15 @@ __global__ void kv_store_kernel(KvArgs a) {
     const TV cache = blockIdx.y ? a.cache[1] : a.cache[0], src = blockIdx.y ? a.src[1] : a.src[0];
     const int64_t cols = blockIdx.y ? a.cols[1] : a.cols[0];
     const int64_t slot = (a.pos ? (int64_t)a.pos[i * a.pos_stride] : a.pos0 + i) % a.cap;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) st(cache, slot, c, ld(src, i, c));
+    for (int64_t c = (int64_t)blockIdx.z * blockDim.x + threadIdx.x; c < cols; c += (int64_t)gridDim.z * blockDim.x)
+        st(cache, slot, c, ld(src, i, c));
 }
 
 extern "C" cudaError_t cfk_kv_store(cudaStream_t st, int n, const cf_tensor *cache, const cf_tensor *src, int pos0, cf_tensor pos, int cap) {
     KvArgs a = {{tv(cache[0]), tv(cache[n - 1])}, {tv(src[0]), tv(src[n - 1])}, {src[0].cols, src[n - 1].cols}, pos0, cap,
                 (const int32_t *)pos.data, pos.stride};
-    return launch(kv_store_kernel, dim3((unsigned)src[0].rows, (unsigned)n), dim3(256), 0, st, a);
+    const int64_t cols = src[0].cols > src[n - 1].cols ? src[0].cols : src[n - 1].cols;
+    return launch(kv_store_kernel, dim3((unsigned)src[0].rows, (unsigned)n, col_blocks(cols, 256)), dim3(256), 0, st, a);
 }
 
 __global__ void convert_kernel(void *dst, int to, const void *src, int from, int64_t n) {
