@@ -88,6 +88,11 @@ void tk_regex_iter_init(tk_regex_iter *it, const char *s, size_t n);
 /* 1 with the next match in *ms..*me, 0 when there is none, -1 when matching failed. */
 int tk_regex_next(const tk_regex *re, tk_scratch *sc, tk_regex_iter *it, size_t *ms, size_t *me);
 
+/* The code points Oniguruma (HF's regex engine) puts in Unicode property prop (a short name: L, Lu,
+ * N, Nd, Alphabetic, ...) that PCRE2's older tables leave unassigned, as class ranges; "" if none.
+ * Generated into tok_onig_classes.c by tools/text/make_onig_classes.js. */
+const char *tk_onig_extra(const char *prop, size_t len);
+
 /* HF's pattern object, {"String": literal} or {"Regex": pattern}; what names the owner in errors. */
 cinfer_status tk_pattern_parse(const cJSON *pat, const char *what, tk_regex **out, cinfer_error *err);
 

@@ -42,18 +42,106 @@ void tk_scratch_free(tk_scratch *sc) {
     free(sc);
 }
 
-/* Rewrites Oniguruma's \h and \H (hex digit classes; in PCRE2 they mean horizontal space). */
+/* Oniguruma's \s (White_Space; PCRE2's \s adds U+180E). */
+static const char WS[] = "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+
+/* \p{prop} or its negation with Oniguruma's members (see tk_onig_extra). Inside a class a negated
+ * property cannot take the additions and is left to PCRE2. */
+static void put_prop(tk_buf *b, const char *prop, size_t len, int negate, int in_class) {
+    const char *extra = tk_onig_extra(prop, len);
+    int wrap = !in_class && *extra;
+    if (in_class && negate) extra = "";
+    if (wrap) tk_buf_put(b, negate ? "[^" : "[", negate ? 2 : 1);
+    tk_buf_put(b, negate && !wrap ? "\\P{" : "\\p{", 3);
+    tk_buf_put(b, prop, len);
+    tk_buf_putc(b, '}');
+    tk_buf_put(b, extra, strlen(extra));
+    if (wrap) tk_buf_putc(b, ']');
+}
+
+/* Oniguruma's \w: Alphabetic, M, Nd, Pc and the Latin-1 superscripts and fractions. */
+static void put_word(tk_buf *b) {
+    put_prop(b, "Alphabetic", 10, 0, 1);
+    put_prop(b, "M", 1, 0, 1);
+    put_prop(b, "Nd", 2, 0, 1);
+    put_prop(b, "Pc", 2, 0, 1);
+    tk_buf_put(b, "\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}", 30);
+}
+
+/* Rewrites the escapes whose meaning differs between Oniguruma (HF) and PCRE2: \s \S \d \D \w \W
+ * (Unicode-wide in both, but not the same sets), \h \H (hex digits in Oniguruma), and \p{X} \P{X}
+ * \p{^X} \pX, which gain the code points of newer Unicode versions (tools/text/make_onig_classes.js
+ * checks these definitions against HF). A negated escape inside a class ([^\S] and the like) is left
+ * as PCRE2 reads it. */
 static char *onig_to_pcre(const char *p, size_t n, size_t *out_len) {
     tk_buf b = {0};
     int in_class = 0;
     for (size_t i = 0; i < n; i++) {
         char c = p[i];
         if (c == '\\' && i + 1 < n) {
-            char d = p[i + 1];
-            if (d == 'h') tk_buf_put(&b, in_class ? "0-9a-fA-F" : "[0-9a-fA-F]", in_class ? 9 : 11);
-            else if (d == 'H' && !in_class) tk_buf_put(&b, "[^0-9a-fA-F]", 12);
-            else tk_buf_put(&b, p + i, 2);
-            i++;
+            char d = p[++i];
+            switch (d) {
+            case 's':
+                if (!in_class) tk_buf_putc(&b, '[');
+                tk_buf_put(&b, WS, sizeof WS - 1);
+                if (!in_class) tk_buf_putc(&b, ']');
+                break;
+            case 'S':
+                if (in_class) tk_buf_put(&b, "\\S", 2);
+                else {
+                    tk_buf_put(&b, "[^", 2);
+                    tk_buf_put(&b, WS, sizeof WS - 1);
+                    tk_buf_putc(&b, ']');
+                }
+                break;
+            case 'd':
+            case 'D':
+                put_prop(&b, "Nd", 2, d == 'D', in_class);
+                break;
+            case 'w':
+            case 'W':
+                if (in_class && d == 'W') tk_buf_put(&b, "\\W", 2);
+                else {
+                    if (!in_class) tk_buf_put(&b, d == 'W' ? "[^" : "[", d == 'W' ? 2 : 1);
+                    put_word(&b);
+                    if (!in_class) tk_buf_putc(&b, ']');
+                }
+                break;
+            case 'h':
+                tk_buf_put(&b, in_class ? "0-9a-fA-F" : "[0-9a-fA-F]", in_class ? 9 : 11);
+                break;
+            case 'H':
+                tk_buf_put(&b, in_class ? "\\H" : "[^0-9a-fA-F]", in_class ? 2 : 12);
+                break;
+            case 'p':
+            case 'P': {
+                int negate = d == 'P';
+                const char *name = p + i + 1;
+                size_t len = 0;
+                if (i + 1 < n && p[i + 1] == '{') {
+                    const char *close = memchr(p + i + 2, '}', n - i - 2);
+                    if (!close) {
+                        tk_buf_put(&b, p + i - 1, 2); /* malformed: PCRE2 will say so */
+                        break;
+                    }
+                    name = p + i + 2;
+                    len = (size_t)(close - name);
+                    i = (size_t)(close - p);
+                    if (len && *name == '^') {
+                        negate = !negate;
+                        name++;
+                        len--;
+                    }
+                } else if (i + 1 < n) {
+                    len = 1;
+                    i++;
+                }
+                put_prop(&b, name, len, negate, in_class);
+                break;
+            }
+            default:
+                tk_buf_put(&b, p + i - 1, 2);
+            }
             continue;
         }
         if (c == '[' && !in_class) {
