@@ -21,7 +21,7 @@ int cf_usage_error(const char *verb, const char *fmt, ...) {
 
 int cf_report(const char *verb, const cinfer_error *err) {
     fprintf(stderr, "cinfer %s: %s\n", verb, err->message);
-    int bad_input = err->code == CINFER_E_INVALID_ARGUMENT || (err->code >= CINFER_E_EMPTY_PROMPT && err->code < CINFER_STATUS_COUNT);
+    int bad_input = err->code == CINFER_E_INVALID_ARGUMENT || (err->code >= CINFER_E_EMPTY_PROMPT && err->code <= CINFER_E_NOT_A_NUMBER);
     return bad_input ? CF_EXIT_USAGE : 1;
 }
 

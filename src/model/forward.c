@@ -46,27 +46,30 @@ static void attention_block(cf_model *m, cf_seq *s, int l, int n, cf_tensor x) {
     cf_tensor att = scratch(s->att, n, L->n_heads * L->v_head_dim);
     const cf_rope_set *rs = &hp->rope[L->rope_set];
 
+    /* q, k, v projections back to back, then both RoPEs, then both stores: a backend may fuse each run */
+    const cf_kv_layer *cache = &s->kv->layers[L->kv_source];
+    const int own_kv = L->kv_source == l;
     op->rmsnorm(be, h, x, w->attn_norm, eps, wo);
     op->matmul(be, q, h, w->wq, w->bq);
+    if (own_kv) {
+        op->matmul(be, k, h, w->wk, w->bk);
+        if (L->k_eq_v) op->copy(be, v, k);
+        else op->matmul(be, v, h, w->wv, w->bv);
+    }
     if (hp->qk_norm) {
         cf_tensor qh = cf_reshape(q, (int64_t)n * L->n_heads, L->head_dim);
         op->rmsnorm(be, qh, qh, w->q_norm, eps, wo);
     }
+    if (own_kv && hp->qk_norm) {
+        cf_tensor kh = cf_reshape(k, (int64_t)n * L->n_kv_heads, L->head_dim);
+        op->rmsnorm(be, kh, kh, w->k_norm, eps, wo);
+    }
+    if (own_kv && hp->v_norm) {
+        cf_tensor vh = cf_reshape(v, (int64_t)n * L->n_kv_heads, L->v_head_dim);
+        op->rmsnorm(be, vh, vh, cf_cols(m->ones, 0, L->v_head_dim), eps, 0.0f);
+    }
     op->rope(be, q, pos, L->n_heads, L->head_dim, rs->rot_dim, m->rope_freq[L->rope_set]);
-
-    const cf_kv_layer *cache = &s->kv->layers[L->kv_source];
-    if (L->kv_source == l) {
-        op->matmul(be, k, h, w->wk, w->bk);
-        if (L->k_eq_v) op->copy(be, v, k);
-        else op->matmul(be, v, h, w->wv, w->bv);
-        if (hp->qk_norm) {
-            cf_tensor kh = cf_reshape(k, (int64_t)n * L->n_kv_heads, L->head_dim);
-            op->rmsnorm(be, kh, kh, w->k_norm, eps, wo);
-        }
-        if (hp->v_norm) {
-            cf_tensor vh = cf_reshape(v, (int64_t)n * L->n_kv_heads, L->v_head_dim);
-            op->rmsnorm(be, vh, vh, cf_cols(m->ones, 0, L->v_head_dim), eps, 0.0f);
-        }
+    if (own_kv) {
         op->rope(be, k, pos, L->n_kv_heads, L->head_dim, rs->rot_dim, m->rope_freq[L->rope_set]);
         op->kv_store(be, cache->k, k, pos0, cache->cap);
         op->kv_store(be, cache->v, v, pos0, cache->cap);
