@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 export OMP_WAIT_POLICY ?= passive
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build demo test asan tsan clean
+.PHONY: all setup configure build demo test asan tsan fuzz clean
 
 all: build
 
@@ -35,5 +35,11 @@ tsan: setup
 	@cmake --build build-tsan -j $(JOBS)
 	@cd build-tsan && ctest --output-on-failure -j $(JOBS) -L tsan $(CTEST_FLAGS)
 
+# libFuzzer runs (clang, ASan + UBSan) of the tokenizer and chat-template harnesses, 30 s each
+fuzz: setup
+	@CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCINFER_CUDA=OFF -DCINFER_FUZZ=ON >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target fuzz_tokenizer fuzz_template
+	@cd build-fuzz && ctest --output-on-failure -L fuzz
+
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) build-asan build-fuzz build-tsan
