@@ -1,6 +1,7 @@
 /* model_handle.c: cinfer_model, the public handle of a loaded model folder: the weights on their device,
  * the tokenizer and chat template when the folder has them, and the ids that end generation. */
 #include "engine/engine.h"
+#include "base/file.h"
 #include "base/status.h"
 #include "text/template.h"
 #include "text/tokenizer.h"
@@ -47,17 +48,7 @@ static int has_chat_template(const char *dir) {
     if (file_exists(dir, "chat_template.jinja")) return 1;
     char p[4096];
     snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
-    FILE *fp = fopen(p, "rb");
-    if (!fp) return 0;
-    char *text = NULL;
-    long n = fseek(fp, 0, SEEK_END) == 0 ? ftell(fp) : -1;
-    if (n > 0 && fseek(fp, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1)) && fread(text, 1, (size_t)n, fp) == (size_t)n)
-        text[n] = 0;
-    else {
-        free(text);
-        text = NULL;
-    }
-    fclose(fp);
+    char *text = cf_read_file(p, NULL);
     cJSON *cfg = text ? cJSON_Parse(text) : NULL;
     free(text);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");

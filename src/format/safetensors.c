@@ -3,6 +3,7 @@
  * then the data; offsets are relative to the end of the header. */
 #include "format/safetensors.h"
 #include "base/status.h"
+#include "base/file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -204,24 +205,11 @@ cinfer_status cf_st_open_file(const char *path, cf_st_set **out, cinfer_error *e
     return CINFER_OK;
 }
 
-static char *read_text(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) { free(buf); buf = NULL; }
-    fclose(fp);
-    if (buf) { buf[n] = 0; if (len) *len = (size_t)n; }
-    return buf;
-}
-
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* Reads model.safetensors.index.json: the distinct shard names of its weight_map, sorted. */
 static cinfer_status open_sharded(cf_st_set *set, const char *dir, const char *index_path, cinfer_error *err) {
-    char *text = read_text(index_path, NULL);
+    char *text = cf_read_file(index_path, NULL);
     if (!text) return cf_fail(err, CINFER_E_IO, "%s: cannot read", index_path);
     cJSON *root = cJSON_Parse(text);
     free(text);

@@ -3,6 +3,7 @@
 #include "model/arch.h"
 #include "model/arch_util.h"
 #include "base/status.h"
+#include "base/file.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -159,22 +160,9 @@ static cinfer_status load_llama_family(const cJSON *cfg, cf_hparams *hp, const c
     return CINFER_OK;
 }
 
-static char *read_file(const char *path) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) { free(buf); buf = NULL; }
-    fclose(fp);
-    if (buf) buf[n] = 0;
-    return buf;
-}
-
 cinfer_status cf_hparams_load_file(const char *path, cf_hparams *hp, cinfer_error *err) {
     memset(hp, 0, sizeof *hp);
-    char *text = read_file(path);
+    char *text = cf_read_file(path, NULL);
     if (!text) return cf_fail(err, CINFER_E_IO, "%s: cannot read (is this a Hugging Face model folder?)", path);
     cJSON *cfg = cJSON_Parse(text);
     free(text);
@@ -226,7 +214,7 @@ cinfer_status cf_hparams_load(const char *dir, cf_hparams *hp, cinfer_error *err
     snprintf(path, sizeof path, "%s/config.json", dir);
     CF_TRY(cf_hparams_load_file(path, hp, err));
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    char *text = read_file(path);
+    char *text = cf_read_file(path, NULL);
     cJSON *gen = text ? cJSON_Parse(text) : NULL;
     free(text);
     if (cJSON_IsObject(gen)) {
