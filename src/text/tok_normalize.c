@@ -91,20 +91,7 @@ cinfer_status tk_normalizer_parse(const cJSON *j, tk_normalizer **out, cinfer_er
     return CINFER_OK;
 }
 
-static int unicode_nf(int kind, const char *s, size_t len, tk_buf *out) {
-    /* Code points below U+0300 are stable under NFC; ASCII is stable under all four forms. */
-    int32_t limit = kind == N_NFC ? 0x300 : 0x80;
-    size_t i = 0;
-    while (i < len) {
-        int32_t cp;
-        size_t k = tk_utf8_next(s + i, len - i, &cp);
-        if (cp >= limit) break;
-        i += k;
-    }
-    if (i == len) {
-        tk_buf_put(out, s, len);
-        return out->oom ? -1 : 0;
-    }
+static int nf_map(int kind, const char *s, size_t len, tk_buf *out) {
     int opt = UTF8PROC_STABLE;
     opt |= (kind == N_NFC || kind == N_NFKC) ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
     if (kind == N_NFKC || kind == N_NFKD) opt |= UTF8PROC_COMPAT;
@@ -116,6 +103,33 @@ static int unicode_nf(int kind, const char *s, size_t len, tk_buf *out) {
     }
     tk_buf_put(out, dst, (size_t)r);
     free(dst);
+    return 0;
+}
+
+/* utf8proc's NFx, except for the code points HF's older tables leave alone, which are copied and
+ * cut the text into independently normalized runs. */
+static int unicode_nf(int kind, const char *s, size_t len, tk_buf *out) {
+    /* Code points below U+0300 are stable under NFC; ASCII is stable under all four forms. */
+    int32_t limit = kind == N_NFC ? 0x300 : 0x80;
+    const tk_range *keep = kind == N_NFC ? tk_keep_nfc : kind == N_NFD ? tk_keep_nfd : kind == N_NFKC ? tk_keep_nfkc
+                                                                                                     : tk_keep_nfkd;
+    size_t nkeep = kind == N_NFC ? tk_keep_nfc_n : kind == N_NFD ? tk_keep_nfd_n : kind == N_NFKC ? tk_keep_nfkc_n
+                                                                                                   : tk_keep_nfkd_n;
+    size_t i = 0, run = 0;
+    int plain = 1;
+    while (i < len) {
+        int32_t cp;
+        size_t k = tk_utf8_next(s + i, len - i, &cp);
+        if (cp >= limit) plain = 0;
+        if (cp >= limit && nkeep && tk_in_ranges(keep, nkeep, cp)) {
+            if (run < i && nf_map(kind, s + run, i - run, out)) return -1;
+            tk_buf_put(out, s + i, k);
+            run = i + k;
+        }
+        i += k;
+    }
+    if (plain) tk_buf_put(out, s, len);
+    else if (run < len && nf_map(kind, s + run, len - run, out)) return -1;
     return out->oom ? -1 : 0;
 }
 
@@ -129,12 +143,21 @@ static void lowercase(const char *s, size_t len, tk_buf *out) {
             continue;
         }
         int32_t cp;
-        i += tk_utf8_next(s + i, len - i, &cp);
-        if (cp == 0x130) { /* the one unconditional multi-character lowercase mapping */
-            tk_buf_put(out, "i\xCC\x87", 3);
-            continue;
+        size_t k = tk_utf8_next(s + i, len - i, &cp);
+        size_t lo = 0, hi = tk_lowercase_n;
+        const tk_lower *m = NULL;
+        while (lo < hi && !m) {
+            size_t mid = (lo + hi) / 2;
+            if ((uint32_t)cp < tk_lowercase[mid].cp) hi = mid;
+            else if ((uint32_t)cp > tk_lowercase[mid].cp) lo = mid + 1;
+            else m = &tk_lowercase[mid];
         }
-        tk_buf_put_cp(out, utf8proc_tolower(cp));
+        if (!m) tk_buf_put(out, s + i, k);
+        else {
+            tk_buf_put_cp(out, (int32_t)m->a);
+            if (m->b) tk_buf_put_cp(out, (int32_t)m->b);
+        }
+        i += k;
     }
 }
 

@@ -65,7 +65,8 @@ static void put_word(tk_buf *b) {
     put_prop(b, "M", 1, 0, 1);
     put_prop(b, "Nd", 2, 0, 1);
     put_prop(b, "Pc", 2, 0, 1);
-    tk_buf_put(b, "\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}", 30);
+    static const char latin1[] = "\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}";
+    tk_buf_put(b, latin1, sizeof latin1 - 1);
 }
 
 /* Rewrites the escapes whose meaning differs between Oniguruma (HF) and PCRE2: \s \S \d \D \w \W

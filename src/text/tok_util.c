@@ -4,7 +4,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <utf8proc.h>
 
 void tk_buf_free(tk_buf *b) {
     free(b->p);
@@ -140,36 +139,35 @@ int tk_is_whitespace(int32_t cp) {
            cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
+int tk_in_ranges(const tk_range *r, size_t n, int32_t cp) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if ((uint32_t)cp < r[mid].lo) hi = mid;
+        else if ((uint32_t)cp > r[mid].hi) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+
 int tk_is_numeric(int32_t cp) {
     if (cp < 0x80) return cp >= '0' && cp <= '9';
-    utf8proc_category_t c = utf8proc_category(cp);
-    return c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO;
+    return tk_in_ranges(tk_numeric, tk_numeric_n, cp);
 }
 
 int tk_is_punct(int32_t cp) {
     if (cp < 0x80)
         return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) || (cp >= 0x5B && cp <= 0x60) ||
                (cp >= 0x7B && cp <= 0x7E);
-    utf8proc_category_t c = utf8proc_category(cp);
-    return c >= UTF8PROC_CATEGORY_PC && c <= UTF8PROC_CATEGORY_PO;
+    return tk_in_ranges(tk_punct, tk_punct_n, cp);
 }
 
-int tk_is_mark(int32_t cp) {
-    utf8proc_category_t c = utf8proc_category(cp);
-    return c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC || c == UTF8PROC_CATEGORY_ME;
-}
+int tk_is_mark(int32_t cp) { return cp >= 0x300 && tk_in_ranges(tk_mark, tk_mark_n, cp); }
 
 int tk_is_word(int32_t cp) {
     if (cp < 0x80)
         return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == '_';
-    if (cp == 0x200C || cp == 0x200D) return 1;
-    /* symbols that carry Other_Alphabetic (circled and squared Latin letters) */
-    if ((cp >= 0x24B6 && cp <= 0x24E9) || (cp >= 0x1F130 && cp <= 0x1F149) || (cp >= 0x1F150 && cp <= 0x1F169) ||
-        (cp >= 0x1F170 && cp <= 0x1F189))
-        return 1;
-    utf8proc_category_t c = utf8proc_category(cp);
-    return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_ME) || c == UTF8PROC_CATEGORY_ND ||
-           c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_PC;
+    return tk_in_ranges(tk_word, tk_word_n, cp);
 }
 
 /* Printable bytes stand for themselves; the others (0x00-0x20, 0x7F-0xA0, 0xAD) move, in byte order,

@@ -61,16 +61,33 @@ size_t tk_utf8_valid_prefix(const char *s, size_t n);
  * subpart, exactly as Python's bytes.decode("utf-8", "replace") and Rust's from_utf8_lossy do. */
 void tk_utf8_repair(const char *s, size_t n, tk_buf *out);
 
-/* Character classes, matching the Rust functions Hugging Face tokenizers call. */
+/* Character classes, exactly as the functions Hugging Face tokenizers calls answer them. */
 int tk_is_whitespace(int32_t cp); /* char::is_whitespace: the White_Space property */
-int tk_is_numeric(int32_t cp);    /* char::is_numeric: Nd, Nl, No */
-int tk_is_punct(int32_t cp);      /* ASCII punctuation or a P* category */
-int tk_is_word(int32_t cp);       /* regex \w: Alphabetic, M, Nd, Pc, Join_Control */
-int tk_is_mark(int32_t cp);       /* Mn, Mc, Me */
+int tk_is_numeric(int32_t cp);    /* char::is_numeric (Digits) */
+int tk_is_punct(int32_t cp);      /* ASCII punctuation or unicode_categories' is_punctuation */
+int tk_is_word(int32_t cp);       /* the regex crate's \w (Whitespace, single_word) */
+int tk_is_mark(int32_t cp);       /* is_combining_mark (StripAccents) */
 
 /* GPT-2's byte-level alphabet: every byte b stands for one printable character. */
 int32_t tk_byte_cp(unsigned char b); /* the character byte b stands for */
 int tk_char_byte(int32_t cp);        /* the byte a character stands for, or -1 */
+
+/* Sorted, disjoint code point ranges; tables generated from HF in tok_unicode_tables.c. */
+typedef struct tk_range {
+    uint32_t lo, hi;
+} tk_range;
+int tk_in_ranges(const tk_range *r, size_t n, int32_t cp);
+extern const tk_range tk_numeric[], tk_punct[], tk_word[], tk_mark[];
+extern const size_t tk_numeric_n, tk_punct_n, tk_word_n, tk_mark_n;
+/* code points utf8proc's NFC/NFD/NFKC/NFKD rewrite and HF's normalizers leave as they are */
+extern const tk_range tk_keep_nfc[], tk_keep_nfd[], tk_keep_nfkc[], tk_keep_nfkd[];
+extern const size_t tk_keep_nfc_n, tk_keep_nfd_n, tk_keep_nfkc_n, tk_keep_nfkd_n;
+/* HF's Lowercase: every code point it changes, to one or two (b != 0) code points; sorted by cp */
+typedef struct tk_lower {
+    uint32_t cp, a, b;
+} tk_lower;
+extern const tk_lower tk_lowercase[];
+extern const size_t tk_lowercase_n;
 
 uint64_t tk_hash(const void *p, size_t n);
 
