@@ -1,8 +1,9 @@
 /* tok_impl.h: the parts of a tokenizer.json pipeline and how they talk: pieces of text flowing
  * through added-token extraction, normalizers, pre-tokenizers and the BPE model; id lists through
  * post-processors; token strings through decoders. Each part mirrors the Hugging Face `tokenizers`
- * (0.23) component of the same name, without offsets. Implemented in tok_regex.c, tok_normalize.c,
- * tok_pretok.c, tok_bpe.c, tok_added.c, tok_decode.c and tok_post.c. */
+ * (0.23) component of the same name, without offsets. Implemented in tok_pieces.c (lists, split
+ * behaviors), tok_regex.c, tok_normalize.c, tok_pretok.c, tok_bpe.c, tok_added.c, tok_decode.c,
+ * tok_post.c, tok_json.c (in-place JSON reading) and tok_unicode_tables.c (generated Unicode data). */
 #ifndef CF_TEXT_TOK_IMPL_H
 #define CF_TEXT_TOK_IMPL_H
 
