@@ -13,6 +13,10 @@
 #define MEMO_MAX_ENTRIES 200000 /* then the memo stops growing, as HF's cache does */
 #define MEMO_MAX_WORD 256
 #define SPLIT_MIN_WORD 64 /* longer words are cut where no merge can cross */
+#define L1_SLOTS 4096     /* per-call memo of short words, in front of the shared one */
+#define L1_AFTER 256      /* ... made once a call has encoded that many words */
+#define L1_WORD 22
+#define L1_IDS 4
 
 struct tk_bpe {
     tk_strmap vocab;
@@ -45,7 +49,16 @@ typedef struct hitem {
     int32_t id;
 } hitem;
 
+typedef struct l1slot {
+    uint64_t h;
+    uint8_t len, cnt; /* len 0: empty */
+    char word[L1_WORD];
+    int32_t ids[L1_IDS];
+} l1slot;
+
 struct tk_bpe_work {
+    l1slot *l1;
+    size_t words;
     sym *syms;
     size_t syms_cap;
     hitem *heap;
@@ -302,6 +315,7 @@ tk_bpe_work *tk_bpe_work_new(void) { return calloc(1, sizeof(tk_bpe_work)); }
 
 void tk_bpe_work_free(tk_bpe_work *c) {
     if (!c) return;
+    free(c->l1);
     free(c->syms);
     free(c->heap);
     tk_buf_free(&c->key);
@@ -456,16 +470,36 @@ static int merge_all(const tk_bpe *b, tk_bpe_work *c, size_t ns) {
 }
 
 /* BPE of one word, memoized. */
+static void l1_put(tk_bpe_work *c, l1slot *slot, uint64_t h, const char *s, size_t n, const int32_t *ids, size_t cnt) {
+    if (!slot || n > L1_WORD || cnt > L1_IDS) return;
+    slot->h = h;
+    slot->len = (uint8_t)n;
+    slot->cnt = (uint8_t)cnt;
+    memcpy(slot->word, s, n);
+    memcpy(slot->ids, ids, cnt * sizeof *ids);
+}
+
 static int encode_word(const tk_bpe *b, tk_bpe_work *c, const char *s, size_t n, tk_ids *out) {
     tk_bpe *shared = (tk_bpe *)b; /* only the memo, under its lock */
     int memo = n < MEMO_MAX_WORD;
+    uint64_t h = 0;
+    l1slot *slot = NULL;
     if (memo) {
+        h = tk_hash(s, n);
+        if (!c->l1 && ++c->words > L1_AFTER) c->l1 = calloc(L1_SLOTS, sizeof *c->l1);
+        if (c->l1) {
+            slot = &c->l1[h & (L1_SLOTS - 1)];
+            if (slot->h == h && slot->len == n && memcmp(slot->word, s, n) == 0) {
+                tk_ids_append(out, slot->ids, slot->cnt);
+                return out->oom ? -1 : 0;
+            }
+        }
         pthread_mutex_lock(&shared->lock);
-        int64_t v = tk_strmap_get(&b->memo, s, n);
-        if (v >= 0)
-            for (size_t i = 0, off = (size_t)(v >> 8), cnt = (size_t)(v & 0xFF); i < cnt; i++)
-                tk_ids_push(out, b->memo_ids.v[off + i]);
+        int64_t v = tk_strmap_get_h(&b->memo, s, n, h);
+        size_t first = out->n;
+        if (v >= 0) tk_ids_append(out, b->memo_ids.v + (v >> 8), (size_t)(v & 0xFF));
         pthread_mutex_unlock(&shared->lock);
+        if (v >= 0 && !out->oom) l1_put(c, slot, h, s, n, out->v + first, out->n - first);
         if (v >= 0) return out->oom ? -1 : 0;
     }
     if (n > INT32_MAX) return -1;
@@ -477,12 +511,13 @@ static int encode_word(const tk_bpe *b, tk_bpe_work *c, const char *s, size_t n,
     if (out->oom) return -1;
     size_t cnt = out->n - first;
     if (memo && cnt < 256) {
+        l1_put(c, slot, h, s, n, out->v + first, cnt);
         pthread_mutex_lock(&shared->lock);
-        if (b->memo.count < MEMO_MAX_ENTRIES && tk_strmap_get(&b->memo, s, n) < 0) {
+        if (b->memo.count < MEMO_MAX_ENTRIES && tk_strmap_get_h(&b->memo, s, n, h) < 0) {
             size_t off = b->memo_ids.n;
-            for (size_t i = 0; i < cnt; i++) tk_ids_push(&shared->memo_ids, out->v[first + i]);
+            tk_ids_append(&shared->memo_ids, out->v + first, cnt);
             if (shared->memo_ids.oom) shared->memo_ids.oom = 0, shared->memo_ids.n = off;
-            else if (tk_strmap_put(&shared->memo, s, n, (int64_t)(off << 8 | cnt))) shared->memo_ids.n = off;
+            else if (tk_strmap_put_h(&shared->memo, s, n, h, (int64_t)(off << 8 | cnt))) shared->memo_ids.n = off;
         }
         pthread_mutex_unlock(&shared->lock);
     }

@@ -22,14 +22,27 @@ typedef struct tk_ids {
     int oom;
 } tk_ids;
 
-void tk_ids_push(tk_ids *a, int32_t id);
+int tk_ids_grow(tk_ids *a, size_t extra); /* room for extra more; 0, or -1 (and oom set) */
 void tk_ids_free(tk_ids *a);
 
-/* A piece of text on its way to the model. id >= 0: an added token already recognised (its text is
- * not processed further). at_start: the piece begins at offset 0 of the original input (what
+static inline void tk_ids_push(tk_ids *a, int32_t id) {
+    if (a->n == a->cap && tk_ids_grow(a, 1)) return;
+    a->v[a->n++] = id;
+}
+
+static inline void tk_ids_append(tk_ids *a, const int32_t *ids, size_t n) {
+    if (a->n + n > a->cap && tk_ids_grow(a, n)) return;
+    for (size_t i = 0; i < n; i++) a->v[a->n + i] = ids[i];
+    a->n += n;
+}
+
+/* A piece of text on its way to the model: a span of text that outlives the list (the input, or a
+ * normalized copy of part of it). id >= 0: an added token already recognised (its text is not
+ * processed further). at_start: the piece begins at offset 0 of the original input (what
  * Metaspace's prepend_scheme "first" asks). */
 typedef struct tk_piece {
-    size_t off, len; /* into the owning list's text */
+    const char *p;
+    size_t len;
     int32_t id;
     uint8_t at_start;
 } tk_piece;
@@ -37,15 +50,12 @@ typedef struct tk_piece {
 typedef struct tk_pieces {
     tk_piece *v;
     size_t n, cap;
-    tk_buf text;
     int oom;
 } tk_pieces;
 
-/* Appends a copy of s[0..n); empty raw pieces are dropped, as HF drops empty splits. */
+/* Appends s[0..n) (not copied); empty raw pieces are dropped, as HF drops empty splits. */
 void tk_pieces_add(tk_pieces *p, const char *s, size_t n, int32_t id, int at_start);
-void tk_pieces_reset(tk_pieces *p);
 void tk_pieces_free(tk_pieces *p);
-static inline const char *tk_piece_str(const tk_pieces *p, size_t i) { return p->text.p + p->v[i].off; }
 
 /* A list of strings (decoder input and output). */
 typedef struct tk_strs {
@@ -147,6 +157,8 @@ cinfer_status tk_post_parse(const cJSON *j, tk_post **out, cinfer_error *err);
 void tk_post_free(tk_post *p);
 /* out receives ids wrapped as the post-processor does for a single sequence. */
 void tk_post_apply(const tk_post *p, int add_special, const int32_t *ids, size_t n, tk_ids *out);
+/* Whether tk_post_apply would give the ids back unchanged. */
+int tk_post_is_identity(const tk_post *p, int add_special);
 
 /* ---- BPE model ---- */
 

@@ -16,13 +16,13 @@ static int grow(void **v, size_t *cap, size_t need, size_t elem) {
     return 0;
 }
 
-void tk_ids_push(tk_ids *a, int32_t id) {
-    if (a->oom) return;
-    if (grow((void **)&a->v, &a->cap, a->n + 1, sizeof *a->v)) {
+int tk_ids_grow(tk_ids *a, size_t extra) {
+    if (a->oom) return -1;
+    if (grow((void **)&a->v, &a->cap, a->n + extra, sizeof *a->v)) {
         a->oom = 1;
-        return;
+        return -1;
     }
-    a->v[a->n++] = id;
+    return 0;
 }
 
 void tk_ids_free(tk_ids *a) {
@@ -31,29 +31,16 @@ void tk_ids_free(tk_ids *a) {
 }
 
 void tk_pieces_add(tk_pieces *p, const char *s, size_t n, int32_t id, int at_start) {
-    if (n == 0 && id < 0) return;
-    if (p->oom) return;
+    if ((n == 0 && id < 0) || p->oom) return;
     if (grow((void **)&p->v, &p->cap, p->n + 1, sizeof *p->v)) {
         p->oom = 1;
         return;
     }
-    size_t off = p->text.n;
-    tk_buf_put(&p->text, s, n);
-    if (p->text.oom) {
-        p->oom = 1;
-        return;
-    }
-    p->v[p->n++] = (tk_piece){off, n, id, (uint8_t)(at_start != 0)};
-}
-
-void tk_pieces_reset(tk_pieces *p) {
-    p->n = 0;
-    p->text.n = 0;
+    p->v[p->n++] = (tk_piece){s, n, id, (uint8_t)(at_start != 0)};
 }
 
 void tk_pieces_free(tk_pieces *p) {
     free(p->v);
-    tk_buf_free(&p->text);
     memset(p, 0, sizeof *p);
 }
 

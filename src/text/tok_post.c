@@ -150,10 +150,19 @@ cinfer_status tk_post_parse(const cJSON *j, tk_post **out, cinfer_error *err) {
     return CINFER_OK;
 }
 
+int tk_post_is_identity(const tk_post *p, int add_special) {
+    if (p->kind == PP_SEQ) {
+        for (size_t k = 0; k < p->nkids; k++)
+            if (!tk_post_is_identity(p->kids[k], add_special)) return 0;
+        return 1;
+    }
+    return p->kind == PP_BYTELEVEL || !add_special;
+}
+
 void tk_post_apply(const tk_post *p, int add_special, const int32_t *ids, size_t n, tk_ids *out) {
     if (p->kind == PP_SEQ) {
         tk_ids cur = {0};
-        for (size_t i = 0; i < n; i++) tk_ids_push(&cur, ids[i]);
+        tk_ids_append(&cur, ids, n);
         for (size_t k = 0; k < p->nkids; k++) {
             tk_ids next = {0};
             tk_post_apply(p->kids[k], add_special, cur.v, cur.n, &next);
@@ -161,20 +170,18 @@ void tk_post_apply(const tk_post *p, int add_special, const int32_t *ids, size_t
             tk_ids_free(&cur);
             cur = next;
         }
-        for (size_t i = 0; i < cur.n; i++) tk_ids_push(out, cur.v[i]);
+        tk_ids_append(out, cur.v, cur.n);
         if (cur.oom) out->oom = 1;
         tk_ids_free(&cur);
         return;
     }
     if (p->kind == PP_BYTELEVEL || !add_special) {
-        for (size_t i = 0; i < n; i++) tk_ids_push(out, ids[i]);
+        tk_ids_append(out, ids, n);
         return;
     }
     for (size_t k = 0; k < p->nitems; k++) {
         const titem *t = &p->items[k];
-        if (t->is_seq)
-            for (size_t i = 0; i < n; i++) tk_ids_push(out, ids[i]);
-        else
-            for (size_t i = 0; i < t->n; i++) tk_ids_push(out, t->ids[i]);
+        if (t->is_seq) tk_ids_append(out, ids, n);
+        else tk_ids_append(out, t->ids, t->n);
     }
 }

@@ -258,10 +258,11 @@ static size_t strmap_find(const tk_strmap *m, const char *k, size_t n, uint64_t 
     }
 }
 
-int tk_strmap_put(tk_strmap *m, const char *k, size_t n, int64_t v) {
+int tk_strmap_put(tk_strmap *m, const char *k, size_t n, int64_t v) { return tk_strmap_put_h(m, k, n, tk_hash(k, n), v); }
+
+int tk_strmap_put_h(tk_strmap *m, const char *k, size_t n, uint64_t h, int64_t v) {
     if (n >= UINT32_MAX || m->keys.n + n >= UINT32_MAX) return -1;
     if ((m->count + 1) * 4 >= m->cap * 3 && strmap_grow(m)) return -1;
-    uint64_t h = tk_hash(k, n);
     size_t j = strmap_find(m, k, n, h);
     struct tk_strslot *s = &m->slots[j];
     if (s->len == UINT32_MAX) {
@@ -277,9 +278,11 @@ int tk_strmap_put(tk_strmap *m, const char *k, size_t n, int64_t v) {
     return 0;
 }
 
-int64_t tk_strmap_get(const tk_strmap *m, const char *k, size_t n) {
+int64_t tk_strmap_get(const tk_strmap *m, const char *k, size_t n) { return tk_strmap_get_h(m, k, n, tk_hash(k, n)); }
+
+int64_t tk_strmap_get_h(const tk_strmap *m, const char *k, size_t n, uint64_t h) {
     if (!m->slots) return -1;
-    const struct tk_strslot *s = &m->slots[strmap_find(m, k, n, tk_hash(k, n))];
+    const struct tk_strslot *s = &m->slots[strmap_find(m, k, n, h)];
     return s->len == UINT32_MAX ? -1 : s->val;
 }
 

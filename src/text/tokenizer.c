@@ -350,13 +350,13 @@ static int encode_piece(const cf_tokenizer *tok, tk_scratch *sc, tk_bpe_work *ca
         s = nb->p ? nb->p : "";
         n = nb->n;
     }
-    tk_pieces_reset(b);
+    b->n = 0;
     if (tk_added_has_normalized(tok->added_vocab)) tk_added_split(tok->added_vocab, 1, skip_special, s, n, at_start, b);
     else tk_pieces_add(b, s, n, -1, at_start);
     if (b->oom) return -1;
     bpe_ctx ctx = {tok->model, cache, ids};
     for (size_t i = 0; i < b->n; i++) {
-        const char *p = tk_piece_str(b, i);
+        const char *p = b->v[i].p;
         size_t len = b->v[i].len;
         if (b->v[i].id >= 0) tk_ids_push(ids, b->v[i].id);
         else if (tok->pretok ? tk_pretokenize(tok->pretok, sc, p, len, b->v[i].at_start, bpe_piece, &ctx)
@@ -394,14 +394,17 @@ cinfer_status cf_tokenizer_encode(const cf_tokenizer *tok, const char *text, siz
     }
     for (size_t i = 0; i < a.n && !rc; i++) {
         if (a.v[i].id >= 0) tk_ids_push(&raw, a.v[i].id);
-        else rc = encode_piece(tok, sc, cache, skip_special, tk_piece_str(&a, i), a.v[i].len, a.v[i].at_start, &nb,
+        else rc = encode_piece(tok, sc, cache, skip_special, a.v[i].p, a.v[i].len, a.v[i].at_start, &nb,
                                &b, &raw);
     }
-    if (!rc) {
-        if (tok->post) tk_post_apply(tok->post, (flags & CF_TOK_ADD_SPECIAL) != 0, raw.v, raw.n, &done);
-        else
-            for (size_t i = 0; i < raw.n; i++) tk_ids_push(&done, raw.v[i]);
+    int add = (flags & CF_TOK_ADD_SPECIAL) != 0;
+    if (!rc && tok->post && !tk_post_is_identity(tok->post, add)) {
+        tk_post_apply(tok->post, add, raw.v, raw.n, &done);
         rc = (raw.oom || done.oom) ? -1 : 0;
+    } else if (!rc) {
+        rc = raw.oom ? -1 : 0;
+        done = raw;
+        raw = (tk_ids){0};
     }
     tk_scratch_free(sc);
     tk_bpe_work_free(cache);

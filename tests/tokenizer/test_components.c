@@ -41,7 +41,7 @@ static void run_normalizer(const cJSON *cfg, const cJSON *cases, tk_scratch *sc)
 }
 
 static int collect(void *ctx, const char *s, size_t n) {
-    tk_pieces_add(ctx, s, n, -1, 0);
+    tk_strs_add(ctx, s, n);
     return 0;
 }
 
@@ -56,24 +56,24 @@ static void run_pretok(const cJSON *cfg, const cJSON *cases, tk_scratch *sc) {
     cJSON_ArrayForEach(c, cases) {
         const char *in = cJSON_GetArrayItem(c, 0)->valuestring;
         const cJSON *want = cJSON_GetArrayItem(c, 1);
-        tk_pieces io = {0};
+        tk_strs io = {0};
         int rc = tk_pretokenize(p, sc, in, strlen(in), 1, collect, &io);
         int ok = rc == 0 && cJSON_IsArray(want) && (size_t)cJSON_GetArraySize(want) == io.n;
         char got[600] = "";
         size_t o = 0;
         for (size_t i = 0; rc == 0 && i < io.n; i++) {
             const cJSON *w = cJSON_GetArrayItem(want, (int)i);
-            if (!w || strlen(w->valuestring) != io.v[i].len || memcmp(w->valuestring, tk_piece_str(&io, i), io.v[i].len))
-                ok = 0;
-            if (o + io.v[i].len + 8 < sizeof got)
-                o += (size_t)snprintf(got + o, sizeof got - o, "[%.*s]", (int)io.v[i].len, tk_piece_str(&io, i));
+            const char *piece = io.text.p + io.off[i];
+            if (!w || strlen(w->valuestring) != io.len[i] || memcmp(w->valuestring, piece, io.len[i])) ok = 0;
+            if (o + io.len[i] + 8 < sizeof got)
+                o += (size_t)snprintf(got + o, sizeof got - o, "[%.*s]", (int)io.len[i], piece);
         }
         if (cJSON_IsArray(want)) {
             char *w = cJSON_PrintUnformatted(want);
             tt_check(ok, "pre_tokenizer %s on \"%s\": got %s want %s", cfg_text(cfg), in, got, w);
             free(w);
         }
-        tk_pieces_free(&io);
+        tk_strs_free(&io);
     }
     tk_pretok_free(p);
 }
