@@ -278,7 +278,9 @@ int tk_decode_chain(const tk_decoder *d, tk_scratch *sc, tk_strs *io) {
             if (tk_decode_chain(d->kids[i], sc, io)) return -1;
         return 0;
     }
-    tk_strs out = {0};
+    tk_strs out = *tk_scratch_strs(sc); /* reused storage: no fresh pages for every step */
+    tk_strs_reset(&out);
+    out.oom = 0;
     int rc = 0;
     tk_strs_reserve(&out, io->n, io->text.n + 16);
     switch (d->kind) {
@@ -313,11 +315,7 @@ int tk_decode_chain(const tk_decoder *d, tk_scratch *sc, tk_strs *io) {
         break;
     }
     }
-    if (rc || out.oom) {
-        tk_strs_free(&out);
-        return -1;
-    }
-    tk_strs_free(io);
+    *tk_scratch_strs(sc) = *io;
     *io = out;
-    return 0;
+    return rc || out.oom ? -1 : 0;
 }

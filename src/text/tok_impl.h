@@ -81,6 +81,7 @@ typedef struct tk_span {
 typedef struct tk_scratch tk_scratch;
 tk_scratch *tk_scratch_new(void);
 void tk_scratch_free(tk_scratch *sc);
+tk_strs *tk_scratch_strs(tk_scratch *sc); /* a list kept for reuse between decoder steps */
 
 typedef struct tk_regex tk_regex;
 /* literal: pattern is a plain string (HF's {"String": ...}), otherwise a regex in Oniguruma syntax. */

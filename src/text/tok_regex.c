@@ -21,6 +21,7 @@ struct tk_scratch {
     pcre2_match_data *md;
     pcre2_match_context *mctx; /* with a large JIT stack, made when the default one is too small */
     pcre2_jit_stack *jit;
+    tk_strs spare; /* decoders' second list */
 };
 
 tk_scratch *tk_scratch_new(void) {
@@ -39,8 +40,11 @@ void tk_scratch_free(tk_scratch *sc) {
     pcre2_match_data_free(sc->md);
     pcre2_match_context_free(sc->mctx);
     pcre2_jit_stack_free(sc->jit);
+    tk_strs_free(&sc->spare);
     free(sc);
 }
+
+tk_strs *tk_scratch_strs(tk_scratch *sc) { return &sc->spare; }
 
 /* Oniguruma's \s (White_Space; PCRE2's \s adds U+180E). */
 static const char WS[] = "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
