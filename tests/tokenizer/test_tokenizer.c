@@ -161,6 +161,26 @@ static void invalid_utf8(void) {
     cf_tokenizer_free(tok);
 }
 
+/* A BPE without merges (and with an empty vocabulary object) loads and encodes character by character. */
+static void empty_merges(void) {
+    static const char json[] = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[ ]}}";
+    static const char none[] = "{\"model\":{\"type\":\"BPE\",\"vocab\":{ },\"merges\":[]}}";
+    cf_tokenizer *tok;
+    cinfer_error err = {0};
+    int32_t *ids;
+    size_t n;
+    int ok = cf_tokenizer_load_json(json, sizeof json - 1, &tok, &err) == CINFER_OK;
+    tt_check(ok, "empty merges: %s", err.message);
+    if (!ok) return;
+    tt_check(cf_tokenizer_encode(tok, "abba", 4, 0, &ids, &n, NULL) == CINFER_OK && n == 4 && ids[0] == 0 && ids[1] == 1,
+             "empty merges: one id per character");
+    free(ids);
+    cf_tokenizer_free(tok);
+    ok = cf_tokenizer_load_json(none, sizeof none - 1, &tok, &err) == CINFER_OK;
+    tt_check(ok && cf_tokenizer_vocab_size(tok) == 0, "empty vocabulary: %s", err.message);
+    if (ok) cf_tokenizer_free(tok);
+}
+
 /* Vocabulary strings keep U+0000 (cJSON would cut them there). */
 static void nul_in_vocab(void) {
     static const char json[] = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"\\u0000\":1,\"b\":2,\"a\\u0000\":3,"
@@ -319,6 +339,7 @@ int main(int argc, char **argv) {
     errors();
     invalid_utf8();
     nul_in_vocab();
+    empty_merges();
     special_config();
     lookups();
     long_word();
