@@ -3,4 +3,4 @@
 set -euo pipefail
 build=${1:-build}
 bin=$build/cinfer
-"$bin" run -p "In the beginning" --max-tokens 120 --temperature 0.8 --seed 1 --stats
+"$bin" run -p "In the beginning" --max-tokens 120 --temperature 0.8 --seed 4 --stats
