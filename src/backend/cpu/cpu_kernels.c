@@ -92,33 +92,70 @@ DEFINE_AVX2(dot_f32_avx2, load_f32, CF_F32)
 DEFINE_AVX2(dot_bf16_avx2, load_bf16, CF_BF16)
 DEFINE_AVX2(dot_f16_avx2, load_f16, CF_F16)
 
-static int have_avx2(void) {
-    static int cached = -1;
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+
+AVX512 static inline __m512 load16_f32(const void *w, int i) { return _mm512_loadu_ps((const float *)w + i); }
+AVX512 static inline __m512 load16_bf16(const void *w, int i) {
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+AVX512 static inline __m512 load16_f16(const void *w, int i) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
+}
+
+/* 16 lanes per step; each weight vector feeds every activation row. */
+#define DEFINE_AVX512(name, LOAD, T)                                                                \
+    AVX512 static void name(const float *x, int64_t xs, int nx, const void *w, int k, float *out, int64_t os) { \
+        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}; \
+        int i = 0;                                                                                  \
+        for (; i + 16 <= k; i += 16) {                                                              \
+            __m512 wv = LOAD(w, i);                                                                 \
+            for (int r = 0; r < nx; r++) a[r] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * xs + i), wv, a[r]); \
+        }                                                                                           \
+        float s[4];                                                                                 \
+        for (int r = 0; r < 4; r++) s[r] = _mm512_reduce_add_ps(a[r]);                              \
+        for (; i < k; i++) {                                                                        \
+            float wi = wval(w, T, i);                                                               \
+            for (int r = 0; r < nx; r++) s[r] += x[r * xs + i] * wi;                                \
+        }                                                                                           \
+        for (int r = 0; r < nx; r++) out[r * os] = s[r];                                            \
     }
-    return cached;
+DEFINE_AVX512(dot_f32_avx512, load16_f32, CF_F32)
+DEFINE_AVX512(dot_bf16_avx512, load16_bf16, CF_BF16)
+DEFINE_AVX512(dot_f16_avx512, load16_f16, CF_F16)
+
+static int cpu_has(cf_cpu_isa_level isa) {
+    static int avx2 = -1, avx512 = -1;
+    if (avx2 < 0) {
+        __builtin_cpu_init();
+        avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl");
+    }
+    return isa == CF_ISA_C || (isa == CF_ISA_AVX2 && avx2) || (isa == CF_ISA_AVX512 && avx512);
 }
 #else
-static int have_avx2(void) { return 0; }
+static int cpu_has(cf_cpu_isa_level isa) { return isa == CF_ISA_C; }
 #endif
 
-cf_dot_fn cf_cpu_dot_kernel(cf_dtype wdt) {
+cf_dot_fn cf_cpu_dot_kernel_isa(cf_dtype wdt, cf_cpu_isa_level isa) {
+    if (!cpu_has(isa)) return NULL;
+    switch (isa) {
 #ifdef CF_X86
-    if (have_avx2()) {
-        switch (wdt) {
-        case CF_BF16: return dot_bf16_avx2;
-        case CF_F16: return dot_f16_avx2;
-        default: return dot_f32_avx2;
-        }
-    }
+    case CF_ISA_AVX512: return wdt == CF_BF16 ? dot_bf16_avx512 : wdt == CF_F16 ? dot_f16_avx512 : dot_f32_avx512;
+    case CF_ISA_AVX2: return wdt == CF_BF16 ? dot_bf16_avx2 : wdt == CF_F16 ? dot_f16_avx2 : dot_f32_avx2;
 #endif
-    switch (wdt) {
-    case CF_BF16: return dot_bf16_c;
-    case CF_F16: return dot_f16_c;
-    default: return dot_f32_c;
+    default: return wdt == CF_BF16 ? dot_bf16_c : wdt == CF_F16 ? dot_f16_c : dot_f32_c;
     }
 }
 
-const char *cf_cpu_isa(void) { return have_avx2() ? "avx2+fma" : "portable C"; }
+static cf_cpu_isa_level best_isa(void) {
+    return cpu_has(CF_ISA_AVX512) ? CF_ISA_AVX512 : cpu_has(CF_ISA_AVX2) ? CF_ISA_AVX2 : CF_ISA_C;
+}
+
+cf_dot_fn cf_cpu_dot_kernel(cf_dtype wdt) { return cf_cpu_dot_kernel_isa(wdt, best_isa()); }
+
+const char *cf_cpu_isa(void) {
+    static const char *names[] = {"portable C", "avx2+fma", "avx512"};
+    return names[best_isa()];
+}
