@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "model/seq.h"
 #include "format/safetensors.h"
+#include "base/file.h"
 #include "base/status.h"
 
 #include <cjson/cJSON.h>
@@ -24,19 +25,6 @@
 
 static int failures;
 #define CHECK(cond, ...) do { if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, fp) != (size_t)n) { free(b); b = NULL; }
-    fclose(fp);
-    if (b) { b[n] = 0; if (len) *len = (size_t)n; }
-    return b;
-}
 
 static void write_text(const char *path, const char *text) {
     FILE *fp = fopen(path, "wb");
@@ -68,7 +56,7 @@ typedef struct golden_case {
 static int load_longest_case(const char *dir, int vocab, golden_case *gc) {
     char path[4096];
     snprintf(path, sizeof path, "%s/golden.json", dir);
-    char *text = slurp(path, NULL);
+    char *text = cf_read_file(path, NULL);
     cJSON *g = text ? cJSON_Parse(text) : NULL;
     free(text);
     cJSON *c, *best = NULL;
@@ -86,7 +74,7 @@ static int load_longest_case(const char *dir, int vocab, golden_case *gc) {
     }
     snprintf(path, sizeof path, "%s/%s", dir, cJSON_GetObjectItem(best, "logits")->valuestring);
     size_t len = 0;
-    gc->logits = (float *)slurp(path, &len);
+    gc->logits = (float *)cf_read_file(path, &len);
     cJSON_Delete(g);
     if (!gc->logits || len != (size_t)gc->n_prompt * vocab * sizeof(float)) { fprintf(stderr, "%s: bad logits file\n", path); return 0; }
     return 1;
@@ -244,7 +232,7 @@ static int write_wrapped(const char *src_dir, const char *dst_dir, const char *p
 static int cmd_wrapper(const char *dir, const char *tmp, double tol) {
     char path[4096], dst[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text = slurp(path, NULL);
+    char *text = cf_read_file(path, NULL);
     cJSON *text_cfg = text ? cJSON_Parse(text) : NULL;
     free(text);
     if (!text_cfg) { fprintf(stderr, "cannot read %s\n", path); return 1; }

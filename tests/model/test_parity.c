@@ -3,6 +3,7 @@
  * identical, each step's top1-top2 margin within 2 * tolerance of the golden one, up to the first step
  * whose golden margin is below 1e-4. Usage: test_parity FIXTURE_DIR [device] [tolerance] */
 #include "model/model.h"
+#include "base/file.h"
 #include "base/status.h"
 
 #include <cjson/cJSON.h>
@@ -10,19 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, fp) != (size_t)n) { free(b); b = NULL; }
-    fclose(fp);
-    if (b) { b[n] = 0; if (len) *len = (size_t)n; }
-    return b;
-}
 
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: test_parity FIXTURE_DIR [cpu|cuda] [tolerance]\n"); return 2; }
@@ -33,7 +21,7 @@ int main(int argc, char **argv) {
     if (argc > 2 && cf_device_parse(argv[2], &p.backend.device, &err) != CINFER_OK) { fprintf(stderr, "%s\n", err.message); return 2; }
     char path[4096];
     snprintf(path, sizeof path, "%s/golden.json", dir);
-    char *gtext = slurp(path, NULL);
+    char *gtext = cf_read_file(path, NULL);
     if (!gtext) { fprintf(stderr, "cannot read %s\n", path); return 1; }
     cJSON *g = cJSON_Parse(gtext);
     free(gtext);
@@ -62,7 +50,7 @@ int main(int argc, char **argv) {
             float *gold = NULL;
             if (cJSON_IsString(lf)) {
                 snprintf(path, sizeof path, "%s/%s", dir, lf->valuestring);
-                gold = (float *)slurp(path, &glen);
+                gold = (float *)cf_read_file(path, &glen);
             }
             if (gold && glen != (size_t)n * V * sizeof(float)) {
                 fprintf(stderr, "case %d: %s has %zu bytes, expected %zu\n", k, path, glen, (size_t)n * V * sizeof(float));
