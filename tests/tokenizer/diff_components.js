@@ -13,22 +13,9 @@ const zlib = require('zlib');
 const { spawnSync } = require('child_process');
 
 const [testBin, componentsFile, count, seed] = process.argv.slice(2);
-const binding = path.resolve(__dirname, '..', '..', '.cache', 'tokenizers', 'hf-node');
-if (!fs.existsSync(path.join(binding, 'index.js'))) {
-  console.log(`SKIP: ${binding} is missing`);
-  process.exit(77);
-}
-const { Tokenizer } = require(binding);
-
-let state = Number(seed) >>> 0;
-function rand() { // mulberry32
-  state = (state + 0x6d2b79f5) >>> 0;
-  let t = state;
-  t = Math.imul(t ^ (t >>> 15), t | 1);
-  t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-  return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-}
-const pick = (xs) => xs[Math.floor(rand() * xs.length)];
+const { hfTokenizerClass, seeded } = require('./hf_oracle');
+const Tokenizer = hfTokenizerClass();
+const { rand, pick } = seeded(seed);
 const POOL = Array.from('abcXYZ019 \t\n\r.,;!?\'"-_()[]$+<>|@#\u00a0\u2003\u3000\u0085\u200b\ufeff\u180e\u2028' +
   'éÅßİıŉǅǄΣσςΐﬁﬀ①½²Ⅻｆ１\u0301\u0308\u0327\u0344\u1100\u1161\u11a8한국你好日本語カ٣४ไ▁😀👍🏽\u200d❤️');
 const TOKENS = ['<0x41>', '<0xE2>', '<0x82>', '<0xAC>', '<0xZZ>', '<0x+A>', '▁', '▁▁', 'Ġ', 'Ċ', 'ĠÃ©', 'Ã', '</w>',

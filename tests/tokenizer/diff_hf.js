@@ -12,22 +12,9 @@ const path = require('path');
 const { execFileSync } = require('child_process');
 
 const [cli, dir, count, seed] = process.argv.slice(2);
-const binding = path.resolve(__dirname, '..', '..', '.cache', 'tokenizers', 'hf-node');
-if (!fs.existsSync(path.join(binding, 'index.js')) || !fs.existsSync(path.join(dir, 'tokenizer.json'))) {
-  console.log(`SKIP: ${binding} or ${dir}/tokenizer.json is missing`);
-  process.exit(77);
-}
-const { Tokenizer } = require(binding);
-
-let state = Number(seed) >>> 0;
-function rand() { // mulberry32
-  state = (state + 0x6d2b79f5) >>> 0;
-  let t = state;
-  t = Math.imul(t ^ (t >>> 15), t | 1);
-  t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-  return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-}
-const pick = (xs) => xs[Math.floor(rand() * xs.length)];
+const { hfTokenizerClass, seeded } = require('./hf_oracle');
+const Tokenizer = hfTokenizerClass([path.join(dir, 'tokenizer.json')]);
+const { rand, pick } = seeded(seed);
 
 const POOLS = [
   'abcdefghijklmnopqrstuvwxyz', 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', '0123456789', ' ', '   \t\n\r',
