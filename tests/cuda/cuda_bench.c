@@ -107,9 +107,12 @@ static void bench_gemv(int quick) {
         {"q/o   4096x4096", 4096, 4096}, {"k/v   1024x4096", 1024, 4096}, {"gate 14336x4096", 14336, 4096},
         {"down 4096x14336", 4096, 14336}, {"lm_head 128256x4096", 128256, 4096},
     };
-    int rows[] = {1, 4, 8}, unrolls[] = {2, 4, 8}, dflt = cfk_cfg.gemv_unroll;
-    printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth\n");
-    printf("| shape | rows | unroll 2 | unroll 4 | unroll 8 |\n|---|---:|---:|---:|---:|\n");
+    int rows[] = {1, 4, 8}, unrolls[] = {2, 4, 2, 4}, warps[] = {32, 32, 64, 64};
+    const int dflt = cfk_cfg.gemv_unroll, dflt_w = cfk_cfg.gemv_warps;
+    printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth, by loads per batch (unroll) and the\n"
+           "## warps per SM the launch aims for (fewer rows than that are split over warps)\n");
+    printf("| shape | rows | unroll 2, 32 warps | unroll 4, 32 warps | unroll 2, 64 warps | unroll 4, 64 warps |\n"
+           "|---|---:|---:|---:|---:|---:|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         gemv_ctx g;
         const double bytes = 2.0 * shapes[s].d * shapes[s].k;
@@ -123,9 +126,9 @@ static void bench_gemv(int quick) {
             g.x = rnd(rows[r], shapes[s].k, 1.0f, 7);
             g.out = alloc(CF_BF16, rows[r], shapes[s].d);
             printf("| %s | %d |", shapes[s].name, rows[r]);
-            for (size_t u = 0; u < 3; u++) {
-                if (short_run && u == 2) { printf(" - |"); continue; }
+            for (size_t u = 0; u < 4; u++) {
                 cfk_cfg.gemv_unroll = unrolls[u];
+                cfk_cfg.gemv_warps = warps[u];
                 double t = time_graph(gemv_work, &g, quick ? 8 : 4 * g.nw);
                 double gbs = bytes / t / 1e9;
                 printf(" %.0f (%.0f%%) |", gbs, 100 * gbs / copy_bw);
@@ -137,6 +140,7 @@ static void bench_gemv(int quick) {
         for (int i = 0; i < g.nw; i++) op->free_tensor(be, &g.w[i]);
     }
     cfk_cfg.gemv_unroll = dflt;
+    cfk_cfg.gemv_warps = dflt_w;
 }
 
 /* ---- attention ---- */
@@ -392,24 +396,31 @@ static void bench_model(int quick, double gemm_tflops) {
     for (int c = 0; c < 2; c++) {
         const int T = quick ? 8 : 128, ctx = ctxs[c];
         const double bytes = m.weight_bytes + kv_tok * (ctx + T / 2.0), roof = copy_bw * 1e9 / bytes;
-        struct { const char *name; int graph, pdl, fuse; } modes[] = {
-            {"eager + PDL", 0, 1, 1}, {"graph, no PDL", 1, 0, 1}, {"graph + PDL, no merging", 1, 1, 0}, {"graph + PDL", 1, 1, 1}};
-        for (int md = 0; md < 4; md++) {
+        struct { const char *name; int graph, pdl, fuse, warps, unroll; } modes[] = {
+            {"eager + PDL", 0, 1, 1, 32, 2}, {"graph, no PDL", 1, 0, 1, 32, 2}, {"graph + PDL, no merging", 1, 1, 0, 32, 2},
+            {"graph + PDL", 1, 1, 1, 32, 2}, {"graph + PDL, GEMV 64 warps/SM", 1, 1, 1, 64, 2},
+            {"graph + PDL, GEMV 64 warps/SM, unroll 4", 1, 1, 1, 64, 4}};
+        const int dflt_w = cfk_cfg.gemv_warps, dflt_u = cfk_cfg.gemv_unroll;
+        for (int md = 0; md < 6; md++) {
             if ((c == 1 || short_run) && md > 0 && md < 3) continue;
             if (c == 1 && md == 0) continue;
             cfk_cfg.fuse = modes[md].fuse;
             cfk_cfg.pdl = modes[md].pdl;
+            cfk_cfg.gemv_warps = modes[md].warps;
+            cfk_cfg.gemv_unroll = modes[md].unroll;
             double tps = decode_tps(&m, ctx, T, modes[md].graph);
             printf("| %s | %d | %.1f | %.1f | %.1f%% |\n", modes[md].name, ctx, tps, roof, 100 * tps / roof);
         }
         cfk_cfg.pdl = 1;
         cfk_cfg.fuse = 1;
+        cfk_cfg.gemv_warps = dflt_w;
+        cfk_cfg.gemv_unroll = dflt_u;
     }
     /* prefill: 2 * (weights without the embedding) FLOPs per token, as cinfer bench counts */
     const double flop_tok = m.weight_bytes;   /* bytes / 2 (bf16) * 2 FLOPs */
     printf("\n| prefill | chunk | tokens/s | TFLOP/s (2 * params * tokens) | %% of GEMM %.0f TFLOP/s |\n|---|---:|---:|---:|---:|\n", gemm_tflops);
-    int n = quick ? 512 : 4096, chunks[] = {256, 4096};
-    for (int c = 0; c < 2; c++) {
+    int n = quick ? 512 : 4096, chunks[] = {256, 1024, 2048, 4096};
+    for (int c = 0; c < 4; c++) {
         prefill_tps(&m, chunks[c] < n ? chunks[c] : n, chunks[c]);   /* warm-up */
         double tps = prefill_tps(&m, n, chunks[c]);
         printf("| %d tokens | %d | %.0f | %.1f | %.1f%% |\n", n, chunks[c], tps, tps * flop_tok / 1e12, 100 * tps * flop_tok / 1e12 / gemm_tflops);

@@ -407,10 +407,11 @@ static void test_attention(void) {
     }
 }
 
-/* A decoder layer as the model runs it: the op sequence the backend merges (q/k/v into one GEMV with a
- * bias, both RoPEs, both KV stores, o_proj + residual, gate/up + GLU, down + residual) against the CPU.
- * The GPU rounds h, q, k, v, att, gate and up to bf16 and the CPU does not, and the roundings chain
- * through the layer, so 2e-2 of max |ref|. 12 rows take cuBLAS and unmerged ops. */
+/* A decoder layer as the model runs it: the op sequence the backend merges (RMSNorm + q/k/v into one GEMV
+ * with a bias, both RoPEs with both KV stores, o_proj + residual, RMSNorm + gate/up + GLU, down + residual)
+ * against the CPU, with full and half (partial) rotary dims. The GPU rounds h, q, k, v, att, gate and up
+ * to bf16 and the CPU does not, and the roundings chain through the layer, so 2e-2 of max |ref|. 12 rows
+ * take cuBLAS and unmerged ops. */
 static void test_layer(void) {
     const int D = 512, H = 8, KVH = 2, HD = 64, F = 1536, cap = 64, pos0 = 20;
     cf_dtype a = gpu->act_dtype;
@@ -421,8 +422,9 @@ static void test_layer(void) {
     for (int i = 0; i < HD / 2; i++) f[i] = powf(10000.0f, -2.0f * i / HD);
     pair inv = mk(CF_F32, 1, HD / 2, f);
     int rows[] = {1, 3, 12};
-    for (int ri = 0; ri < 3; ri++) {
-        const int n = rows[ri];
+    for (int ri = 0; ri < 6; ri++) {
+        const int n = rows[ri % 3], rot = ri < 3 ? HD : HD / 2;
+        const cf_tensor inv_c = cf_cols(inv.c, 0, rot / 2), inv_g = cf_cols(inv.g, 0, rot / 2);
         pair kc = mk(a, cap, KVH * HD, NULL), vc = mk(a, cap, KVH * HD, NULL);
         fill_cache(&kc, a, 0, pos0, cap);
         fill_cache(&vc, a, 0, pos0, cap);
@@ -442,8 +444,8 @@ static void test_layer(void) {
             op->matmul(b, T(q), T(h), T(wq), T(bq));
             op->matmul(b, T(k), T(h), T(wk), none);
             op->matmul(b, T(v), T(h), T(wv), none);
-            op->rope(b, T(q), T(pos), H, HD, HD, T(inv));
-            op->rope(b, T(k), T(pos), KVH, HD, HD, T(inv));
+            op->rope(b, T(q), T(pos), H, HD, rot, side ? inv_g : inv_c);
+            op->rope(b, T(k), T(pos), KVH, HD, rot, side ? inv_g : inv_c);
             op->kv_store(b, T(kc), T(k), pos0, cap);
             op->kv_store(b, T(vc), T(v), pos0, cap);
             op->attention(b, T(att), T(q), T(kc), T(vc), &aa);
@@ -458,13 +460,19 @@ static void test_layer(void) {
 #undef T
         }
         char name[96];
-        snprintf(name, sizeof name, "layer, %d rows: k cache", n);
+        snprintf(name, sizeof name, "layer, %d rows, rotary %d: h (norm output)", n, rot);
+        cmp(name, h, 2e-2);
+        snprintf(name, sizeof name, "layer, %d rows, rotary %d: q", n, rot);
+        cmp(name, q, 2e-2);
+        snprintf(name, sizeof name, "layer, %d rows, rotary %d: k cache", n, rot);
         cmp(name, kc, 2e-2);
-        snprintf(name, sizeof name, "layer, %d rows: up", n);
+        snprintf(name, sizeof name, "layer, %d rows, rotary %d: v cache", n, rot);
+        cmp(name, vc, 2e-2);
+        snprintf(name, sizeof name, "layer, %d rows, rotary %d: up", n, rot);
         cmp(name, up, 2e-2);
-        snprintf(name, sizeof name, "layer, %d rows: glu output", n);
+        snprintf(name, sizeof name, "layer, %d rows, rotary %d: glu output", n, rot);
         cmp(name, gate, 2e-2);
-        snprintf(name, sizeof name, "layer, %d rows: residual after the layer", n);
+        snprintf(name, sizeof name, "layer, %d rows, rotary %d: residual after the layer", n, rot);
         cmp(name, x, 2e-2);
         pair *all[] = {&kc, &vc, &pos, &x, &h, &q, &k, &v, &att, &o, &gate, &up};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);

@@ -19,18 +19,23 @@
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
-cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 2, .gemv_max_rows = 8, .fuse = 1, .attn_bc = 32, .n_sm = 132};
+cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 2, .gemv_max_rows = 8, .gemv_warps = 32, .fuse = 1, .attn_bc = 32, .n_sm = 132};
 
 /* An op held back to be merged with the next (see pend_* below). */
-typedef enum pend_kind { PEND_NONE, PEND_GEMV, PEND_ROPE, PEND_KV } pend_kind;
+typedef enum pend_kind { PEND_NONE, PEND_GEMV, PEND_NORM, PEND_ROPE, PEND_KV } pend_kind;
 typedef struct pending {
     pend_kind kind;
     cfk_gemv_job gemv;
+    /* rope: n tensors t with heads[i] heads; kv: the stores (of a rope: those merged into it, kv.n 0: none) */
     int n;
-    cf_tensor t[2], u[2];   /* rope: t = x; kv_store: t = cache, u = src */
+    cf_tensor t[2];
     int heads[2];
     cf_tensor pos, inv;
-    int head_dim, rot_dim, pos0, cap;
+    int head_dim, rot_dim;
+    cfk_kv_args kv;
+    /* norm: out = rmsnorm(x) * (w + w_offset) */
+    cf_tensor norm_out, norm_x, norm_w;
+    float eps, w_offset;
 } pending;
 
 typedef struct cuda_backend {
@@ -98,9 +103,9 @@ static int empty(cf_tensor t) { return t.rows <= 0 || t.cols <= 0; }
 
 /* ---- merging ops (cfk_cfg.fuse) ----
  * The model calls ops one at a time; a decode step is dozens of tiny launches whose fixed costs add up.
- * So some ops are held back and merged with the next when it fits: matmuls on the same activations
- * (q, k, v; gate, up) become one GEMV launch, a following residual add or GLU is folded into it, and the
- * two RoPEs and two KV stores of a layer go out as one launch each. Anything else, and every transfer,
+ * So some ops are held back and merged with the next when it fits: an RMSNorm and the matmuls on its
+ * output (q, k, v; gate, up) become one GEMV launch, a following residual add or GLU is folded into it,
+ * and the two RoPEs of a layer and its two KV stores go out as one launch. Anything else, and every transfer,
  * sync, allocation and graph boundary, first launches what is held. Merging never reorders: an op joins
  * only when it reads nothing the held ops write and writes nothing they touch. */
 
@@ -118,18 +123,34 @@ static void flush(cuda_backend *b) {
     pending *p = &b->pend;
     switch (p->kind) {
     case PEND_GEMV: check(b, cfk_gemv(b->stream, &p->gemv), "matmul"); break;
-    case PEND_ROPE: check(b, cfk_rope(b->stream, p->n, p->t, p->heads, p->pos, p->head_dim, p->rot_dim, p->inv), "rope"); break;
-    case PEND_KV: check(b, cfk_kv_store(b->stream, p->n, p->t, p->u, p->pos0, p->pos, p->cap), "kv_store"); break;
+    case PEND_NORM: check(b, cfk_rmsnorm(b->stream, p->norm_out, p->norm_x, p->norm_w, p->eps, p->w_offset), "rmsnorm"); break;
+    case PEND_ROPE:
+        check(b, cfk_rope(b->stream, p->n, p->t, p->heads, p->pos, p->head_dim, p->rot_dim, p->inv, p->kv.n ? &p->kv : NULL), "rope");
+        break;
+    case PEND_KV: check(b, cfk_kv_store(b->stream, &p->kv), "kv_store"); break;
     case PEND_NONE: break;
     }
     p->kind = PEND_NONE;
+}
+
+/* a matmul on the output of a held RMSNorm: the norm runs inside the GEMV (x = its output, still written) */
+static int pend_norm_gemv(cuda_backend *b, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
+    pending *p = &b->pend;
+    if (p->kind != PEND_NORM || !same_view(p->norm_out, x) || overlaps(x, p->norm_x) || !cfk_gemv_vec_ok(x, w) || !cfk_gemv_norm_ok(x) ||
+        overlaps(out, x) ||
+        overlaps(out, p->norm_x) || overlaps(out, p->norm_w) || overlaps(out, bias))
+        return 0;
+    p->gemv = (cfk_gemv_job){.x = x, .n_seg = 1, .out = {out}, .w = {w}, .bias = {bias}, .norm_x = p->norm_x, .norm_w = p->norm_w,
+                             .eps = p->eps, .w_offset = p->w_offset};
+    p->kind = PEND_GEMV;
+    return 1;
 }
 
 /* a matmul joins a held GEMV on the same activations */
 static int pend_gemv(cuda_backend *b, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
     cfk_gemv_job *j = &b->pend.gemv;
     if (b->pend.kind != PEND_GEMV || !same_view(j->x, x) || j->n_seg == CFK_MAX_SEG || j->w[0].dtype != w.dtype || j->add.data ||
-        j->glu_out.data || overlaps(out, x))
+        j->glu_out.data || overlaps(out, x) || overlaps(out, j->norm_x) || overlaps(out, j->norm_w))
         return 0;
     for (int s = 0; s < j->n_seg; s++)
         if (overlaps(out, j->out[s]) || overlaps(bias, j->out[s])) return 0;
@@ -145,7 +166,9 @@ static int pend_add(cuda_backend *b, cf_tensor out, cf_tensor a, cf_tensor c) {
     cfk_gemv_job *j = &b->pend.gemv;
     if (b->pend.kind != PEND_GEMV || j->add.data || j->glu_out.data) return 0;
     cf_tensor o = j->out[j->n_seg - 1];
-    if (!((same_view(a, out) && same_view(c, o)) || (same_view(c, out) && same_view(a, o))) || overlaps(out, j->x)) return 0;
+    if (!((same_view(a, out) && same_view(c, o)) || (same_view(c, out) && same_view(a, o))) || overlaps(out, j->x) ||
+        overlaps(out, j->norm_x))
+        return 0;
     for (int s = 0; s < j->n_seg; s++)
         if (overlaps(out, j->out[s])) return 0;
     j->add = out;
@@ -157,7 +180,7 @@ static int pend_add(cuda_backend *b, cf_tensor out, cf_tensor a, cf_tensor c) {
 static int pend_glu(cuda_backend *b, cf_tensor out, cf_tensor gate, cf_tensor up, cf_act act) {
     cfk_gemv_job *j = &b->pend.gemv;
     if (b->pend.kind != PEND_GEMV || j->n_seg != 2 || j->add.data || j->glu_out.data || !same_view(gate, j->out[0]) ||
-        !same_view(up, j->out[1]) || j->w[0].rows != j->w[1].rows || overlaps(out, j->x))
+        !same_view(up, j->out[1]) || j->w[0].rows != j->w[1].rows || overlaps(out, j->x) || overlaps(out, j->norm_x))
         return 0;
     if (!same_view(out, gate) && !same_view(out, up) && (overlaps(out, gate) || overlaps(out, up))) return 0;
     j->glu_out = out;
@@ -176,14 +199,28 @@ static int pend_rope(cuda_backend *b, cf_tensor x, cf_tensor pos, int n_heads, i
     return 1;
 }
 
+/* Stores join a held store (k then v), or a held pair of RoPEs whose second tensor (k) is the first
+ * store's source. */
 static int pend_kv(cuda_backend *b, cf_tensor cache, cf_tensor src, int pos0, cf_tensor pos, int cap) {
     pending *p = &b->pend;
-    if (p->kind != PEND_KV || p->n != 1 || p->pos0 != pos0 || !same_view(p->pos, pos) || p->cap != cap || p->u[0].rows != src.rows ||
-        overlaps(cache, p->t[0]) || overlaps(cache, p->u[0]) || overlaps(src, p->t[0]) || overlaps(cache, pos))
+    cfk_kv_args *kv = &p->kv;
+    if (p->kind == PEND_ROPE && p->n == 2 && kv->n == 0) {
+        if (!same_view(src, p->t[1]) || src.rows != p->t[0].rows || overlaps(cache, p->t[0]) || overlaps(cache, p->t[1]) ||
+            overlaps(cache, p->pos) || overlaps(cache, p->inv) || overlaps(cache, pos))
+            return 0;
+        *kv = (cfk_kv_args){.n = 1, .cache = {cache}, .src = {src}, .pos0 = pos0, .cap = cap, .pos = pos};
+        return 1;
+    }
+    if (!(p->kind == PEND_KV || p->kind == PEND_ROPE) || kv->n != 1 || kv->pos0 != pos0 || !same_view(kv->pos, pos) || kv->cap != cap ||
+        kv->src[0].rows != src.rows || overlaps(cache, kv->cache[0]) || overlaps(cache, kv->src[0]) || overlaps(src, kv->cache[0]) ||
+        overlaps(cache, pos))
         return 0;
-    p->t[1] = cache;
-    p->u[1] = src;
-    p->n = 2;
+    if (p->kind == PEND_ROPE &&
+        (overlaps(src, p->t[0]) || overlaps(src, p->t[1]) || overlaps(cache, p->t[0]) || overlaps(cache, p->pos) || overlaps(cache, p->inv)))
+        return 0;
+    kv->cache[1] = cache;
+    kv->src[1] = src;
+    kv->n = 2;
     return 1;
 }
 
@@ -385,8 +422,11 @@ static void cuda_embed(cf_backend *be, cf_tensor out, cf_tensor table, cf_tensor
 }
 
 static void cuda_rmsnorm(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, float eps, float w_offset) {
-    flush(CB(be));
-    if (!empty(out)) check(CB(be), cfk_rmsnorm(CB(be)->stream, out, x, w, eps, w_offset), "rmsnorm");
+    cuda_backend *b = CB(be);
+    flush(b);
+    if (empty(out)) return;
+    b->pend = (pending){.kind = PEND_NORM, .norm_out = out, .norm_x = x, .norm_w = w, .eps = eps, .w_offset = w_offset};
+    if (!cfk_cfg.fuse || out.rows > cfk_cfg.gemv_max_rows || !cfk_gemv_norm_ok(out)) flush(b);   /* no GEMV can take it */
 }
 
 static cudaDataType_t blas_type(cf_dtype t) {
@@ -429,7 +469,7 @@ static void cuda_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w,
         gemm(b, out, x, w, bias);
         return;
     }
-    if (cfk_cfg.fuse && pend_gemv(b, out, x, w, bias)) return;
+    if (cfk_cfg.fuse && (pend_gemv(b, out, x, w, bias) || pend_norm_gemv(b, out, x, w, bias))) return;
     flush(b);
     pending *p = &b->pend;
     p->gemv = (cfk_gemv_job){.x = x, .n_seg = 1, .out = {out}, .w = {w}, .bias = {bias}};
@@ -481,7 +521,7 @@ static void kv_store(cuda_backend *b, cf_tensor cache, cf_tensor src, int pos0, 
     if (empty(src)) return;
     if (cfk_cfg.fuse && pend_kv(b, cache, src, pos0, pos, cap)) return;
     flush(b);
-    b->pend = (pending){.kind = PEND_KV, .n = 1, .t = {cache}, .u = {src}, .pos0 = pos0, .pos = pos, .cap = cap};
+    b->pend = (pending){.kind = PEND_KV, .kv = {.n = 1, .cache = {cache}, .src = {src}, .pos0 = pos0, .cap = cap, .pos = pos}};
     if (!cfk_cfg.fuse) flush(b);
 }
 
@@ -686,6 +726,7 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     cfk_cfg.pdl = env_int("CINFER_CUDA_PDL", 1);
     cfk_cfg.gemv_unroll = env_int("CINFER_GEMV_UNROLL", 2);
     cfk_cfg.gemv_max_rows = env_int("CINFER_GEMV_MAX_ROWS", 8);
+    cfk_cfg.gemv_warps = env_int("CINFER_GEMV_WARPS", 32);
     cfk_cfg.fuse = env_int("CINFER_CUDA_FUSE", 1);
     cfk_cfg.attn_bc = env_int("CINFER_ATTN_BC", 32);
 

@@ -20,6 +20,7 @@ typedef struct cfk_config {
     int pdl;            /* launch with programmatic dependent launch (overlaps a kernel's start with the previous one's end) */
     int gemv_unroll;    /* 16-byte weight loads per batch and lane in the GEMV kernel (two batches in flight): 2, 4 or 8 */
     int gemv_max_rows;  /* matmuls with at most this many activation rows use the GEMV kernel, the rest cuBLAS */
+    int gemv_warps;     /* warps per SM a GEMV aims to keep busy: fewer weight rows than that are split over warps */
     int fuse;           /* merge consecutive ops into one launch (cuda_backend.c) */
     int attn_bc;        /* keys per tile of the prefill attention kernel for head size 128: 32 (faster on the H200) or 64 */
     int n_sm;
@@ -36,12 +37,20 @@ typedef enum cfk_ew {
 cudaError_t cfk_elementwise(cudaStream_t st, cfk_ew op, cf_tensor out, cf_tensor a, cf_tensor b, float s);
 cudaError_t cfk_embed(cudaStream_t st, cf_tensor out, cf_tensor table, cf_tensor ids, float scale);
 cudaError_t cfk_rmsnorm(cudaStream_t st, cf_tensor out, cf_tensor x, cf_tensor w, float eps, float w_offset);
-/* RoPE on n (1 or 2) tensors of the same rows, positions and frequencies (q and k in one launch) */
+/* n (1 or 2) KV-cache stores of the same row count (k and v): rows r of src[i] go to slots
+ * (pos0 + r) % cap, or pos[r] % cap when pos.data is set */
+typedef struct cfk_kv_args {
+    int n;
+    cf_tensor cache[2], src[2];
+    int pos0, cap;
+    cf_tensor pos;
+} cfk_kv_args;
+cudaError_t cfk_kv_store(cudaStream_t st, const cfk_kv_args *s);
+/* RoPE on n (1 or 2) tensors of the same rows, positions and frequencies (q and k in one launch); with
+ * store (NULL: none), the KV stores that follow in the same launch: store->src[0] must be x[1] (stored
+ * after its rotation), store->src[1] (v) as it is */
 cudaError_t cfk_rope(cudaStream_t st, int n, const cf_tensor *x, const int *n_heads, cf_tensor pos, int head_dim, int rot_dim,
-                     cf_tensor inv_freq);
-/* n (1 or 2) stores of the same row count (k and v in one launch): rows of src[i] to slots (pos0 + r) % cap,
- * or pos[r] % cap when pos.data is set */
-cudaError_t cfk_kv_store(cudaStream_t st, int n, const cf_tensor *cache, const cf_tensor *src, int pos0, cf_tensor pos, int cap);
+                     cf_tensor inv_freq, const cfk_kv_args *store);
 /* n contiguous elements of type from at src to type to at dst (weight upload, read-back) */
 cudaError_t cfk_convert(cudaStream_t st, void *dst, cf_dtype to, const void *src, cf_dtype from, int64_t n);
 /* uniform values in [-scale, scale) from a hash of (seed, index): benchmarks and tests */
@@ -50,7 +59,8 @@ cudaError_t cfk_fill_random(cudaStream_t st, cf_tensor t, uint64_t seed, float s
 /* Matrix-vector products for few activation rows (k_gemv.cu). One launch computes up to CFK_MAX_SEG
  * products out[s] = x . w[s]^T (+ bias[s]) that share x, and may finish with a residual add
  * (add += out[add_seg]) or, for two products of equal size, a GLU (glu_out = act(out[0]) * out[1], each
- * warp computing a row of both). */
+ * warp computing a row of both). It may also start with the RMSNorm that makes x:
+ * x = norm_x / rms(norm_x) * (norm_w + w_offset) (norm_x.data NULL: none; see cfk_gemv_norm_ok). */
 #define CFK_MAX_SEG 3
 typedef struct cfk_gemv_job {
     cf_tensor x;
@@ -60,9 +70,13 @@ typedef struct cfk_gemv_job {
     int add_seg;
     cf_tensor glu_out;   /* data NULL: none */
     cf_act act;
+    cf_tensor norm_x, norm_w;
+    float eps, w_offset;
 } cfk_gemv_job;
 /* whether x and w suit the vectorized kernel (the only one that fuses) */
 int cfk_gemv_vec_ok(cf_tensor x, cf_tensor w);
+/* whether the RMSNorm making x can run inside the GEMV (bf16 x, its rows fit in shared memory) */
+int cfk_gemv_norm_ok(cf_tensor x);
 cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *job);
 
 /* attention (k_attention.cu). pos_dev: when non-NULL, pos0 is read from it on the device. partial: scratch

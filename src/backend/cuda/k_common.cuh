@@ -16,7 +16,7 @@ struct TV {
     int64_t stride;
 };
 
-static inline TV tv(cf_tensor t) { return TV{(char *)t.data, (int)t.dtype, t.stride}; }
+__host__ __device__ static inline TV tv(cf_tensor t) { return TV{(char *)t.data, (int)t.dtype, t.stride}; }
 
 __device__ __forceinline__ float ld_elem(const void *p, int dt, int64_t i) {
     switch (dt) {

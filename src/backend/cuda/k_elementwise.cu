@@ -100,20 +100,36 @@ extern "C" cudaError_t cfk_rmsnorm(cudaStream_t st, cf_tensor out, cf_tensor x, 
     return launch(rmsnorm_kernel, grid, dim3(threads), 0, st, tv(out), tv(x), tv(w), x.rows, x.cols, eps, w_offset);
 }
 
-/* In each head, (x[i], x[i + rot/2]) rotates by pos * inv_freq[i]. blockIdx.y picks the tensor. */
+/* In each head, (x[i], x[i + rot/2]) rotates by pos * inv_freq[i]. blockIdx.y picks the tensor: 0 and 1
+ * the (one or two) rotated ones, 2 the plain KV store of s.src[1] merged into the launch. */
 struct RopeArgs {
     TV x[2];
     int n_heads[2];
     TV pos, inv_freq;
     int head_dim, half;
+    cfk_kv_args s;
 };
+
+__device__ __forceinline__ int64_t kv_slot(const cfk_kv_args &s, int64_t i) {
+    return (s.pos.data ? (int64_t)((const int32_t *)s.pos.data)[i * s.pos.stride] : s.pos0 + i) % s.cap;
+}
 
 __global__ void rope_kernel(RopeArgs a) {
     pdl_wait();
     pdl_launch_next();
     const int64_t t = blockIdx.x;
+    if (blockIdx.y == 2) {   /* the v store */
+        const TV src = tv(a.s.src[1]), cache = tv(a.s.cache[1]);
+        const int64_t slot = kv_slot(a.s, t);
+        for (int64_t c = (int64_t)blockIdx.z * blockDim.x + threadIdx.x; c < a.s.src[1].cols; c += (int64_t)gridDim.z * blockDim.x)
+            st(cache, slot, c, ld(src, t, c));
+        return;
+    }
     const TV x = blockIdx.y ? a.x[1] : a.x[0];
     const int n_heads = blockIdx.y ? a.n_heads[1] : a.n_heads[0];
+    const bool store = blockIdx.y == 1 && a.s.n > 0;   /* x[1] (k) also goes to the cache */
+    const TV cache = tv(a.s.cache[0]);
+    const int64_t slot = store ? kv_slot(a.s, t) : 0;
     const float p = (float)((const int32_t *)a.pos.p)[t * a.pos.stride];
     for (int j = blockIdx.z * blockDim.x + threadIdx.x; j < n_heads * a.half; j += gridDim.z * blockDim.x) {
         const int h = j / a.half, i = j % a.half;
@@ -121,25 +137,40 @@ __global__ void rope_kernel(RopeArgs a) {
         sincosf(p * ld(a.inv_freq, 0, i), &sn, &cs);
         const int64_t c = (int64_t)h * a.head_dim + i;
         const float u = ld(x, t, c), v = ld(x, t, c + a.half);
-        st(x, t, c, u * cs - v * sn);
-        st(x, t, c + a.half, v * cs + u * sn);
+        const float u2 = u * cs - v * sn, v2 = v * cs + u * sn;
+        st(x, t, c, u2);
+        st(x, t, c + a.half, v2);
+        if (store) {   /* the rounded values, as a later store reading x would see them */
+            st(cache, slot, c, ld(x, t, c));
+            st(cache, slot, c + a.half, ld(x, t, c + a.half));
+        }
     }
+    const int rest = a.head_dim - 2 * a.half;   /* dims past the rotated ones, copied as they are */
+    if (store && rest > 0)
+        for (int j = blockIdx.z * blockDim.x + threadIdx.x; j < n_heads * rest; j += gridDim.z * blockDim.x) {
+            const int64_t c = (int64_t)(j / rest) * a.head_dim + 2 * a.half + j % rest;
+            st(cache, slot, c, ld(x, t, c));
+        }
 }
 
 extern "C" cudaError_t cfk_rope(cudaStream_t st, int n, const cf_tensor *x, const int *n_heads, cf_tensor pos, int head_dim, int rot_dim,
-                                cf_tensor inv_freq) {
-    RopeArgs a = {{tv(x[0]), tv(x[n - 1])}, {n_heads[0], n_heads[n - 1]}, tv(pos), tv(inv_freq), head_dim, rot_dim / 2};
+                                cf_tensor inv_freq, const cfk_kv_args *store) {
+    RopeArgs a = {{tv(x[0]), tv(x[n - 1])}, {n_heads[0], n_heads[n - 1]}, tv(pos), tv(inv_freq), head_dim, rot_dim / 2, {}};
+    if (store) a.s = *store;
     const int most = n_heads[0] > n_heads[n - 1] ? n_heads[0] : n_heads[n - 1];
     const int threads = most * a.half < 128 ? (most * a.half + 31) / 32 * 32 : 128;
-    return launch(rope_kernel, dim3((unsigned)x[0].rows, (unsigned)n, col_blocks((int64_t)most * a.half, threads)), dim3(threads), 0, st, a);
+    unsigned zb = col_blocks((int64_t)most * a.half, threads);
+    if (a.s.n == 2) {   /* the v store spreads its row like the rotations */
+        unsigned vb = col_blocks(a.s.src[1].cols, threads);
+        zb = vb > zb ? vb : zb;
+    }
+    return launch(rope_kernel, dim3((unsigned)x[0].rows, (unsigned)(a.s.n == 2 ? 3 : n), zb), dim3(threads), 0, st, a);
 }
 
 struct KvArgs {
     TV cache[2], src[2];
     int64_t cols[2];
-    int pos0, cap;
-    const int32_t *pos;
-    int64_t pos_stride;
+    cfk_kv_args s;
 };
 
 __global__ void kv_store_kernel(KvArgs a) {
@@ -148,16 +179,16 @@ __global__ void kv_store_kernel(KvArgs a) {
     const int64_t i = blockIdx.x;
     const TV cache = blockIdx.y ? a.cache[1] : a.cache[0], src = blockIdx.y ? a.src[1] : a.src[0];
     const int64_t cols = blockIdx.y ? a.cols[1] : a.cols[0];
-    const int64_t slot = (a.pos ? (int64_t)a.pos[i * a.pos_stride] : a.pos0 + i) % a.cap;
+    const int64_t slot = kv_slot(a.s, i);
     for (int64_t c = (int64_t)blockIdx.z * blockDim.x + threadIdx.x; c < cols; c += (int64_t)gridDim.z * blockDim.x)
         st(cache, slot, c, ld(src, i, c));
 }
 
-extern "C" cudaError_t cfk_kv_store(cudaStream_t st, int n, const cf_tensor *cache, const cf_tensor *src, int pos0, cf_tensor pos, int cap) {
-    KvArgs a = {{tv(cache[0]), tv(cache[n - 1])}, {tv(src[0]), tv(src[n - 1])}, {src[0].cols, src[n - 1].cols}, pos0, cap,
-                (const int32_t *)pos.data, pos.stride};
-    const int64_t cols = src[0].cols > src[n - 1].cols ? src[0].cols : src[n - 1].cols;
-    return launch(kv_store_kernel, dim3((unsigned)src[0].rows, (unsigned)n, col_blocks(cols, 256)), dim3(256), 0, st, a);
+extern "C" cudaError_t cfk_kv_store(cudaStream_t st, const cfk_kv_args *s) {
+    const int n = s->n;
+    KvArgs a = {{tv(s->cache[0]), tv(s->cache[n - 1])}, {tv(s->src[0]), tv(s->src[n - 1])}, {s->src[0].cols, s->src[n - 1].cols}, *s};
+    const int64_t cols = a.cols[0] > a.cols[1] ? a.cols[0] : a.cols[1];
+    return launch(kv_store_kernel, dim3((unsigned)s->src[0].rows, (unsigned)n, col_blocks(cols, 256)), dim3(256), 0, st, a);
 }
 
 __global__ void convert_kernel(void *dst, int to, const void *src, int from, int64_t n) {

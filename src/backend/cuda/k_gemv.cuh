@@ -9,6 +9,11 @@
  * paired row by row (gate, up: each warp streams row j of both, as one row of length 2k) finished by the
  * GLU. Unaligned shapes and f32 weights take a plain scalar kernel, one product per launch.
  *
+ * With NORM the job's x is the output of an RMSNorm of the raw rows g.nx that this launch computes itself:
+ * every block normalizes the few rows into shared memory (x / rms(x) * (w + offset), rounded to x's type
+ * as the RMSNorm op rounds it), reads x from there, and block 0 also writes them to x, so the result is
+ * there for any later reader as if the RMSNorm op had run.
+ *
  * The weight prefetch before griddepcontrol.wait assumes weights are not written by the kernel that runs
  * right before (true of weights: uploaded once; the backend synchronizes after a kernel writes one). */
 #ifndef CF_BACKEND_CUDA_K_GEMV_CUH
@@ -29,6 +34,8 @@ struct GemvArgs {
     int n, wpr, nseg, add_seg, act;
     Seg s0, s1, s2;
     TV add, glu;   /* .p NULL: none */
+    TV nx, nw;     /* NORM: the raw rows and the norm weight [1, k] */
+    float eps, w_offset;
 };
 
 __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
@@ -73,8 +80,12 @@ __device__ __forceinline__ float act_fn(int act, float g) {
     return 0.5f * g * (1.0f + tanhf(k0 * (g + 0.044715f * g * g * g)));
 }
 
-template <int NX, int U, typename WT, typename XT, bool PAIR>
+__device__ __forceinline__ void to_x(float *p, float v) { *p = v; }
+__device__ __forceinline__ void to_x(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+template <int NX, int U, typename WT, typename XT, bool PAIR, bool NORM>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
+    extern __shared__ __align__(16) unsigned char gemv_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int si = PAIR ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
     const Seg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
@@ -85,6 +96,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
     const uint4 *w0 = reinterpret_cast<const uint4 *>((const WT *)S.w + (row_ok ? j : 0) * S.wstride);
     const uint4 *w1 = PAIR ? reinterpret_cast<const uint4 *>((const WT *)g.s1.w + (row_ok ? j : 0) * g.s1.wstride) : w0;
     const XT *x = (const XT *)g.x;
+    int64_t xstride = g.xstride;
     float a0[NX], a1[NX];
 #pragma unroll
     for (int r = 0; r < NX; r++) a0[r] = a1[r] = 0.0f;
@@ -111,7 +123,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
                 for (int r = 0; r < NX; r++) {
                     if (r < g.n) {
                         float xf[8];
-                        load8(x + r * g.xstride + xc * 8, xf);
+                        load8(x + r * xstride + xc * 8, xf);
                         float s = 0.0f;
 #pragma unroll
                         for (int e = 0; e < 8; e++) s = fmaf(xf[e], wf[e], s);
@@ -127,6 +139,25 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
     fetch(wa, base);   /* weights only: may run before the kernel ahead of this one has finished */
     pdl_wait();
     pdl_launch_next();
+    if constexpr (NORM) {
+        XT *xs = reinterpret_cast<XT *>(gemv_smem);
+        for (int r = 0; r < g.n; r++) {
+            float ss = 0.0f;
+            for (int64_t c = threadIdx.x; c < g.k; c += blockDim.x) {
+                const float v = ld(g.nx, r, c);
+                ss += v * v;
+            }
+            ss = block_sum(ss);
+            const float inv = 1.0f / sqrtf(ss / (float)g.k + g.eps);
+            for (int64_t c = threadIdx.x; c < g.k; c += blockDim.x) {
+                to_x(xs + r * g.k + c, ld(g.nx, r, c) * inv * (ld(g.nw, 0, c) + g.w_offset));
+                if (blockIdx.x == 0) ((XT *)g.x)[r * g.xstride + c] = xs[r * g.k + c];
+            }
+        }
+        __syncthreads();
+        x = xs;
+        xstride = g.k;
+    }
     while (base < total) {
         fetch(wb, base + batch);
         use(wa, base);
@@ -175,7 +206,12 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
 
 template <int NX, int U, typename WT, typename XT, bool PAIR>
 static cudaError_t go(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
-    return launch(gemv_kernel<NX, U, WT, XT, PAIR>, dim3((unsigned)blocks), dim3(256), 0, st, g);
+    if (g.nx.p) {
+        if constexpr (std::is_same<XT, __nv_bfloat16>::value)
+            return launch(gemv_kernel<NX, U, WT, XT, PAIR, true>, dim3((unsigned)blocks), dim3(256), (size_t)g.n * g.k * sizeof(XT), st, g);
+        return cudaErrorInvalidValue;
+    }
+    return launch(gemv_kernel<NX, U, WT, XT, PAIR, false>, dim3((unsigned)blocks), dim3(256), 0, st, g);
 }
 
 /* Loads per batch (two batches in flight per lane): tunable (cfk_cfg.gemv_unroll) for the common bf16
