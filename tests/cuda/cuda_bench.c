@@ -396,25 +396,30 @@ static void bench_model(int quick, double gemm_tflops) {
     for (int c = 0; c < 2; c++) {
         const int T = quick ? 8 : 128, ctx = ctxs[c];
         const double bytes = m.weight_bytes + kv_tok * (ctx + T / 2.0), roof = copy_bw * 1e9 / bytes;
-        struct { const char *name; int graph, pdl, fuse, warps, unroll; } modes[] = {
-            {"eager + PDL", 0, 1, 1, 32, 2}, {"graph, no PDL", 1, 0, 1, 32, 2}, {"graph + PDL, no merging", 1, 1, 0, 32, 2},
-            {"graph + PDL", 1, 1, 1, 32, 2}, {"graph + PDL, GEMV 64 warps/SM", 1, 1, 1, 64, 2},
-            {"graph + PDL, GEMV 64 warps/SM, unroll 4", 1, 1, 1, 64, 4}};
-        const int dflt_w = cfk_cfg.gemv_warps, dflt_u = cfk_cfg.gemv_unroll;
-        for (int md = 0; md < 6; md++) {
-            if ((c == 1 || short_run) && md > 0 && md < 3) continue;
-            if (c == 1 && md == 0) continue;
+        struct { const char *name; int graph, pdl, fuse, norm, l2, warps; } modes[] = {
+            {"eager + PDL", 0, 1, 1, 1, 0, 32},
+            {"graph + PDL, no merging", 1, 1, 0, 0, 0, 32},
+            {"graph + PDL, merging without RMSNorm", 1, 1, 1, 0, 0, 32},
+            {"graph + PDL", 1, 1, 1, 1, 0, 32},
+            {"graph + PDL, L2 prefetch 2 batches", 1, 1, 1, 1, 2, 32},
+            {"graph + PDL, L2 prefetch 4 batches", 1, 1, 1, 1, 4, 32},
+            {"graph + PDL, GEMV 64 warps/SM", 1, 1, 1, 1, 0, 64}};
+        const int dflt_w = cfk_cfg.gemv_warps, dflt_l2 = cfk_cfg.gemv_l2, dflt_n = cfk_cfg.gemv_norm;
+        for (int md = 0; md < 7; md++) {
+            if (c == 1 && md != 3) continue;
             cfk_cfg.fuse = modes[md].fuse;
             cfk_cfg.pdl = modes[md].pdl;
+            cfk_cfg.gemv_norm = modes[md].norm;
+            cfk_cfg.gemv_l2 = modes[md].l2;
             cfk_cfg.gemv_warps = modes[md].warps;
-            cfk_cfg.gemv_unroll = modes[md].unroll;
             double tps = decode_tps(&m, ctx, T, modes[md].graph);
             printf("| %s | %d | %.1f | %.1f | %.1f%% |\n", modes[md].name, ctx, tps, roof, 100 * tps / roof);
         }
         cfk_cfg.pdl = 1;
         cfk_cfg.fuse = 1;
         cfk_cfg.gemv_warps = dflt_w;
-        cfk_cfg.gemv_unroll = dflt_u;
+        cfk_cfg.gemv_l2 = dflt_l2;
+        cfk_cfg.gemv_norm = dflt_n;
     }
     /* prefill: 2 * (weights without the embedding) FLOPs per token, as cinfer bench counts */
     const double flop_tok = m.weight_bytes;   /* bytes / 2 (bf16) * 2 FLOPs */

@@ -19,7 +19,7 @@
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
-cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 2, .gemv_max_rows = 8, .gemv_warps = 32, .fuse = 1, .attn_bc = 32, .n_sm = 132};
+cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 2, .gemv_max_rows = 8, .gemv_warps = 32, .gemv_l2 = 0, .gemv_norm = 1, .fuse = 1, .attn_bc = 32, .n_sm = 132};
 
 /* An op held back to be merged with the next (see pend_* below). */
 typedef enum pend_kind { PEND_NONE, PEND_GEMV, PEND_NORM, PEND_ROPE, PEND_KV } pend_kind;
@@ -136,7 +136,7 @@ static void flush(cuda_backend *b) {
 /* a matmul on the output of a held RMSNorm: the norm runs inside the GEMV (x = its output, still written) */
 static int pend_norm_gemv(cuda_backend *b, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
     pending *p = &b->pend;
-    if (p->kind != PEND_NORM || !same_view(p->norm_out, x) || overlaps(x, p->norm_x) || !cfk_gemv_vec_ok(x, w) || !cfk_gemv_norm_ok(x) ||
+    if (p->kind != PEND_NORM || !same_view(p->norm_out, x) || overlaps(x, p->norm_x) || !cfk_gemv_vec_ok(x, w) || !cfk_gemv_norm_ok(x, p->norm_x, p->norm_w) ||
         overlaps(out, x) ||
         overlaps(out, p->norm_x) || overlaps(out, p->norm_w) || overlaps(out, bias))
         return 0;
@@ -426,7 +426,7 @@ static void cuda_rmsnorm(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w
     flush(b);
     if (empty(out)) return;
     b->pend = (pending){.kind = PEND_NORM, .norm_out = out, .norm_x = x, .norm_w = w, .eps = eps, .w_offset = w_offset};
-    if (!cfk_cfg.fuse || out.rows > cfk_cfg.gemv_max_rows || !cfk_gemv_norm_ok(out)) flush(b);   /* no GEMV can take it */
+    if (!cfk_cfg.fuse || !cfk_cfg.gemv_norm || out.rows > cfk_cfg.gemv_max_rows || !cfk_gemv_norm_ok(out, x, w)) flush(b);   /* no GEMV can take it */
 }
 
 static cudaDataType_t blas_type(cf_dtype t) {
@@ -727,6 +727,8 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     cfk_cfg.gemv_unroll = env_int("CINFER_GEMV_UNROLL", 2);
     cfk_cfg.gemv_max_rows = env_int("CINFER_GEMV_MAX_ROWS", 8);
     cfk_cfg.gemv_warps = env_int("CINFER_GEMV_WARPS", 32);
+    cfk_cfg.gemv_l2 = env_int("CINFER_GEMV_L2", 0);
+    cfk_cfg.gemv_norm = env_int("CINFER_GEMV_NORM", 1);
     cfk_cfg.fuse = env_int("CINFER_CUDA_FUSE", 1);
     cfk_cfg.attn_bc = env_int("CINFER_ATTN_BC", 32);
 

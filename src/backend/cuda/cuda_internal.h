@@ -21,6 +21,8 @@ typedef struct cfk_config {
     int gemv_unroll;    /* 16-byte weight loads per batch and lane in the GEMV kernel (two batches in flight): 2, 4 or 8 */
     int gemv_max_rows;  /* matmuls with at most this many activation rows use the GEMV kernel, the rest cuBLAS */
     int gemv_warps;     /* warps per SM a GEMV aims to keep busy: fewer weight rows than that are split over warps */
+    int gemv_l2;        /* weight load batches a GEMV prefetches into L2 before waiting for the kernel ahead */
+    int gemv_norm;      /* run an RMSNorm inside the GEMV that reads its output (part of fuse) */
     int fuse;           /* merge consecutive ops into one launch (cuda_backend.c) */
     int attn_bc;        /* keys per tile of the prefill attention kernel for head size 128: 32 (faster on the H200) or 64 */
     int n_sm;
@@ -75,8 +77,9 @@ typedef struct cfk_gemv_job {
 } cfk_gemv_job;
 /* whether x and w suit the vectorized kernel (the only one that fuses) */
 int cfk_gemv_vec_ok(cf_tensor x, cf_tensor w);
-/* whether the RMSNorm making x can run inside the GEMV (bf16 x, its rows fit in shared memory) */
-int cfk_gemv_norm_ok(cf_tensor x);
+/* whether the RMSNorm making x can run inside the GEMV (bf16 x whose rows fit in shared memory, f32 and
+ * aligned norm_x, f32 or bf16 norm_w) */
+int cfk_gemv_norm_ok(cf_tensor x, cf_tensor norm_x, cf_tensor norm_w);
 cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *job);
 
 /* attention (k_attention.cu). pos_dev: when non-NULL, pos0 is read from it on the device. partial: scratch

@@ -31,10 +31,10 @@ struct Seg {
 struct GemvArgs {
     const void *x;
     int64_t xstride, k;
-    int n, wpr, nseg, add_seg, act;
+    int n, wpr, nseg, add_seg, act, l2_batches;
     Seg s0, s1, s2;
     TV add, glu;   /* .p NULL: none */
-    TV nx, nw;     /* NORM: the raw rows and the norm weight [1, k] */
+    TV nx, nw;     /* NORM: the raw rows (f32) and the norm weight [1, k] (f32 or bf16) */
     float eps, w_offset;
 };
 
@@ -62,6 +62,16 @@ __device__ __forceinline__ void unpack(uint4 v, float f[8], __half) {
         f[2 * i] = t.x;
         f[2 * i + 1] = t.y;
     }
+}
+
+__device__ __forceinline__ void prefetch_l2(const uint4 *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+/* four bf16 (8 bytes) to f32 */
+__device__ __forceinline__ void unpack4(uint2 v, float f[4]) {
+    f[0] = __uint_as_float(v.x << 16);
+    f[1] = __uint_as_float(v.x & 0xffff0000u);
+    f[2] = __uint_as_float(v.y << 16);
+    f[3] = __uint_as_float(v.y & 0xffff0000u);
 }
 
 __device__ __forceinline__ void load8(const float *p, float f[8]) {
@@ -136,22 +146,50 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
     };
     int64_t base = sub * 32 + lane;
     const int64_t batch = U * step;
-    fetch(wa, base);   /* weights only: may run before the kernel ahead of this one has finished */
+    /* weights only, so before waiting for the kernel ahead of this one: two batches into registers and
+     * the next g.l2_batches into L2 */
+    fetch(wa, base);
+    fetch(wb, base + batch);
+    for (int b = 2; b < 2 + g.l2_batches; b++)
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t c = base + b * batch + u * step;
+            if (c < total) prefetch_l2(PAIR && c >= nch ? w1 + (c - nch) : w0 + c);
+        }
     pdl_wait();
     pdl_launch_next();
     if constexpr (NORM) {
+        /* x = nx / rms(nx) * (nw + w_offset) into shared memory: f32 rows, four values per load, all of a
+         * thread's loads issued before their use */
         XT *xs = reinterpret_cast<XT *>(gemv_smem);
+        const int nq = (int)(g.k / 4);
         for (int r = 0; r < g.n; r++) {
+            const float4 *xr = reinterpret_cast<const float4 *>((const float *)g.nx.p + r * g.nx.stride);
             float ss = 0.0f;
-            for (int64_t c = threadIdx.x; c < g.k; c += blockDim.x) {
-                const float v = ld(g.nx, r, c);
-                ss += v * v;
+#pragma unroll 4
+            for (int q = threadIdx.x; q < nq; q += 256) {
+                const float4 v = xr[q];
+                ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
             }
             ss = block_sum(ss);
             const float inv = 1.0f / sqrtf(ss / (float)g.k + g.eps);
-            for (int64_t c = threadIdx.x; c < g.k; c += blockDim.x) {
-                to_x(xs + r * g.k + c, ld(g.nx, r, c) * inv * (ld(g.nw, 0, c) + g.w_offset));
-                if (blockIdx.x == 0) ((XT *)g.x)[r * g.xstride + c] = xs[r * g.k + c];
+#pragma unroll 4
+            for (int q = threadIdx.x; q < nq; q += 256) {
+                const float4 v = xr[q];
+                float w[4];
+                if (g.nw.dt == CF_F32) {
+                    const float4 t = reinterpret_cast<const float4 *>(g.nw.p)[q];
+                    w[0] = t.x; w[1] = t.y; w[2] = t.z; w[3] = t.w;
+                } else {
+                    const uint2 t = reinterpret_cast<const uint2 *>(g.nw.p)[q];
+                    unpack4(t, w);
+                }
+                XT *o = xs + r * g.k + 4 * q;
+                to_x(o + 0, v.x * inv * (w[0] + g.w_offset));
+                to_x(o + 1, v.y * inv * (w[1] + g.w_offset));
+                to_x(o + 2, v.z * inv * (w[2] + g.w_offset));
+                to_x(o + 3, v.w * inv * (w[3] + g.w_offset));
+                if (blockIdx.x == 0) *reinterpret_cast<uint2 *>((XT *)g.x + r * g.xstride + 4 * q) = *reinterpret_cast<const uint2 *>(o);
             }
         }
         __syncthreads();
@@ -159,13 +197,14 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
         xstride = g.k;
     }
     while (base < total) {
-        fetch(wb, base + batch);
         use(wa, base);
         base += batch;
         if (base >= total) break;
         fetch(wa, base + batch);
         use(wb, base);
         base += batch;
+        if (base >= total) break;
+        fetch(wb, base + batch);
     }
 #pragma unroll
     for (int r = 0; r < NX; r++) {
