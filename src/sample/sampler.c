@@ -161,8 +161,10 @@ static rng rng_for_step(uint64_t seed, uint64_t step) {
     return r;
 }
 
+/* 24 bits: exactly a float, so a device-side draw handed the same uniform as an F32 (cf_sampler_uniform)
+ * picks the same token. */
 static double rng_uniform(rng *r) {
-    return (double)(rng_next(r) >> 11) * 0x1.0p-53;
+    return (double)(rng_next(r) >> 40) * 0x1.0p-24;
 }
 
 /* The first token at which the running sum of w passes target, walking whole blocks first. Should
@@ -183,15 +185,13 @@ static int32_t draw_row(const float *w, int32_t n, const double *blocks, double 
     return last;
 }
 
-/* Temperature, top-k, top-p, min-p, draw. lmax is the largest logit (finite). */
-static int32_t draw(cf_sampler *s, const float *l, float lmax) {
+/* Temperature, top-k, top-p, min-p, draw with the uniform u. lmax is the largest logit (finite). */
+static int32_t draw(cf_sampler *s, const float *l, float lmax, double u) {
     const cf_sampling_params *p = &s->p;
     const float inv_t = 1.0f / p->temperature;
     cf_cand *c = s->cand;
     const int32_t V = s->vocab;
     const bool top_k = p->top_k > 0 && p->top_k < V, top_p = p->top_p < 1.0f, min_p = p->min_p > 0.0f;
-    rng r = rng_for_step(p->seed, s->n_hist);
-    const double u = rng_uniform(&r);
     int32_t n = 0;
     double z = 0;
 
@@ -239,9 +239,21 @@ static int32_t draw(cf_sampler *s, const float *l, float lmax) {
     return last;
 }
 
+float cf_sampler_uniform(const cf_sampler *s) {
+    rng r = rng_for_step(s->p.seed, s->n_hist);
+    return (float)rng_uniform(&r);
+}
+
 cinfer_status cf_sampler_sample(cf_sampler *s, float *l, cf_sample_result *out, cinfer_error *err) {
+    return cf_sampler_sample_u(s, l, cf_sampler_uniform(s), out, err);
+}
+
+cinfer_status cf_sampler_sample_u(cf_sampler *s, float *l, float u, cf_sample_result *out, cinfer_error *err) {
     const cf_sampling_params *p = &s->p;
     const int32_t V = s->vocab;
+    if (!(u >= 0.0f && u < 1.0f))
+        return cf_fail(err, isnan(u) ? CINFER_E_NOT_A_NUMBER : CINFER_E_INVALID_ARGUMENT, "the draw's uniform is %g, not in [0, 1)",
+                       (double)u);
     process(s, l);
 
     bool bad;
@@ -255,7 +267,7 @@ cinfer_status cf_sampler_sample(cf_sampler *s, float *l, cf_sample_result *out, 
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "every logit is -inf: no token can be sampled");
 
     const bool greedy = p->temperature == 0.0f || !isfinite(1.0f / p->temperature);
-    out->token = greedy ? cf_row_next_above(l, V, 0, nextafterf(lmax, -INFINITY)) : draw(s, l, lmax);
+    out->token = greedy ? cf_row_next_above(l, V, 0, nextafterf(lmax, -INFINITY)) : draw(s, l, lmax, (double)u);
     out->logprob = 0;
     out->n_top = 0;
 

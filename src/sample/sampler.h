@@ -34,8 +34,11 @@
  * Plain temperature: the exp pass and a draw that skips whole blocks. Log-probabilities: one more
  * exp pass and a top-N heap.
  *
- * Randomness: the draw at each step comes from xoshiro256** seeded (through splitmix64) by
- * (seed, history length). A draw is a function of the seed, the number of history tokens and the
+ * Randomness: the draw at each step takes one uniform u in [0, 1) from xoshiro256** seeded (through
+ * splitmix64) by (seed, history length); u has 24 bits, so it is exactly a float (cf_sampler_uniform),
+ * and a device-side sampler handed it (backend op sample) draws from the same point. The token is the
+ * first, in the order the truncation leaves (id order without truncation), at which the running mass
+ * passes u times the mass kept. A draw is a function of the seed, the number of history tokens and the
  * logits: unaffected by other samplers, repeated if the same step is sampled twice, and restored by
  * cf_sampler_truncate (after a speculative rollback the step resamples exactly what plain decoding
  * would). The exp and the sums are this module's own, in a fixed order (bit-identical with and
@@ -113,5 +116,13 @@ size_t cf_sampler_history_len(const cf_sampler *s);
  * CINFER_E_NOT_A_NUMBER when a logit is NaN or +inf, CINFER_E_INVALID_ARGUMENT when every logit is
  * -inf. */
 cinfer_status cf_sampler_sample(cf_sampler *s, float *logits, cf_sample_result *out, cinfer_error *err);
+
+/* The uniform in [0, 1) the next cf_sampler_sample draws with: a function of the seed and the history
+ * length only (24 bits, exactly representable as a float). */
+float cf_sampler_uniform(const cf_sampler *s);
+
+/* cf_sampler_sample drawing with u (in [0, 1), else CINFER_E_INVALID_ARGUMENT, NaN CINFER_E_NOT_A_NUMBER)
+ * instead of cf_sampler_uniform(s): the reference for device-side sampling given the same u. */
+cinfer_status cf_sampler_sample_u(cf_sampler *s, float *logits, float u, cf_sample_result *out, cinfer_error *err);
 
 #endif

@@ -348,6 +348,56 @@ static void test_determinism(void) {
     cf_sampler_free(s);
 }
 
+/* The draw's uniform: 24 bits (a float), the one cf_sampler_sample uses; cf_sampler_sample_u with it
+ * picks the same token, and u places the draw along the kept tokens. */
+static void test_explicit_uniform(void) {
+    enum { V = 300, STEPS = 150 };
+    float base[V], l[V], l2[V];
+    for (int i = 0; i < V; i++) base[i] = tgauss() * 2.0f;
+    const struct { float t; int32_t k; float p, mp; } cfg[] = {{1.0f, 0, 1.0f, 0.0f}, {0.7f, 20, 1.0f, 0.0f}, {1.3f, 0, 0.9f, 0.0f},
+                                                               {1.0f, 0, 1.0f, 0.05f}, {0.9f, 50, 0.8f, 0.02f}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        cf_sampling_params p = cf_sampling_default_params();
+        p.seed = 99 + c;
+        p.temperature = cfg[c].t;
+        p.top_k = cfg[c].k;
+        p.top_p = cfg[c].p;
+        p.min_p = cfg[c].mp;
+        cf_sampler *s = make(&p, V);
+        int same = 0, exact = 0;
+        for (int i = 0; i < STEPS; i++) {
+            float u = cf_sampler_uniform(s);
+            exact += u >= 0.0f && u < 1.0f && (double)u * 0x1.0p24 == floor((double)u * 0x1.0p24);
+            memcpy(l, base, sizeof l);
+            memcpy(l2, base, sizeof l2);
+            cf_sample_result a, b;
+            CHECK(cf_sampler_sample(s, l, &a, NULL) == CINFER_OK, "sample");
+            CHECK(cf_sampler_sample_u(s, l2, u, &b, NULL) == CINFER_OK, "sample_u");
+            same += a.token == b.token;
+            cf_sampler_accept(s, a.token, NULL);
+        }
+        CHECK(exact == STEPS, "config %zu: %d of %d uniforms are 24-bit values in [0, 1)", c, exact, STEPS);
+        CHECK(same == STEPS, "config %zu: cf_sampler_sample_u with cf_sampler_uniform agrees on %d of %d steps", c, same, STEPS);
+        cf_sampler_free(s);
+    }
+    /* equal logits, no truncation: u = (k + 0.5) / 64 is token k */
+    cf_sampling_params p = cf_sampling_default_params();
+    cf_sampler *s = make(&p, 64);
+    float flat[64];
+    for (int k = 0; k < 64; k++) {
+        for (int j = 0; j < 64; j++) flat[j] = 0.25f;
+        cf_sample_result r;
+        CHECK(cf_sampler_sample_u(s, flat, (k + 0.5f) / 64.0f, &r, NULL) == CINFER_OK && r.token == k, "u (%d + 0.5) / 64 gave %d", k,
+              r.token);
+    }
+    cf_sample_result r;
+    cinfer_error err = {0};
+    CHECK(cf_sampler_sample_u(s, flat, 1.0f, &r, &err) == CINFER_E_INVALID_ARGUMENT, "u = 1 accepted");
+    CHECK(cf_sampler_sample_u(s, flat, -0.25f, &r, &err) == CINFER_E_INVALID_ARGUMENT, "u < 0 accepted");
+    CHECK(cf_sampler_sample_u(s, flat, NAN, &r, &err) == CINFER_E_NOT_A_NUMBER, "u NaN accepted");
+    cf_sampler_free(s);
+}
+
 /* ---- selection helpers ---- */
 
 static void test_select(void) {
@@ -658,6 +708,7 @@ int main(void) {
     test_greedy_ties();
     test_logprobs();
     test_determinism();
+    test_explicit_uniform();
     test_select();
     test_kernels();
     test_distribution();
