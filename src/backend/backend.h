@@ -120,8 +120,8 @@ typedef struct cf_backend_ops {
     /* copies src to dst (same shape; dtype conversion allowed) */
     void (*copy)(cf_backend *be, cf_tensor dst, cf_tensor src);
 
-    /* Optional operations, added for the CUDA backend: NULL where a backend lacks them (the CPU leaves
-     * them NULL); the model uses them when present. */
+    /* Optional operations: NULL where a backend lacks them; the model uses them when present (the CPU
+     * has all but the graph ops). */
     /* kv_store and attention with positions read from an I32 device tensor pos [n, 1] instead of host
      * ints: row i of src goes to slot pos[i] % cap; attention_pos uses pos0 = pos[0] (a->pos0 is ignored)
      * and sizes its launch for the longest possible key range (a->window, else a->cap). With these a
@@ -133,7 +133,11 @@ typedef struct cf_backend_ops {
     void (*argmax)(cf_backend *be, cf_tensor ids, cf_tensor logits);
     /* ids[i] = a draw from softmax(logits row i / temperature) truncated by top-k, top-p, min-p in the
      * order and with the tie rules of sample/sampler.h (no processors, no log-probabilities); u: F32 [n, 1]
-     * of uniforms in [0, 1) written by the caller, one per row, select the token. */
+     * of uniforms in [0, 1) written by the caller, one per row, select the token. Temperature 0 (or one
+     * whose inverse overflows) is the argmax. The CPU runs the sampler itself (cf_sampler_sample_u: the
+     * same token as the host sampler given the same u; a NaN or +inf logit is a CINFER_E_NOT_A_NUMBER
+     * failure); CUDA walks the kept tokens in id order, so with truncation it picks from the same
+     * distribution but not always the same token for a given u, and it gives NaN logits probability 0. */
     void (*sample)(cf_backend *be, cf_tensor ids, cf_tensor logits, cf_tensor u, const cf_sample_args *s);
     /* Recording a step (CUDA graphs): ops enqueued between graph_begin and graph_end are recorded, not
      * run; graph_launch runs the recording on the tensors' contents at launch time. Between begin and end
@@ -149,6 +153,8 @@ struct cf_backend {
     const cf_backend_ops *ops;
     cf_dtype act_dtype;
     int n_threads;
+    int prefill_chunk;   /* positions per forward pass a sequence takes by default (cf_seq_create);
+                            0 = the model's default (256). CPU 256; CUDA wants 4096 (GEMM efficiency) */
 };
 
 typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;

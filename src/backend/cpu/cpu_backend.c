@@ -1,18 +1,43 @@
 /* cpu_backend.c: the reference backend. Float32 activations, weights used in place from the mmapped
  * files (f32, bf16, f16), OpenMP over output rows. Every operation is written out plainly: this file is
- * the definition of what each op in backend.h computes. */
+ * the definition of what each op in backend.h computes. Its memory is host memory, so the *_pos ops read
+ * their positions directly and sample runs the host sampler (sample/sampler.h); there are no graph ops.
+ * The only op that can fail is sample: its failure is kept and reported (then forgotten) by the next
+ * read or sync. */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "base/status.h"
+#include "sample/sampler.h"
 
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct cpu_backend {
     cf_backend base;
+    cinfer_status status;     /* the first failure since the last read or sync */
+    char message[sizeof(((cinfer_error *)0)->message)];
+    cf_sampler *smp;          /* op sample: a sampler with smp_args over smp_vocab tokens, kept between calls */
+    cf_sample_args smp_args;
+    int64_t smp_vocab;
 } cpu_backend;
+
+static cpu_backend *CPU(cf_backend *be) { return (cpu_backend *)be; }
+
+static void fail(cpu_backend *b, cinfer_status code, const char *msg) {
+    if (b->status != CINFER_OK) return;
+    b->status = code;
+    snprintf(b->message, sizeof b->message, "%s", msg);
+}
+
+static cinfer_status report(cpu_backend *b, cinfer_error *err) {
+    cinfer_status st = b->status;
+    if (st == CINFER_OK) return CINFER_OK;
+    b->status = CINFER_OK;
+    return cf_fail(err, st, "%s", b->message);
+}
 
 #define NT(be) num_threads((be)->n_threads)
 /* Below this many multiply-adds an op runs on one thread: waking the team costs more than it saves. */
@@ -20,7 +45,10 @@ typedef struct cpu_backend {
 
 static float *row(cf_tensor t, int64_t r) { return (float *)t.data + r * t.stride; }
 
-static void cpu_destroy(cf_backend *be) { free(be); }
+static void cpu_destroy(cf_backend *be) {
+    cf_sampler_free(CPU(be)->smp);
+    free(be);
+}
 
 static cinfer_status cpu_alloc(cf_backend *be, cf_dtype dt, int64_t rows, int64_t cols, cf_tensor *out, cinfer_error *err) {
     size_t bytes = (size_t)(rows * cols) * cf_dtype_size(dt);
@@ -60,10 +88,10 @@ static cinfer_status cpu_read(cf_backend *be, float *host, cf_tensor src, cinfer
     size_t es = cf_dtype_size(src.dtype);
     for (int64_t r = 0; r < src.rows; r++)
         cf_to_f32(host + r * src.cols, (const char *)src.data + (size_t)(r * src.stride) * es, src.dtype, (size_t)src.cols);
-    return CINFER_OK;
+    return report(CPU(be), err);
 }
 
-static cinfer_status cpu_sync(cf_backend *be, cinfer_error *err) { return CINFER_OK; }
+static cinfer_status cpu_sync(cf_backend *be, cinfer_error *err) { return report(CPU(be), err); }
 
 static void cpu_embed(cf_backend *be, cf_tensor out, cf_tensor table, cf_tensor ids, float scale) {
     const int32_t *id = ids.data;
@@ -236,6 +264,70 @@ static void cpu_attention(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor 
     }
 }
 
+/* ---- optional ops ---- */
+
+static int32_t pos_at(cf_tensor pos, int64_t i) { return ((const int32_t *)pos.data)[i * pos.stride]; }
+
+static void cpu_kv_store_pos(cf_backend *be, cf_tensor cache, cf_tensor src, cf_tensor pos, int cap) {
+    for (int64_t i = 0; i < src.rows; i++)
+        memcpy(row(cache, pos_at(pos, i) % cap), row(src, i), (size_t)src.cols * sizeof(float));
+}
+
+static void cpu_attention_pos(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor kc, cf_tensor vc, const cf_attn_args *a,
+                              cf_tensor pos) {
+    cf_attn_args at = *a;
+    at.pos0 = pos_at(pos, 0);
+    cpu_attention(be, out, q, kc, vc, &at);
+}
+
+/* Largest value, ties to the lowest index; NaN never wins (a row of NaN gives 0), as on CUDA. */
+static void cpu_argmax(cf_backend *be, cf_tensor ids, cf_tensor logits) {
+    for (int64_t r = 0; r < logits.rows; r++) {
+        const float *l = row(logits, r);
+        int64_t best = -1;
+        for (int64_t i = 0; i < logits.cols; i++)
+            if (best < 0 ? l[i] == l[i] : l[i] > l[best]) best = i;
+        ((int32_t *)ids.data)[r * ids.stride] = (int32_t)(best < 0 ? 0 : best);
+    }
+}
+
+static int same_args(const cf_sample_args *a, const cf_sample_args *b) {
+    return a->temperature == b->temperature && a->top_k == b->top_k && a->top_p == b->top_p && a->min_p == b->min_p;
+}
+
+/* The host sampler with these truncations and no processors, u given per row. */
+static void cpu_sample(cf_backend *be, cf_tensor ids, cf_tensor logits, cf_tensor u, const cf_sample_args *sa) {
+    cpu_backend *b = CPU(be);
+    cinfer_error e = {0};
+    if (!b->smp || b->smp_vocab != logits.cols || !same_args(&b->smp_args, sa)) {
+        cf_sampler_free(b->smp);
+        b->smp = NULL;
+        cf_sampling_params p = cf_sampling_default_params();
+        p.temperature = sa->temperature;
+        p.top_k = sa->top_k;
+        p.top_p = sa->top_p;
+        p.min_p = sa->min_p;
+        if (logits.cols > INT32_MAX) {
+            fail(b, CINFER_E_INVALID_ARGUMENT, "sample: a row of more than 2^31 logits");
+            return;
+        }
+        if (cf_sampler_create(&p, (int32_t)logits.cols, &b->smp, &e) != CINFER_OK) {
+            fail(b, e.code, e.message);
+            return;
+        }
+        b->smp_args = *sa;
+        b->smp_vocab = logits.cols;
+    }
+    for (int64_t r = 0; r < logits.rows; r++) {
+        cf_sample_result res;
+        if (cf_sampler_sample_u(b->smp, row(logits, r), row(u, r)[0], &res, &e) != CINFER_OK) {
+            fail(b, e.code, e.message);
+            return;
+        }
+        ((int32_t *)ids.data)[r * ids.stride] = res.token;
+    }
+}
+
 static void cpu_copy(cf_backend *be, cf_tensor dst, cf_tensor src) {
     size_t es = cf_dtype_size(src.dtype);
     #pragma omp parallel for NT(be) if (dst.rows > 16)
@@ -265,6 +357,10 @@ static const cf_backend_ops cpu_ops = {
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .copy = cpu_copy,
+    .kv_store_pos = cpu_kv_store_pos,
+    .attention_pos = cpu_attention_pos,
+    .argmax = cpu_argmax,
+    .sample = cpu_sample,
 };
 
 cinfer_status cf_cpu_backend_create(const cf_backend_params *p, cf_backend **out, cinfer_error *err) {
@@ -273,6 +369,7 @@ cinfer_status cf_cpu_backend_create(const cf_backend_params *p, cf_backend **out
     b->base.ops = &cpu_ops;
     b->base.act_dtype = CF_F32;
     b->base.n_threads = p->n_threads > 0 ? p->n_threads : omp_get_num_procs();
+    b->base.prefill_chunk = 256;
     *out = &b->base;
     return CINFER_OK;
 }
