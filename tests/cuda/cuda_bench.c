@@ -107,11 +107,11 @@ static void bench_gemv(int quick) {
         {"q/o   4096x4096", 4096, 4096}, {"k/v   1024x4096", 1024, 4096}, {"gate 14336x4096", 14336, 4096},
         {"down 4096x14336", 4096, 14336}, {"lm_head 128256x4096", 128256, 4096},
     };
-    int rows[] = {1, 4, 8}, unrolls[] = {2, 4, 2, 4}, warps[] = {32, 32, 64, 64};
+    int rows[] = {1, 4, 8}, unrolls[] = {0, 2, 4, 0}, warps[] = {32, 32, 32, 64};
     const int dflt = cfk_cfg.gemv_unroll, dflt_w = cfk_cfg.gemv_warps;
-    printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth, by loads per batch (unroll) and the\n"
-           "## warps per SM the launch aims for (fewer rows than that are split over warps)\n");
-    printf("| shape | rows | unroll 2, 32 warps | unroll 4, 32 warps | unroll 2, 64 warps | unroll 4, 64 warps |\n"
+    printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth, by loads per batch (unroll; auto =\n"
+           "## the default choice by shape) and the warps per SM the launch aims for (fewer rows are split over warps)\n");
+    printf("| shape | rows | default (auto, 32 warps) | unroll 2 | unroll 4 | auto, 64 warps |\n"
            "|---|---:|---:|---:|---:|---:|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         gemv_ctx g;
@@ -396,30 +396,17 @@ static void bench_model(int quick, double gemm_tflops) {
     for (int c = 0; c < 2; c++) {
         const int T = quick ? 8 : 128, ctx = ctxs[c];
         const double bytes = m.weight_bytes + kv_tok * (ctx + T / 2.0), roof = copy_bw * 1e9 / bytes;
-        struct { const char *name; int graph, pdl, fuse, norm, l2, warps; } modes[] = {
-            {"eager + PDL", 0, 1, 1, 1, 0, 32},
-            {"graph + PDL, no merging", 1, 1, 0, 0, 0, 32},
-            {"graph + PDL, merging without RMSNorm", 1, 1, 1, 0, 0, 32},
-            {"graph + PDL", 1, 1, 1, 1, 0, 32},
-            {"graph + PDL, L2 prefetch 2 batches", 1, 1, 1, 1, 2, 32},
-            {"graph + PDL, L2 prefetch 4 batches", 1, 1, 1, 1, 4, 32},
-            {"graph + PDL, GEMV 64 warps/SM", 1, 1, 1, 1, 0, 64}};
-        const int dflt_w = cfk_cfg.gemv_warps, dflt_l2 = cfk_cfg.gemv_l2, dflt_n = cfk_cfg.gemv_norm;
-        for (int md = 0; md < 7; md++) {
+        struct { const char *name; int graph, pdl, fuse; } modes[] = {
+            {"eager + PDL", 0, 1, 1}, {"graph, no PDL", 1, 0, 1}, {"graph + PDL, no merging", 1, 1, 0}, {"graph + PDL", 1, 1, 1}};
+        for (int md = 0; md < 4; md++) {
             if (c == 1 && md != 3) continue;
             cfk_cfg.fuse = modes[md].fuse;
             cfk_cfg.pdl = modes[md].pdl;
-            cfk_cfg.gemv_norm = modes[md].norm;
-            cfk_cfg.gemv_l2 = modes[md].l2;
-            cfk_cfg.gemv_warps = modes[md].warps;
             double tps = decode_tps(&m, ctx, T, modes[md].graph);
             printf("| %s | %d | %.1f | %.1f | %.1f%% |\n", modes[md].name, ctx, tps, roof, 100 * tps / roof);
         }
         cfk_cfg.pdl = 1;
         cfk_cfg.fuse = 1;
-        cfk_cfg.gemv_warps = dflt_w;
-        cfk_cfg.gemv_l2 = dflt_l2;
-        cfk_cfg.gemv_norm = dflt_n;
     }
     /* prefill: 2 * (weights without the embedding) FLOPs per token, as cinfer bench counts */
     const double flop_tok = m.weight_bytes;   /* bytes / 2 (bf16) * 2 FLOPs */

@@ -19,10 +19,10 @@
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
-cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 2, .gemv_max_rows = 8, .gemv_warps = 32, .gemv_l2 = 0, .gemv_norm = 1, .fuse = 1, .attn_bc = 32, .n_sm = 132};
+cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 8, .gemv_warps = 32, .fuse = 1, .attn_bc = 32, .n_sm = 132};
 
 /* An op held back to be merged with the next (see pend_* below). */
-typedef enum pend_kind { PEND_NONE, PEND_GEMV, PEND_NORM, PEND_ROPE, PEND_KV } pend_kind;
+typedef enum pend_kind { PEND_NONE, PEND_GEMV, PEND_ROPE, PEND_KV } pend_kind;
 typedef struct pending {
     pend_kind kind;
     cfk_gemv_job gemv;
@@ -33,9 +33,6 @@ typedef struct pending {
     cf_tensor pos, inv;
     int head_dim, rot_dim;
     cfk_kv_args kv;
-    /* norm: out = rmsnorm(x) * (w + w_offset) */
-    cf_tensor norm_out, norm_x, norm_w;
-    float eps, w_offset;
 } pending;
 
 typedef struct cuda_backend {
@@ -103,9 +100,9 @@ static int empty(cf_tensor t) { return t.rows <= 0 || t.cols <= 0; }
 
 /* ---- merging ops (cfk_cfg.fuse) ----
  * The model calls ops one at a time; a decode step is dozens of tiny launches whose fixed costs add up.
- * So some ops are held back and merged with the next when it fits: an RMSNorm and the matmuls on its
- * output (q, k, v; gate, up) become one GEMV launch, a following residual add or GLU is folded into it,
- * and the two RoPEs of a layer and its two KV stores go out as one launch. Anything else, and every transfer,
+ * So some ops are held back and merged with the next when it fits: matmuls on the same activations
+ * (q, k, v; gate, up) become one GEMV launch, a following residual add or GLU is folded into it, and the
+ * two RoPEs of a layer and its two KV stores go out as one launch. Anything else, and every transfer,
  * sync, allocation and graph boundary, first launches what is held. Merging never reorders: an op joins
  * only when it reads nothing the held ops write and writes nothing they touch. */
 
@@ -123,7 +120,6 @@ static void flush(cuda_backend *b) {
     pending *p = &b->pend;
     switch (p->kind) {
     case PEND_GEMV: check(b, cfk_gemv(b->stream, &p->gemv), "matmul"); break;
-    case PEND_NORM: check(b, cfk_rmsnorm(b->stream, p->norm_out, p->norm_x, p->norm_w, p->eps, p->w_offset), "rmsnorm"); break;
     case PEND_ROPE:
         check(b, cfk_rope(b->stream, p->n, p->t, p->heads, p->pos, p->head_dim, p->rot_dim, p->inv, p->kv.n ? &p->kv : NULL), "rope");
         break;
@@ -133,24 +129,11 @@ static void flush(cuda_backend *b) {
     p->kind = PEND_NONE;
 }
 
-/* a matmul on the output of a held RMSNorm: the norm runs inside the GEMV (x = its output, still written) */
-static int pend_norm_gemv(cuda_backend *b, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
-    pending *p = &b->pend;
-    if (p->kind != PEND_NORM || !same_view(p->norm_out, x) || overlaps(x, p->norm_x) || !cfk_gemv_vec_ok(x, w) || !cfk_gemv_norm_ok(x, p->norm_x, p->norm_w) ||
-        overlaps(out, x) ||
-        overlaps(out, p->norm_x) || overlaps(out, p->norm_w) || overlaps(out, bias))
-        return 0;
-    p->gemv = (cfk_gemv_job){.x = x, .n_seg = 1, .out = {out}, .w = {w}, .bias = {bias}, .norm_x = p->norm_x, .norm_w = p->norm_w,
-                             .eps = p->eps, .w_offset = p->w_offset};
-    p->kind = PEND_GEMV;
-    return 1;
-}
-
 /* a matmul joins a held GEMV on the same activations */
 static int pend_gemv(cuda_backend *b, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
     cfk_gemv_job *j = &b->pend.gemv;
     if (b->pend.kind != PEND_GEMV || !same_view(j->x, x) || j->n_seg == CFK_MAX_SEG || j->w[0].dtype != w.dtype || j->add.data ||
-        j->glu_out.data || overlaps(out, x) || overlaps(out, j->norm_x) || overlaps(out, j->norm_w))
+        j->glu_out.data || overlaps(out, x))
         return 0;
     for (int s = 0; s < j->n_seg; s++)
         if (overlaps(out, j->out[s]) || overlaps(bias, j->out[s])) return 0;
@@ -166,9 +149,7 @@ static int pend_add(cuda_backend *b, cf_tensor out, cf_tensor a, cf_tensor c) {
     cfk_gemv_job *j = &b->pend.gemv;
     if (b->pend.kind != PEND_GEMV || j->add.data || j->glu_out.data) return 0;
     cf_tensor o = j->out[j->n_seg - 1];
-    if (!((same_view(a, out) && same_view(c, o)) || (same_view(c, out) && same_view(a, o))) || overlaps(out, j->x) ||
-        overlaps(out, j->norm_x))
-        return 0;
+    if (!((same_view(a, out) && same_view(c, o)) || (same_view(c, out) && same_view(a, o))) || overlaps(out, j->x)) return 0;
     for (int s = 0; s < j->n_seg; s++)
         if (overlaps(out, j->out[s])) return 0;
     j->add = out;
@@ -180,7 +161,7 @@ static int pend_add(cuda_backend *b, cf_tensor out, cf_tensor a, cf_tensor c) {
 static int pend_glu(cuda_backend *b, cf_tensor out, cf_tensor gate, cf_tensor up, cf_act act) {
     cfk_gemv_job *j = &b->pend.gemv;
     if (b->pend.kind != PEND_GEMV || j->n_seg != 2 || j->add.data || j->glu_out.data || !same_view(gate, j->out[0]) ||
-        !same_view(up, j->out[1]) || j->w[0].rows != j->w[1].rows || overlaps(out, j->x) || overlaps(out, j->norm_x))
+        !same_view(up, j->out[1]) || j->w[0].rows != j->w[1].rows || overlaps(out, j->x))
         return 0;
     if (!same_view(out, gate) && !same_view(out, up) && (overlaps(out, gate) || overlaps(out, up))) return 0;
     j->glu_out = out;
@@ -422,11 +403,8 @@ static void cuda_embed(cf_backend *be, cf_tensor out, cf_tensor table, cf_tensor
 }
 
 static void cuda_rmsnorm(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, float eps, float w_offset) {
-    cuda_backend *b = CB(be);
-    flush(b);
-    if (empty(out)) return;
-    b->pend = (pending){.kind = PEND_NORM, .norm_out = out, .norm_x = x, .norm_w = w, .eps = eps, .w_offset = w_offset};
-    if (!cfk_cfg.fuse || !cfk_cfg.gemv_norm || out.rows > cfk_cfg.gemv_max_rows || !cfk_gemv_norm_ok(out, x, w)) flush(b);   /* no GEMV can take it */
+    flush(CB(be));
+    if (!empty(out)) check(CB(be), cfk_rmsnorm(CB(be)->stream, out, x, w, eps, w_offset), "rmsnorm");
 }
 
 static cudaDataType_t blas_type(cf_dtype t) {
@@ -469,7 +447,7 @@ static void cuda_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w,
         gemm(b, out, x, w, bias);
         return;
     }
-    if (cfk_cfg.fuse && (pend_gemv(b, out, x, w, bias) || pend_norm_gemv(b, out, x, w, bias))) return;
+    if (cfk_cfg.fuse && pend_gemv(b, out, x, w, bias)) return;
     flush(b);
     pending *p = &b->pend;
     p->gemv = (cfk_gemv_job){.x = x, .n_seg = 1, .out = {out}, .w = {w}, .bias = {bias}};
@@ -724,11 +702,9 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
                        prop.name, prop.major, prop.minor);
     cfk_cfg.n_sm = prop.multiProcessorCount;
     cfk_cfg.pdl = env_int("CINFER_CUDA_PDL", 1);
-    cfk_cfg.gemv_unroll = env_int("CINFER_GEMV_UNROLL", 2);
+    cfk_cfg.gemv_unroll = env_int("CINFER_GEMV_UNROLL", 0);
     cfk_cfg.gemv_max_rows = env_int("CINFER_GEMV_MAX_ROWS", 8);
     cfk_cfg.gemv_warps = env_int("CINFER_GEMV_WARPS", 32);
-    cfk_cfg.gemv_l2 = env_int("CINFER_GEMV_L2", 0);
-    cfk_cfg.gemv_norm = env_int("CINFER_GEMV_NORM", 1);
     cfk_cfg.fuse = env_int("CINFER_CUDA_FUSE", 1);
     cfk_cfg.attn_bc = env_int("CINFER_ATTN_BC", 32);
 

@@ -18,11 +18,9 @@ extern "C" {
 /* Knobs read once by cf_cuda_backend_create (environment overrides for experiments and the sanitizer). */
 typedef struct cfk_config {
     int pdl;            /* launch with programmatic dependent launch (overlaps a kernel's start with the previous one's end) */
-    int gemv_unroll;    /* 16-byte weight loads per batch and lane in the GEMV kernel (two batches in flight): 2, 4 or 8 */
+    int gemv_unroll;    /* 16-byte weight loads per batch and lane in the GEMV kernel (two batches in flight): 2, 4 or 8; 0 = by shape */
     int gemv_max_rows;  /* matmuls with at most this many activation rows use the GEMV kernel, the rest cuBLAS */
     int gemv_warps;     /* warps per SM a GEMV aims to keep busy: fewer weight rows than that are split over warps */
-    int gemv_l2;        /* weight load batches a GEMV prefetches into L2 before waiting for the kernel ahead */
-    int gemv_norm;      /* run an RMSNorm inside the GEMV that reads its output (part of fuse) */
     int fuse;           /* merge consecutive ops into one launch (cuda_backend.c) */
     int attn_bc;        /* keys per tile of the prefill attention kernel for head size 128: 32 (faster on the H200) or 64 */
     int n_sm;
@@ -61,8 +59,7 @@ cudaError_t cfk_fill_random(cudaStream_t st, cf_tensor t, uint64_t seed, float s
 /* Matrix-vector products for few activation rows (k_gemv.cu). One launch computes up to CFK_MAX_SEG
  * products out[s] = x . w[s]^T (+ bias[s]) that share x, and may finish with a residual add
  * (add += out[add_seg]) or, for two products of equal size, a GLU (glu_out = act(out[0]) * out[1], each
- * warp computing a row of both). It may also start with the RMSNorm that makes x:
- * x = norm_x / rms(norm_x) * (norm_w + w_offset) (norm_x.data NULL: none; see cfk_gemv_norm_ok). */
+ * warp computing a row of both). */
 #define CFK_MAX_SEG 3
 typedef struct cfk_gemv_job {
     cf_tensor x;
@@ -72,14 +69,9 @@ typedef struct cfk_gemv_job {
     int add_seg;
     cf_tensor glu_out;   /* data NULL: none */
     cf_act act;
-    cf_tensor norm_x, norm_w;
-    float eps, w_offset;
 } cfk_gemv_job;
 /* whether x and w suit the vectorized kernel (the only one that fuses) */
 int cfk_gemv_vec_ok(cf_tensor x, cf_tensor w);
-/* whether the RMSNorm making x can run inside the GEMV (bf16 x whose rows fit in shared memory, f32 and
- * aligned norm_x, f32 or bf16 norm_w) */
-int cfk_gemv_norm_ok(cf_tensor x, cf_tensor norm_x, cf_tensor norm_w);
 cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *job);
 
 /* attention (k_attention.cu). pos_dev: when non-NULL, pos0 is read from it on the device. partial: scratch

@@ -1,18 +1,13 @@
 /* k_gemv.cuh: out[n, d] = x[n, k] . w[d, k]^T (+ bias) for few activation rows (decode), where the
  * product is bound by streaming the weights. Each weight row is read once with 16-byte loads that skip
- * L1 (U of them in flight per lane, the first batch issued before waiting for the previous kernel), and
- * used for all n activation rows (read through L1). One warp, or wpr warps splitting k when the rows
- * are too few to fill the GPU, per weight row; f32 accumulation.
+ * L1 (two batches of U in flight per lane, the first two issued before waiting for the previous kernel),
+ * and used for all n activation rows (read through L1). One warp, or wpr warps splitting k when the rows
+ * are too few to fill the GPU or long, per weight row; f32 accumulation.
  *
  * One launch serves a cfk_gemv_job: up to 3 products sharing x (q, k, v) as consecutive block ranges,
  * with an optional residual add of one product's result (o_proj/down_proj + residual), or two products
  * paired row by row (gate, up: each warp streams row j of both, as one row of length 2k) finished by the
  * GLU. Unaligned shapes and f32 weights take a plain scalar kernel, one product per launch.
- *
- * With NORM the job's x is the output of an RMSNorm of the raw rows g.nx that this launch computes itself:
- * every block normalizes the few rows into shared memory (x / rms(x) * (w + offset), rounded to x's type
- * as the RMSNorm op rounds it), reads x from there, and block 0 also writes them to x, so the result is
- * there for any later reader as if the RMSNorm op had run.
  *
  * The weight prefetch before griddepcontrol.wait assumes weights are not written by the kernel that runs
  * right before (true of weights: uploaded once; the backend synchronizes after a kernel writes one). */
@@ -31,11 +26,9 @@ struct Seg {
 struct GemvArgs {
     const void *x;
     int64_t xstride, k;
-    int n, wpr, nseg, add_seg, act, l2_batches;
+    int n, wpr, nseg, add_seg, act;
     Seg s0, s1, s2;
     TV add, glu;   /* .p NULL: none */
-    TV nx, nw;     /* NORM: the raw rows (f32) and the norm weight [1, k] (f32 or bf16) */
-    float eps, w_offset;
 };
 
 __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
@@ -64,16 +57,6 @@ __device__ __forceinline__ void unpack(uint4 v, float f[8], __half) {
     }
 }
 
-__device__ __forceinline__ void prefetch_l2(const uint4 *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-
-/* four bf16 (8 bytes) to f32 */
-__device__ __forceinline__ void unpack4(uint2 v, float f[4]) {
-    f[0] = __uint_as_float(v.x << 16);
-    f[1] = __uint_as_float(v.x & 0xffff0000u);
-    f[2] = __uint_as_float(v.y << 16);
-    f[3] = __uint_as_float(v.y & 0xffff0000u);
-}
-
 __device__ __forceinline__ void load8(const float *p, float f[8]) {
     float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
     f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
@@ -90,12 +73,8 @@ __device__ __forceinline__ float act_fn(int act, float g) {
     return 0.5f * g * (1.0f + tanhf(k0 * (g + 0.044715f * g * g * g)));
 }
 
-__device__ __forceinline__ void to_x(float *p, float v) { *p = v; }
-__device__ __forceinline__ void to_x(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
-
-template <int NX, int U, typename WT, typename XT, bool PAIR, bool NORM>
+template <int NX, int U, typename WT, typename XT, bool PAIR>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
-    extern __shared__ __align__(16) unsigned char gemv_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int si = PAIR ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
     const Seg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
@@ -106,7 +85,6 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
     const uint4 *w0 = reinterpret_cast<const uint4 *>((const WT *)S.w + (row_ok ? j : 0) * S.wstride);
     const uint4 *w1 = PAIR ? reinterpret_cast<const uint4 *>((const WT *)g.s1.w + (row_ok ? j : 0) * g.s1.wstride) : w0;
     const XT *x = (const XT *)g.x;
-    int64_t xstride = g.xstride;
     float a0[NX], a1[NX];
 #pragma unroll
     for (int r = 0; r < NX; r++) a0[r] = a1[r] = 0.0f;
@@ -133,7 +111,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
                 for (int r = 0; r < NX; r++) {
                     if (r < g.n) {
                         float xf[8];
-                        load8(x + r * xstride + xc * 8, xf);
+                        load8(x + r * g.xstride + xc * 8, xf);
                         float s = 0.0f;
 #pragma unroll
                         for (int e = 0; e < 8; e++) s = fmaf(xf[e], wf[e], s);
@@ -146,56 +124,12 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
     };
     int64_t base = sub * 32 + lane;
     const int64_t batch = U * step;
-    /* weights only, so before waiting for the kernel ahead of this one: two batches into registers and
-     * the next g.l2_batches into L2 */
+    /* weights only, so before waiting for the kernel ahead of this one: the first two batches, which fill
+     * the ahead kernel's tail and this one's ramp with memory traffic */
     fetch(wa, base);
     fetch(wb, base + batch);
-    for (int b = 2; b < 2 + g.l2_batches; b++)
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int64_t c = base + b * batch + u * step;
-            if (c < total) prefetch_l2(PAIR && c >= nch ? w1 + (c - nch) : w0 + c);
-        }
     pdl_wait();
     pdl_launch_next();
-    if constexpr (NORM) {
-        /* x = nx / rms(nx) * (nw + w_offset) into shared memory: f32 rows, four values per load, all of a
-         * thread's loads issued before their use */
-        XT *xs = reinterpret_cast<XT *>(gemv_smem);
-        const int nq = (int)(g.k / 4);
-        for (int r = 0; r < g.n; r++) {
-            const float4 *xr = reinterpret_cast<const float4 *>((const float *)g.nx.p + r * g.nx.stride);
-            float ss = 0.0f;
-#pragma unroll 4
-            for (int q = threadIdx.x; q < nq; q += 256) {
-                const float4 v = xr[q];
-                ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-            }
-            ss = block_sum(ss);
-            const float inv = 1.0f / sqrtf(ss / (float)g.k + g.eps);
-#pragma unroll 4
-            for (int q = threadIdx.x; q < nq; q += 256) {
-                const float4 v = xr[q];
-                float w[4];
-                if (g.nw.dt == CF_F32) {
-                    const float4 t = reinterpret_cast<const float4 *>(g.nw.p)[q];
-                    w[0] = t.x; w[1] = t.y; w[2] = t.z; w[3] = t.w;
-                } else {
-                    const uint2 t = reinterpret_cast<const uint2 *>(g.nw.p)[q];
-                    unpack4(t, w);
-                }
-                XT *o = xs + r * g.k + 4 * q;
-                to_x(o + 0, v.x * inv * (w[0] + g.w_offset));
-                to_x(o + 1, v.y * inv * (w[1] + g.w_offset));
-                to_x(o + 2, v.z * inv * (w[2] + g.w_offset));
-                to_x(o + 3, v.w * inv * (w[3] + g.w_offset));
-                if (blockIdx.x == 0) *reinterpret_cast<uint2 *>((XT *)g.x + r * g.xstride + 4 * q) = *reinterpret_cast<const uint2 *>(o);
-            }
-        }
-        __syncthreads();
-        x = xs;
-        xstride = g.k;
-    }
     while (base < total) {
         use(wa, base);
         base += batch;
@@ -245,20 +179,17 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
 
 template <int NX, int U, typename WT, typename XT, bool PAIR>
 static cudaError_t go(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
-    if (g.nx.p) {
-        if constexpr (std::is_same<XT, __nv_bfloat16>::value)
-            return launch(gemv_kernel<NX, U, WT, XT, PAIR, true>, dim3((unsigned)blocks), dim3(256), (size_t)g.n * g.k * sizeof(XT), st, g);
-        return cudaErrorInvalidValue;
-    }
-    return launch(gemv_kernel<NX, U, WT, XT, PAIR, false>, dim3((unsigned)blocks), dim3(256), 0, st, g);
+    return launch(gemv_kernel<NX, U, WT, XT, PAIR>, dim3((unsigned)blocks), dim3(256), 0, st, g);
 }
 
-/* Loads per batch (two batches in flight per lane): tunable (cfk_cfg.gemv_unroll) for the common bf16
- * case, 2 otherwise. */
+/* Loads per batch (two batches in flight per lane) for the common bf16 case, 2 otherwise: 4 when a warp
+ * streams a whole row (measured on the H200: 4096x4096 78% of copy bandwidth against 72% with 2), 2 when
+ * warps split rows (their share is short: the two batches fetched before the wait cover more of it);
+ * cfk_cfg.gemv_unroll (2, 4, 8) overrides. */
 template <int NX, typename WT, typename XT, bool PAIR>
 static cudaError_t pick_unroll(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
     if constexpr (std::is_same<WT, __nv_bfloat16>::value && std::is_same<XT, __nv_bfloat16>::value) {
-        switch (cfk_cfg.gemv_unroll) {
+        switch (cfk_cfg.gemv_unroll ? cfk_cfg.gemv_unroll : g.wpr == 1 ? 4 : 2) {
         case 4: return go<NX, 4, WT, XT, PAIR>(st, g, blocks);
         case 8: return go<NX, 8, WT, XT, PAIR>(st, g, blocks);
         default: break;
