@@ -32,7 +32,7 @@ static void per_layer_inputs(cf_model *m, cf_seq *s, int n, cf_tensor x0) {
     op->scale(be, tok, (float)(1.0 / sqrt(2.0)));
 }
 
-static void attention_block(cf_model *m, cf_seq *s, int l, int n, cf_tensor x) {
+static void attention_block(cf_model *m, cf_seq *s, int l, int n, cf_tensor x, int pos_ops) {
     const cf_hparams *hp = &m->hp;
     const cf_layer_hp *L = &hp->layers[l];
     const cf_layer_w *w = &m->lw[l];
@@ -71,13 +71,19 @@ static void attention_block(cf_model *m, cf_seq *s, int l, int n, cf_tensor x) {
     op->rope(be, q, pos, L->n_heads, L->head_dim, rs->rot_dim, m->rope_freq[L->rope_set]);
     if (own_kv) {
         op->rope(be, k, pos, L->n_kv_heads, L->head_dim, rs->rot_dim, m->rope_freq[L->rope_set]);
-        op->kv_store(be, cache->k, k, pos0, cache->cap);
-        op->kv_store(be, cache->v, v, pos0, cache->cap);
+        if (pos_ops) {
+            op->kv_store_pos(be, cache->k, k, pos, cache->cap);
+            op->kv_store_pos(be, cache->v, v, pos, cache->cap);
+        } else {
+            op->kv_store(be, cache->k, k, pos0, cache->cap);
+            op->kv_store(be, cache->v, v, pos0, cache->cap);
+        }
     }
     cf_attn_args a = {.n_q = n, .pos0 = pos0, .n_heads = L->n_heads, .n_kv_heads = L->n_kv_heads,
                       .head_dim = L->head_dim, .v_head_dim = L->v_head_dim, .cap = cache->cap,
                       .window = L->window, .scale = L->attn_scale, .softcap = hp->attn_softcap};
-    op->attention(be, att, q, cache->k, cache->v, &a);
+    if (pos_ops) op->attention_pos(be, att, q, cache->k, cache->v, &a, pos);
+    else op->attention(be, att, q, cache->k, cache->v, &a);
     op->matmul(be, o, att, w->wo, none);
     if (hp->sandwich_norm) op->rmsnorm(be, o, o, w->post_attn_norm, eps, wo);
     op->add(be, x, x, o);
@@ -192,7 +198,7 @@ static void per_layer_input_block(cf_model *m, cf_seq *s, int l, int n, cf_tenso
     op->add(be, x, x, o);
 }
 
-cinfer_status cf_forward_chunk(cf_model *m, cf_seq *s, int n, int out_rows, cinfer_error *err) {
+cinfer_status cf_forward_chunk(cf_model *m, cf_seq *s, int n, int out_rows, int pos_ops, cinfer_error *err) {
     const cf_hparams *hp = &m->hp;
     cf_backend *be = m->be;
     const cf_backend_ops *op = be->ops;
@@ -202,7 +208,7 @@ cinfer_status cf_forward_chunk(cf_model *m, cf_seq *s, int n, int out_rows, cinf
     if (hp->ple_dim) per_layer_inputs(m, s, n, x);
 
     for (int l = 0; l < hp->n_layers; l++) {
-        attention_block(m, s, l, n, x);
+        attention_block(m, s, l, n, x, pos_ops);
         cinfer_status st = feed_forward_block(m, s, l, n, x, err);
         if (st != CINFER_OK) return st;
         if (hp->ple_dim) per_layer_input_block(m, s, l, n, x);

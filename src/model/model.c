@@ -4,6 +4,7 @@
 #include "model/seq.h"
 #include "format/safetensors.h"
 #include "base/status.h"
+#include "sample/sampler.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -309,6 +310,10 @@ static cinfer_status finish_load(cf_model *m, binder *b, cinfer_error *err) {
             snprintf(m->dtype_summary + strlen(m->dtype_summary), sizeof m->dtype_summary - strlen(m->dtype_summary), "%s%s",
                      m->dtype_summary[0] ? "+" : "", cf_dtype_name((cf_dtype)t));
     if (!m->st) snprintf(m->dtype_summary, sizeof m->dtype_summary, "BF16 (random)");
+    const cf_backend_ops *op = m->be->ops;
+    const char *graphs = getenv("CINFER_DECODE_GRAPHS");
+    m->decode_graphs = op->graph_begin && op->graph_end && op->graph_launch && op->graph_free && op->kv_store_pos &&
+                       op->attention_pos && !hp->n_experts && !(graphs && !strcmp(graphs, "0"));
     return m->be->ops->sync(m->be, err);
 }
 
@@ -416,7 +421,11 @@ static cinfer_status seq_scratch(cf_seq *s, cinfer_error *err) {
     CF_TRY(be->ops->alloc(be, a, C, fd, &s->up, err));
     CF_TRY(be->ops->alloc(be, CF_I32, C, 1, &s->ids, err));
     CF_TRY(be->ops->alloc(be, CF_I32, C, 1, &s->pos, err));
-    CF_TRY(be->ops->alloc(be, CF_F32, C, hp->vocab, &s->logits, err));
+    CF_TRY(be->ops->alloc(be, CF_F32, s->logit_rows, hp->vocab, &s->logits, err));
+    CF_TRY(be->ops->alloc(be, CF_F32, 1, 1, &s->u, err));
+    CF_TRY(be->ops->alloc(be, CF_I32, 1, 1, &s->next, err));
+    s->pos_host = malloc((size_t)C * sizeof *s->pos_host);
+    if (!s->pos_host) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
     if (hp->ple_dim) {
         const int64_t LP = (int64_t)hp->n_layers * hp->ple_dim;
         CF_TRY(be->ops->alloc(be, CF_F32, C, LP, &s->ple, err));
@@ -441,21 +450,26 @@ static cinfer_status seq_scratch(cf_seq *s, cinfer_error *err) {
 }
 
 cinfer_status cf_seq_create(cf_model *m, int max_ctx, cf_seq **out, cinfer_error *err) {
-    return cf_seq_create_chunked(m, max_ctx, CF_CHUNK, out, err);
+    int chunk = m->be->prefill_chunk > 0 ? m->be->prefill_chunk : CF_CHUNK;
+    return cf_seq_create_chunked(m, max_ctx, chunk < CF_MAX_CHUNK ? chunk : CF_MAX_CHUNK, out, err);
 }
 
 cinfer_status cf_seq_create_chunked(cf_model *m, int max_ctx, int chunk, cf_seq **out, cinfer_error *err) {
     *out = NULL;
     const cf_hparams *hp = &m->hp;
-    if (chunk < 1 || chunk > CF_CHUNK)
-        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a forward pass takes 1 to %d positions, not %d", CF_CHUNK, chunk);
+    if (chunk < 1 || chunk > CF_MAX_CHUNK)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a forward pass takes 1 to %d positions, not %d", CF_MAX_CHUNK, chunk);
     if (max_ctx <= 0 || max_ctx > hp->max_ctx) max_ctx = hp->max_ctx;
+    /* no pass is longer than the context; window layers hold min(window + chunk, max_ctx) slots either way */
+    if (chunk > max_ctx) chunk = max_ctx;
     cf_seq *s = calloc(1, sizeof *s);
     cf_kv_spec *specs = calloc((size_t)hp->n_layers, sizeof *specs);
     if (!s || !specs) { free(s); free(specs); return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory"); }
     s->m = m;
     s->max_ctx = max_ctx;
     s->chunk = chunk;
+    s->logit_rows = chunk < CF_LOGIT_ROWS ? chunk : CF_LOGIT_ROWS;
+    s->last_row = -1;
     for (int l = 0; l < hp->n_layers; l++) {
         const cf_layer_hp *L = &hp->layers[l];
         specs[l] = (cf_kv_spec){.n_kv_heads = L->n_kv_heads, .head_dim = L->head_dim, .v_head_dim = L->v_head_dim,
@@ -472,10 +486,13 @@ cinfer_status cf_seq_create_chunked(cf_model *m, int max_ctx, int chunk, cf_seq 
 void cf_seq_free(cf_seq *s) {
     if (!s) return;
     cf_backend *be = s->m->be;
+    if (s->graph) be->ops->graph_free(be, s->graph);
     cf_tensor *bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->o, &s->gate, &s->up, &s->ids, &s->pos, &s->logits,
-                         &s->ple, &s->ple_proj, &s->ple_gate, &s->e_x, &s->e_gu, &s->e_act, &s->e_out, &s->e_acc, &s->e_logits};
+                         &s->u, &s->next, &s->ple, &s->ple_proj, &s->ple_gate, &s->e_x, &s->e_gu, &s->e_act, &s->e_out,
+                         &s->e_acc, &s->e_logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->data) be->ops->free_tensor(be, bufs[i]);
+    free(s->pos_host);
     free(s->route);
     free(s->route_n);
     free(s->route_tok);
@@ -486,7 +503,14 @@ void cf_seq_free(cf_seq *s) {
 
 int cf_seq_len(const cf_seq *s) { return s->kv->n; }
 int cf_seq_max_ctx(const cf_seq *s) { return s->max_ctx; }
-cinfer_status cf_seq_truncate(cf_seq *s, int n, cinfer_error *err) { return cf_kv_truncate(s->kv, n, err); }
+int cf_seq_chunk(const cf_seq *s) { return s->chunk; }
+
+cinfer_status cf_seq_truncate(cf_seq *s, int n, cinfer_error *err) {
+    int was = s->kv->n;
+    CF_TRY(cf_kv_truncate(s->kv, n, err));
+    if (n != was) s->last_row = -1;
+    return CINFER_OK;
+}
 
 cinfer_status cf_model_eval(cf_model *m, cf_seq *s, const int32_t *ids, int n, float *logits, int all_rows, cinfer_error *err) {
     const cf_hparams *hp = &m->hp;
@@ -497,16 +521,18 @@ cinfer_status cf_model_eval(cf_model *m, cf_seq *s, const int32_t *ids, int n, f
     if (s->kv->n + n > s->max_ctx)
         return cf_fail(err, CINFER_E_CONTEXT_OVERFLOW, "%d tokens after %d would exceed the context of %d", n, s->kv->n, s->max_ctx);
     cf_backend *be = m->be;
-    int32_t pos[CF_CHUNK];
+    /* every row's logits: passes no longer than the logits scratch */
+    const int pass = all_rows && s->chunk > s->logit_rows ? s->logit_rows : s->chunk;
+    s->last_row = -1;
     for (int done = 0; done < n;) {
-        int c = n - done < s->chunk ? n - done : s->chunk;
+        int c = n - done < pass ? n - done : pass;
         int pos0 = s->kv->n;
-        for (int i = 0; i < c; i++) pos[i] = pos0 + i;
+        for (int i = 0; i < c; i++) s->pos_host[i] = pos0 + i;
         be->ops->write(be, cf_rows(s->ids, 0, c), ids + done);
-        be->ops->write(be, cf_rows(s->pos, 0, c), pos);
+        be->ops->write(be, cf_rows(s->pos, 0, c), s->pos_host);
         int last_chunk = done + c == n;
         int out_rows = all_rows ? c : last_chunk ? 1 : 0;
-        cinfer_status st = cf_forward_chunk(m, s, c, out_rows, err);
+        cinfer_status st = cf_forward_chunk(m, s, c, out_rows, 0, err);
         if (st != CINFER_OK) return st;
         cf_kv_advance(s->kv, c);
         if (logits && out_rows) {
@@ -514,6 +540,117 @@ cinfer_status cf_model_eval(cf_model *m, cf_seq *s, const int32_t *ids, int n, f
             if (st != CINFER_OK) return st;
         }
         done += c;
+        if (last_chunk) s->last_row = out_rows - 1;
     }
     return be->ops->sync(be, err);
+}
+
+/* ---- decoding on the device ---- */
+
+static int is_greedy(const cf_sample_args *sa) { return sa->temperature == 0.0f || !isfinite(1.0f / sa->temperature); }
+
+int cf_model_can_pick_on_device(const cf_model *m, const cf_sample_args *sa) {
+    return is_greedy(sa) ? m->be->ops->argmax != NULL : m->be->ops->sample != NULL;
+}
+
+/* The arguments are valid for cf_sampling_validate, u too when sampling, and the backend has the op. */
+static cinfer_status check_pick(const cf_model *m, const cf_sample_args *sa, float u, cinfer_error *err) {
+    cf_sampling_params p = cf_sampling_default_params();
+    p.temperature = sa->temperature;
+    p.top_k = sa->top_k;
+    p.top_p = sa->top_p;
+    p.min_p = sa->min_p;
+    CF_TRY(cf_sampling_validate(&p, m->hp.vocab, err));
+    if (!is_greedy(sa) && !(u >= 0.0f && u < 1.0f))
+        return cf_fail(err, isnan(u) ? CINFER_E_NOT_A_NUMBER : CINFER_E_INVALID_ARGUMENT, "the draw's uniform u is %g, not in [0, 1)",
+                       (double)u);
+    if (!cf_model_can_pick_on_device(m, sa))
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "the %s backend has no '%s' operation", m->be->ops->name,
+                       is_greedy(sa) ? "argmax" : "sample");
+    return CINFER_OK;
+}
+
+/* Enqueues the pick from logits row `row` into s->next (u already written). */
+static void pick(cf_model *m, cf_seq *s, int row, const cf_sample_args *sa) {
+    cf_backend *be = m->be;
+    cf_tensor lg = cf_rows(s->logits, row, 1);
+    if (is_greedy(sa)) be->ops->argmax(be, s->next, lg);
+    else be->ops->sample(be, s->next, lg, s->u, sa);
+}
+
+static cinfer_status read_pick(cf_model *m, cf_seq *s, int32_t *next, cinfer_error *err) {
+    float id = -1;
+    CF_TRY(m->be->ops->read(m->be, &id, s->next, err));
+    if (!(id >= 0 && id < (float)m->hp.vocab))
+        return cf_fail(err, CINFER_E_INTERNAL, "the %s backend picked token %g, outside the vocabulary [0, %d)", m->be->ops->name,
+                       (double)id, m->hp.vocab);
+    *next = (int32_t)id;
+    return CINFER_OK;
+}
+
+static int same_pick(const cf_seq *s, const cf_sample_args *sa) {
+    if (is_greedy(sa)) return s->graph_greedy;
+    const cf_sample_args *g = &s->graph_args;
+    return !s->graph_greedy && g->temperature == sa->temperature && g->top_k == sa->top_k && g->top_p == sa->top_p &&
+           g->min_p == sa->min_p;
+}
+
+/* Records the step (forward pass of one token with the *_pos ops, then the pick) into s->graph. */
+static cinfer_status record_step(cf_model *m, cf_seq *s, const cf_sample_args *sa, cinfer_error *err) {
+    const cf_backend_ops *op = m->be->ops;
+    if (s->graph) op->graph_free(m->be, s->graph);
+    s->graph = NULL;
+    CF_TRY(op->graph_begin(m->be, err));
+    cinfer_error ferr = {0};
+    cinfer_status st = cf_forward_chunk(m, s, 1, 1, 1, &ferr);  /* no MoE here: nothing can fail mid-pass */
+    if (st == CINFER_OK) pick(m, s, 0, sa);
+    cf_graph *g = NULL;
+    cinfer_status end = op->graph_end(m->be, &g, err);
+    if (st != CINFER_OK) {
+        if (g) op->graph_free(m->be, g);
+        if (err) *err = ferr;
+        return st;
+    }
+    CF_TRY(end);
+    s->graph = g;
+    s->graph_greedy = is_greedy(sa);
+    s->graph_args = *sa;
+    return CINFER_OK;
+}
+
+cinfer_status cf_model_decode_step(cf_model *m, cf_seq *s, int32_t id, const cf_sample_args *sa, float u, int32_t *next,
+                                   cinfer_error *err) {
+    const cf_hparams *hp = &m->hp;
+    if (id < 0 || id >= hp->vocab)
+        return cf_fail(err, CINFER_E_TOKEN_OUT_OF_RANGE, "token id %d is outside the vocabulary [0, %d)", id, hp->vocab);
+    if (s->kv->n + 1 > s->max_ctx)
+        return cf_fail(err, CINFER_E_CONTEXT_OVERFLOW, "1 token after %d would exceed the context of %d", s->kv->n, s->max_ctx);
+    CF_TRY(check_pick(m, sa, u, err));
+    cf_backend *be = m->be;
+    const cf_backend_ops *op = be->ops;
+    const int32_t pos = s->kv->n;
+    s->last_row = -1;
+    op->write(be, cf_rows(s->ids, 0, 1), &id);
+    op->write(be, cf_rows(s->pos, 0, 1), &pos);
+    if (!is_greedy(sa)) op->write(be, s->u, &u);
+    if (m->decode_graphs) {
+        if (!s->graph || !same_pick(s, sa)) CF_TRY(record_step(m, s, sa, err));
+        op->graph_launch(be, s->graph);
+    } else {
+        CF_TRY(cf_forward_chunk(m, s, 1, 1, op->kv_store_pos && op->attention_pos, err));
+        pick(m, s, 0, sa);
+    }
+    CF_TRY(read_pick(m, s, next, err));
+    cf_kv_advance(s->kv, 1);
+    s->last_row = 0;
+    return CINFER_OK;
+}
+
+cinfer_status cf_model_pick_last(cf_model *m, cf_seq *s, const cf_sample_args *sa, float u, int32_t *next, cinfer_error *err) {
+    CF_TRY(check_pick(m, sa, u, err));
+    if (s->last_row < 0)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "no logits to pick from: evaluate a token first (after a truncation too)");
+    if (!is_greedy(sa)) m->be->ops->write(m->be, s->u, &u);
+    pick(m, s, s->last_row, sa);
+    return read_pick(m, s, next, err);
 }

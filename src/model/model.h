@@ -36,6 +36,7 @@ typedef struct cf_model {
     cf_tensor rope_freq[CF_MAX_ROPE_SETS];
     int64_t weight_bytes;     /* bytes of all weights as stored on the backend */
     int64_t decode_bytes;     /* weight bytes read per decoded token (embedding rows excluded) */
+    int decode_graphs;        /* decode steps are recorded and replayed (see cf_model_decode_step) */
     char dtype_summary[64];   /* e.g. "BF16" or "F32+BF16" */
 } cf_model;
 
@@ -51,16 +52,20 @@ cinfer_status cf_model_load(const char *dir, const cf_model_params *p, cf_model 
 cinfer_status cf_model_random(const char *config_path, uint64_t seed, const cf_model_params *p, cf_model **out, cinfer_error *err);
 void cf_model_free(cf_model *m);
 
-/* One sequence's state. max_ctx 0 = the model's context. */
+/* One sequence's state. max_ctx 0 = the model's context. A forward pass takes at most the backend's
+ * preferred number of positions (cf_backend.prefill_chunk: CPU 256, CUDA more; 256 when it names none),
+ * and never more than max_ctx. */
 typedef struct cf_seq cf_seq;
 cinfer_status cf_seq_create(cf_model *m, int max_ctx, cf_seq **out, cinfer_error *err);
-/* The same with at most chunk (1..256) positions per forward pass instead of 256: sliding-window layers
- * then keep window + chunk cache slots, and a rollback (cf_seq_truncate) of up to chunk + 1 positions is
- * always possible. */
+/* The same with at most chunk (1..4096) positions per forward pass: sliding-window layers then keep
+ * window + chunk cache slots, and a rollback (cf_seq_truncate) of up to chunk + 1 positions is always
+ * possible. Activation scratch grows with chunk; the logits scratch stays at most 256 rows (all_rows
+ * evaluations then run in passes of 256). */
 cinfer_status cf_seq_create_chunked(cf_model *m, int max_ctx, int chunk, cf_seq **out, cinfer_error *err);
 void cf_seq_free(cf_seq *s);
 int cf_seq_len(const cf_seq *s);
 int cf_seq_max_ctx(const cf_seq *s);
+int cf_seq_chunk(const cf_seq *s);   /* positions per forward pass at most */
 /* Drops the tokens after the first n (rollback). Fails without changing anything when a sliding-window
  * layer no longer holds what position n would need: going back chunk + 1 positions (257 by default) from
  * the furthest point reached always works. */
@@ -69,5 +74,36 @@ cinfer_status cf_seq_truncate(cf_seq *s, int n, cinfer_error *err);
 /* Appends n tokens to the sequence and computes logits. logits: [n, vocab] if all_rows, else [vocab] of
  * the last token (NULL: none). Bad ids or a full context fail before anything changes. */
 cinfer_status cf_model_eval(cf_model *m, cf_seq *s, const int32_t *ids, int n, float *logits, int all_rows, cinfer_error *err);
+
+/* ---- decoding on the device: only token ids cross to the host ----
+ * cf_model_decode_step appends one token and picks the next with the backend's argmax (temperature 0, or
+ * one whose inverse overflows) or sample op (temperature, top-k, top-p, min-p: sample/sampler.h without
+ * processors or log-probabilities; u in [0, 1) is the draw's uniform, e.g. cf_sampler_uniform), reading
+ * back only the id. The forward pass takes its position from device memory (kv_store_pos, attention_pos,
+ * when the backend has them), so the step's ops do not depend on the position: where the backend records
+ * graphs (m->decode_graphs: graph ops, and no MoE, whose routing reads back mid-pass), the step is recorded
+ * on the first call and replayed by later ones. A recording belongs to the sequence and to the sampling
+ * arguments it was made with (a change of arguments records again); it is freed with the sequence. Without
+ * graphs (CPU, MoE models, CINFER_DECODE_GRAPHS=0 in the environment) the step runs op by op, still picking
+ * on the device.
+ *
+ * Exactness: the forward pass is cf_model_eval's, so on the CPU a greedy step gives the argmax (ties to
+ * the lowest id) of the logits cf_model_eval would return, and a sampled step gives cf_sampler_sample_u's
+ * token for the same u. cf_seq_truncate works as after cf_model_eval. */
+
+/* The backend can pick a token with these arguments (op argmax for temperature 0, else op sample). */
+int cf_model_can_pick_on_device(const cf_model *m, const cf_sample_args *sa);
+
+/* Appends id at position cf_seq_len(s) and writes the token picked from its logits to *next. Bad sampling
+ * arguments (the codes of cf_sampling_validate), u outside [0, 1) when sampling, a backend without the op,
+ * a bad id or a full context fail before anything changes. */
+cinfer_status cf_model_decode_step(cf_model *m, cf_seq *s, int32_t id, const cf_sample_args *sa, float u, int32_t *next,
+                                   cinfer_error *err);
+
+/* Picks, on the device, a token from the logits of the sequence's last token as the last cf_model_eval or
+ * cf_model_decode_step left them there (cf_model_eval leaves them also when its logits argument is NULL):
+ * the first token after a prefill. Changes nothing; fails with CINFER_E_INVALID_ARGUMENT when there are
+ * none (a new sequence, after a truncation or a failed evaluation). */
+cinfer_status cf_model_pick_last(cf_model *m, cf_seq *s, const cf_sample_args *sa, float u, int32_t *next, cinfer_error *err);
 
 #endif
