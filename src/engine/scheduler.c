@@ -1,7 +1,14 @@
 /* scheduler.c: the engine: one per model, owning the scheduler thread, the FIFO of sessions waiting for
  * their turn, and the step function that advances a session by one prompt chunk or one decoded token.
  * The loop runs one session at a time (the plan "text:serial"); continuous batching replaces the loop's
- * choice of what to step, not the step. */
+ * choice of what to step, not the step.
+ *
+ * Two ways to pick a token: on the device (cf_model_decode_step: only the id crosses to the host, and the
+ * step replays as a graph where the backend records them) when the request needs nothing but temperature,
+ * top-k, top-p and min-p and the backend has the op; otherwise the logits are read back and the host
+ * sampler runs its processors and log-probabilities. Both draw with the sampler's seeded uniform
+ * (cf_sampler_uniform), so a seed repeats its output, and on the CPU both paths give the same tokens.
+ * CINFER_DEVICE_SAMPLING=0 in the environment keeps every request on the host path. */
 #include "engine/engine.h"
 #include "base/status.h"
 #include "text/detok.h"
@@ -14,7 +21,6 @@
 #include <string.h>
 #include <time.h>
 
-#define PREFILL_CHUNK 256  /* prompt tokens per step: the granularity of cancellation during prefill */
 
 struct cinfer_engine {
     cinfer_model *model;
@@ -61,6 +67,19 @@ static uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
+}
+
+/* Whether q's tokens can be picked on the device: no processors (penalties, logit bias), no
+ * log-probabilities, and the backend has the op for its temperature. *sa: the arguments. */
+static int device_pick_ok(const cf_model *m, const cf_request *q, cf_sample_args *sa) {
+    const cf_sampling_params *p = &q->sp;
+    *sa = (cf_sample_args){.temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p, .min_p = p->min_p};
+    const char *env = getenv("CINFER_DEVICE_SAMPLING");
+    if (env && !strcmp(env, "0")) return 0;
+    if (p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f || p->n_logit_bias > 0 ||
+        p->logprobs || p->top_logprobs > 0)
+        return 0;
+    return cf_model_can_pick_on_device(m, sa);
 }
 
 /* CREATED -> PREPARING: the session's native resources. */
@@ -121,12 +140,22 @@ static cinfer_status text_end(cinfer_session *s, int *stopped, cinfer_error *err
 static int decode(cinfer_engine *e, cinfer_session *s, step_end *end) {
     cf_model *m = e->model->m;
     cinfer_error *err = &end->err;
-    if (s->pending) {
-        if (cf_model_eval(m, s->seq, &s->last, 1, s->logits, 0, err) != CINFER_OK) goto failed;
-        s->pending = 0;
-    }
     cf_sample_result sr;
-    if (cf_sampler_sample(s->smp, s->logits, &sr, err) != CINFER_OK) goto failed;
+    if (s->device_pick) {
+        /* the last prompt token's logits stay on the device after the prefill: the first pick reads them */
+        const float u = cf_sampler_uniform(s->smp);
+        memset(&sr, 0, sizeof sr);
+        cinfer_status st = s->pending ? cf_model_decode_step(m, s->seq, s->last, &s->pick_args, u, &sr.token, err)
+                                      : cf_model_pick_last(m, s->seq, &s->pick_args, u, &sr.token, err);
+        if (st != CINFER_OK) goto failed;
+        s->pending = 0;
+    } else {
+        if (s->pending) {
+            if (cf_model_eval(m, s->seq, &s->last, 1, s->logits, 0, err) != CINFER_OK) goto failed;
+            s->pending = 0;
+        }
+        if (cf_sampler_sample(s->smp, s->logits, &sr, err) != CINFER_OK) goto failed;
+    }
     double now = s->now(s->now_user);
     if (s->n_sampled++ == 0) s->t_first = now;
     s->t_last = now;
@@ -182,11 +211,12 @@ static int step(cinfer_engine *e, cinfer_session *s, step_end *end) {
         }
         return 0;
     case CINFER_STATE_PREPARING: {
+        /* one forward pass per step: the granularity of cancellation during prefill */
         int n = s->req.n_prompt - s->n_prefilled;
-        if (n > PREFILL_CHUNK) n = PREFILL_CHUNK;
+        if (n > cf_seq_chunk(s->seq)) n = cf_seq_chunk(s->seq);
         int last = s->n_prefilled + n == s->req.n_prompt;
-        if (cf_model_eval(e->model->m, s->seq, s->req.prompt + s->n_prefilled, n, last ? s->logits : NULL, 0, &end->err) !=
-            CINFER_OK) {
+        float *logits = last && !s->device_pick ? s->logits : NULL;
+        if (cf_model_eval(e->model->m, s->seq, s->req.prompt + s->n_prefilled, n, logits, 0, &end->err) != CINFER_OK) {
             end->outcome = CINFER_OUTCOME_FAILED;
             return 1;
         }
@@ -393,6 +423,8 @@ cinfer_status cinfer_session_open(cinfer_engine *e, const cinfer_request *req, c
     s->sched_thread = e->thread;
     s->req = q;
     s->plan = plan;
+    s->device_pick = device_pick_ok(e->model->m, &s->req, &s->pick_args);
+    const int device_pick = s->device_pick;  /* s may be the caller's to free once the lock is released */
     s->ctl = *ctl;
     s->now = e->p.now;
     s->now_user = e->p.now_user;
@@ -422,7 +454,7 @@ cinfer_status cinfer_session_open(cinfer_engine *e, const cinfer_request *req, c
         cf_session_destroy(s);
         return st;
     }
-    elog(e, "session %llu: plan %s, %d prompt tokens, up to %d new", (unsigned long long)id, plan.id, q.n_prompt,
-         plan.output_limit);
+    elog(e, "session %llu: plan %s, %d prompt tokens, up to %d new, tokens picked on the %s", (unsigned long long)id, plan.id,
+         q.n_prompt, plan.output_limit, device_pick ? "device" : "host");
     return CINFER_OK;
 }

@@ -1,8 +1,9 @@
 /* test_engine.c: the engine through the public API (include/cinfer.h): request validation (one status
  * code and message per mistake), the copy at open, greedy output against cf_model_eval + argmax,
- * log-probabilities against the model's logits, stop ids, EOS and max_tokens, seeds, the three ways of
- * consuming a session, cancellation from another thread, the idle deadline on an injected clock, queue
- * limits, and closing the engine with live sessions.
+ * log-probabilities against the model's logits, tokens picked on the device and on the host (the same for
+ * a seed), stop ids, EOS and max_tokens, seeds, the three ways of consuming a session, cancellation from
+ * another thread, the idle deadline on an injected clock, queue limits, and closing the engine with live
+ * sessions.
  *
  * Text: prompts as text and as chat messages against their token ids, the streamed text against the
  * full decode, stop strings across token boundaries, held-back text released at the end.
@@ -549,10 +550,70 @@ static int cancel_cb(const cinfer_event *ev, void *user) {
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static char last_log[1024];
 
+static int n_device_picks, n_host_picks;  /* sessions opened on each path, from the engine's log */
+
 static void log_cb(const char *line, void *user) {
     pthread_mutex_lock(&log_mu);
     snprintf(last_log, sizeof last_log, "%s", line);
+    n_device_picks += strstr(line, "tokens picked on the device") != NULL;
+    n_host_picks += strstr(line, "tokens picked on the host") != NULL;
     pthread_mutex_unlock(&log_mu);
+}
+
+static void pick_counts(int *device, int *host) {
+    pthread_mutex_lock(&log_mu);
+    *device = n_device_picks;
+    *host = n_host_picks;
+    pthread_mutex_unlock(&log_mu);
+}
+
+/* Requests with nothing but temperature and truncation pick their tokens on the device; a logit bias of 0
+ * (a processor that changes nothing), log-probabilities or CINFER_DEVICE_SAMPLING=0 keep them on the
+ * host. Both paths give the same tokens for a seed (on the CPU, exactly). */
+static void check_pick_paths(void) {
+    enum { N = 20 };
+    const struct { float t; int32_t k; float p, mp; } cfg[] = {{0, 0, 1, 0}, {1.0f, 0, 1, 0}, {0.8f, 10, 1, 0}, {1.2f, 0, 0.9f, 0},
+                                                               {1.0f, 0, 1, 0.05f}, {0.9f, 40, 0.8f, 0.02f}};
+    const cinfer_logit_bias zero = {3, 0.0f};
+    int dev0, host0, dev, host;
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        cinfer_request r = greedy_request(N);
+        r.temperature = cfg[c].t;
+        r.top_k = cfg[c].k;
+        r.top_p = cfg[c].p;
+        r.min_p = cfg[c].mp;
+        r.seed = 4242 + (int64_t)c;
+        int32_t a[N] = {0};
+        size_t na = 0;
+        cinfer_session *s;
+        pick_counts(&dev0, &host0);
+        const cinfer_result *res = run(&r, &s);
+        pick_counts(&dev, &host);
+        CHECK(dev == dev0 + 1 && host == host0, "config %zu: not picked on the device (%d, %d)", c, dev - dev0, host - host0);
+        if (res) { na = res->n_tokens; memcpy(a, res->tokens, na * sizeof *a); }
+        CHECK(na == N, "config %zu: %zu tokens", c, na);
+        cinfer_session_free(s);
+        r.logit_bias = &zero;
+        r.n_logit_bias = 1;
+        res = run(&r, &s);
+        pick_counts(&dev0, &host0);
+        CHECK(dev0 == dev && host0 == host + 1, "config %zu with a logit bias: not picked on the host", c);
+        CHECK(res && res->n_tokens == na && !memcmp(res->tokens, a, na * sizeof *a), "config %zu: the device and host paths differ", c);
+        cinfer_session_free(s);
+    }
+    cinfer_request r = greedy_request(2);
+    r.logprobs = 1;
+    cinfer_session *s;
+    pick_counts(&dev0, &host0);
+    run(&r, &s);
+    cinfer_session_free(s);
+    r.logprobs = 0;
+    setenv("CINFER_DEVICE_SAMPLING", "0", 1);
+    run(&r, &s);
+    cinfer_session_free(s);
+    unsetenv("CINFER_DEVICE_SAMPLING");
+    pick_counts(&dev, &host);
+    CHECK(dev == dev0 && host == host0 + 2, "logprobs or CINFER_DEVICE_SAMPLING=0 picked on the device");
 }
 
 /* Cancels the session, then lets the engine go on (see gate_close). */
@@ -1110,6 +1171,7 @@ int main(int argc, char **argv) {
     if (cinfer_engine_create(M, &ep, &E, &err) != CINFER_OK) { fprintf(stderr, "engine: %s\n", err.message); return 1; }
 
     check_greedy();
+    check_pick_paths();
     check_logprobs();
     if (cinfer_model_get_info(M).has_tokenizer) check_text_matches_decode();
     if (tiny) {
