@@ -2,7 +2,8 @@
 # gpu-bench.sh: on the GPU machine, after gpu-build.sh. Parts (all by default, or those named):
 #   kernels  cuda_bench: copy bandwidth, GEMM rate, GEMV and attention kernels, and a Llama-3-8B-shaped
 #            decoder built from backend ops (decode with graphs, prefill)
-#   model    cinfer bench --random-weights bench/configs/llama-3-8b.json --device cuda (the model code's path)
+#   model    cinfer bench --random-weights CONFIG --device cuda (the model code's path): Llama-3-8B (128-token
+#            prompt + 256 decoded, and a 4096-token prefill), Qwen3-8B, Gemma-4-E4B
 # Results go to $OUT (or bench/results), each file headed by the command that produced it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,9 +21,10 @@ for part in $parts; do
     ;;
   model)
     : > "$out/cinfer_bench.txt"
-    for args in "--prompt 4096 --gen 64 --reps 1"; do
-      cmd="build-gpu/cinfer bench --random-weights bench/configs/llama-3-8b.json --device cuda $args"
-      { echo "\$ $cmd"; $cmd; } >> "$out/cinfer_bench.txt" 2>&1 || rc=1
+    for args in "bench/configs/llama-3-8b.json --prompt 128 --gen 256 --reps 3" "bench/configs/llama-3-8b.json --prompt 4096 --gen 32 --reps 2" \
+                "bench/configs/qwen3-8b.json --prompt 128 --gen 256 --reps 3" "tests/gemma/gemma4-e4b.json --prompt 128 --gen 256 --reps 3"; do
+      cmd="build-gpu/cinfer bench --device cuda --random-weights $args"
+      { echo "\$ $cmd"; $cmd; echo; } >> "$out/cinfer_bench.txt" 2>&1 || rc=1
     done
     cat "$out/cinfer_bench.txt"
     ;;
