@@ -1,6 +1,9 @@
 /* cmd_bench.c: `cinfer bench`: prefill and decode speed of one sequence, the memory bandwidth and GEMM
  * rate of the same backend measured in the same run, and decode as a fraction of the bandwidth roofline
- * (tokens/s <= bandwidth / bytes read per token). */
+ * (tokens/s <= bandwidth / bytes read per token). Decoding is greedy, with the token picked on the device
+ * (cf_model_decode_step, replayed as a graph where the backend records them) when the backend can, else
+ * from logits read back to the host; the output names the path. The first decode step (which records the
+ * graph) is not timed. */
 #include "cli/cli.h"
 #include "model/model.h"
 #include "base/status.h"
@@ -81,6 +84,10 @@ static const char *bench_help =
     "  --prompt N        prompt tokens (default 128)\n"
     "  --gen N           decoded tokens (default 128)\n"
     "  --reps N          repetitions; medians are reported (default 3)\n"
+    "  --decode auto|device|host\n"
+    "                    pick tokens on the device (argmax there, only ids read back) or read the logits\n"
+    "                    back and take the argmax on the host; auto: the device when the backend can\n"
+    "  --chunk N         positions per prefill forward pass (default: the backend's, CPU 256, at most 4096)\n"
     "  --device cpu|cuda, --threads N\n"
     "  --json            print one JSON object instead of a table\n";
 
@@ -88,17 +95,24 @@ int cf_cmd_bench(int argc, char **argv) {
     const char *verb = "bench";
     cf_common_opts o = {.model = NULL, .device = CF_DEVICE_CPU};
     const char *random_cfg = NULL, *v;
-    long n_prompt = 128, n_gen = 128, reps = 3;
+    long n_prompt = 128, n_gen = 128, reps = 3, chunk = 0;
     int json = 0;
+    const char *decode_opt = "auto";
     for (int i = 1; i < argc; i++) {
         int r;
         if (cf_is_help(argv[i])) { fputs(bench_help, stdout); return 0; }
         if ((r = cf_common_flag(verb, argc, argv, &i, &o)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
         if ((r = cf_flag_value(verb, argc, argv, &i, "--random-weights", &random_cfg)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
+        if ((r = cf_flag_value(verb, argc, argv, &i, "--decode", &decode_opt)) != 0) {
+            if (r < 0) return CF_EXIT_USAGE;
+            if (strcmp(decode_opt, "auto") && strcmp(decode_opt, "device") && strcmp(decode_opt, "host"))
+                return cf_usage_error(verb, "--decode must be auto, device or host, got '%s'", decode_opt);
+            continue;
+        }
         long *target = NULL;
-        const char *names[] = {"--prompt", "--gen", "--reps"};
-        long *targets[] = {&n_prompt, &n_gen, &reps};
-        for (int k = 0; k < 3 && !target; k++) {
+        const char *names[] = {"--prompt", "--gen", "--reps", "--chunk"};
+        long *targets[] = {&n_prompt, &n_gen, &reps, &chunk};
+        for (int k = 0; k < 4 && !target; k++) {
             if ((r = cf_flag_value(verb, argc, argv, &i, names[k], &v)) != 0) {
                 if (r < 0) return CF_EXIT_USAGE;
                 target = targets[k];
@@ -112,6 +126,7 @@ int cf_cmd_bench(int argc, char **argv) {
     if (!o.model && !random_cfg) o.model = cf_default_model_dir();
     if (!o.model && !random_cfg) return cf_usage_error(verb, "give --model DIR or --random-weights CONFIG.json");
     if (reps > 100) return cf_usage_error(verb, "--reps must be at most 100");
+    if (chunk > 4096) return cf_usage_error(verb, "--chunk must be at most 4096");
 
     cinfer_error err = {0};
     cf_model *m = NULL;
@@ -123,10 +138,21 @@ int cf_cmd_bench(int argc, char **argv) {
     if (st != CINFER_OK) return cf_report(verb, &err);
     double load_s = now_s() - t0;
     const cf_hparams *hp = &m->hp;
-    if (n_prompt + n_gen > hp->max_ctx) {
+    if (n_prompt + n_gen + 1 > hp->max_ctx) {
         cf_model_free(m);
-        return cf_usage_error(verb, "--prompt + --gen (%ld) exceeds the model's context of %d", n_prompt + n_gen, hp->max_ctx);
+        return cf_usage_error(verb, "--prompt + --gen + 1 (%ld) exceeds the model's context of %d", n_prompt + n_gen + 1, hp->max_ctx);
     }
+    const cf_sample_args greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f};
+    const int on_device = strcmp(decode_opt, "host") && cf_model_can_pick_on_device(m, &greedy);
+    if (!on_device && !strcmp(decode_opt, "device")) {
+        fprintf(stderr, "cinfer bench: the %s backend cannot pick tokens on the device (no argmax operation)\n", m->be->ops->name);
+        cf_model_free(m);
+        return 1;
+    }
+    const char *path = !on_device ? "host" : m->decode_graphs ? "device-graph" : "device-eager";
+    const char *path_text = !on_device ? "argmax on the host" : m->decode_graphs ? "argmax on the device, step replayed as a graph"
+                                                                                  : "argmax on the device, op by op";
+    int used_chunk = 0;
     int rc = 0;
     double bw = 0, gemm = 0;
     size_t bw_bytes = o.device == CF_DEVICE_CUDA ? (size_t)2 << 30 : (size_t)512 << 20;
@@ -143,14 +169,28 @@ int cf_cmd_bench(int argc, char **argv) {
     for (long i = 0; i < n_prompt; i++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; ids[i] = (int32_t)(x % (uint64_t)hp->vocab); }
     for (long r = 0; r < reps; r++) {
         cf_seq *s = NULL;
-        if (cf_seq_create(m, (int)(n_prompt + n_gen), &s, &err) != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
+        const int ctx = (int)(n_prompt + n_gen + 1);
+        st = chunk ? cf_seq_create_chunked(m, ctx, (int)chunk, &s, &err) : cf_seq_create(m, ctx, &s, &err);
+        if (st != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
+        used_chunk = cf_seq_chunk(s) < n_prompt ? cf_seq_chunk(s) : (int)n_prompt;  /* positions in the longest pass */
         double a = now_s();
-        st = cf_model_eval(m, s, ids, (int)n_prompt, logits, 0, &err);
+        st = cf_model_eval(m, s, ids, (int)n_prompt, on_device ? NULL : logits, 0, &err);
         double b = now_s();
-        for (long t = 0; t < n_gen && st == CINFER_OK; t++) {
-            int32_t next = 0;
-            for (int k = 1; k < hp->vocab; k++) if (logits[k] > logits[next]) next = k;
-            st = cf_model_eval(m, s, &next, 1, logits, 0, &err);
+        /* n_gen + 1 steps, the first untimed; each evaluates the last token and picks the next */
+        int32_t next = 0;
+        for (long t = 0; t <= n_gen && st == CINFER_OK; t++) {
+            if (t == 1) {
+                st = m->be->ops->sync(m->be, &err);
+                b = now_s();
+            }
+            if (on_device) {
+                st = t == 0 ? cf_model_pick_last(m, s, &greedy, 0, &next, &err) : CINFER_OK;
+                if (st == CINFER_OK) st = cf_model_decode_step(m, s, next, &greedy, 0, &next, &err);
+            } else {
+                next = 0;
+                for (int k = 1; k < hp->vocab; k++) if (logits[k] > logits[next]) next = k;
+                st = cf_model_eval(m, s, &next, 1, logits, 0, &err);
+            }
         }
         double c = now_s();
         cf_seq_free(s);
@@ -161,7 +201,7 @@ int cf_cmd_bench(int argc, char **argv) {
     {
         double prefill = median(pre, (int)reps), decode = median(dec, (int)reps);
         /* bytes per decoded token: all weights but the embedding gather, plus the average KV cache read */
-        double kv_avg = (double)cf_hparams_kv_read_bytes(hp, n_prompt + n_gen / 2, cf_dtype_size(m->be->act_dtype));
+        double kv_avg = (double)cf_hparams_kv_read_bytes(hp, n_prompt + 1 + n_gen / 2, cf_dtype_size(m->be->act_dtype));
         double bytes = (double)m->decode_bytes + kv_avg;
         double roof = bw * 1e9 / bytes;
         /* 2 flops per weight used per token: everything but the embedding gather */
@@ -171,20 +211,20 @@ int cf_cmd_bench(int argc, char **argv) {
             printf("{\"model\":\"%s\",\"arch\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"params\":%lld,\"weight_dtype\":\"%s\","
                    "\"weight_bytes\":%lld,\"decode_bytes_per_token\":%.0f,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"reps\":%ld,"
                    "\"load_s\":%.3f,\"bandwidth_gb_s\":%.2f,\"gemm_gflop_s\":%.1f,\"prefill_tokens_per_s\":%.2f,"
-                   "\"prefill_gflop_s\":%.1f,\"prefill_fraction_of_gemm\":%.4f,\"decode_tokens_per_s\":%.3f,"
-                   "\"roofline_tokens_per_s\":%.3f,\"roofline_fraction\":%.4f}\n",
+                   "\"prefill_gflop_s\":%.1f,\"prefill_fraction_of_gemm\":%.4f,\"prefill_chunk\":%d,\"decode_path\":\"%s\","
+                   "\"decode_tokens_per_s\":%.3f,\"roofline_tokens_per_s\":%.3f,\"roofline_fraction\":%.4f}\n",
                    random_cfg ? random_cfg : o.model, hp->arch_name, m->be->ops->name, m->be->n_threads,
                    (long long)cf_hparams_n_params(hp), m->dtype_summary, (long long)m->weight_bytes, bytes, n_prompt, n_gen, reps,
-                   load_s, bw, gemm, prefill, prefill_gflops, prefill_gflops / gemm, decode, roof, decode / roof);
+                   load_s, bw, gemm, prefill, prefill_gflops, prefill_gflops / gemm, used_chunk, path, decode, roof, decode / roof);
         } else {
             printf("model        %s (%s, %.1f M params, %s)\n", random_cfg ? random_cfg : o.model, hp->arch_name,
                    cf_hparams_n_params(hp) / 1e6, m->dtype_summary);
             printf("device       %s, %d threads; load %.2f s\n", m->be->ops->name, m->be->n_threads, load_s);
             printf("bandwidth    %.1f GB/s (copy, read+write)   GEMM %.1f GFLOP/s\n", bw, gemm);
-            printf("prefill      %ld tokens: %.1f tokens/s (%.1f GFLOP/s, %.0f%% of GEMM)\n", n_prompt, prefill, prefill_gflops,
-                   100 * prefill_gflops / gemm);
-            printf("decode       %ld tokens: %.2f tokens/s; roofline %.2f tokens/s (%.1f MB/token): %.1f%%\n", n_gen, decode, roof,
-                   bytes / 1e6, 100 * decode / roof);
+            printf("prefill      %ld tokens in passes of %d: %.1f tokens/s (%.1f GFLOP/s, %.0f%% of GEMM)\n", n_prompt, used_chunk,
+                   prefill, prefill_gflops, 100 * prefill_gflops / gemm);
+            printf("decode       %ld tokens (%s): %.2f tokens/s; roofline %.2f tokens/s (%.1f MB/token): %.1f%%\n", n_gen, path_text,
+                   decode, roof, bytes / 1e6, 100 * decode / roof);
         }
     }
 done:

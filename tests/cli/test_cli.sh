@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_cli.sh: the CLI contract: --help on every verb exits 0; bad flags and values exit 2 with a
-# one-line reason on stderr and nothing on stdout; run --output ids prints one line of ids.
+# one-line reason on stderr and nothing on stdout; run --output ids prints one line of ids; bench names its
+# decode path and pass length.
 # usage: test_cli.sh CINFER_BIN MODEL_DIR (MODEL_DIR may be empty: model-dependent checks are skipped)
 set -u
 bin=$1
@@ -44,6 +45,16 @@ if [ -n "$model" ]; then
   if "$bin" logits --model "$model" --prompt-ids 5,17,30 --out "$tmp" && [ $(( $(stat -c %s "$tmp") % 12 )) = 0 ] && [ "$(stat -c %s "$tmp")" -gt 0 ]; then pass=$((pass+1)); else echo "FAIL logits file"; fails=$((fails+1)); fi
   rm -f "$tmp"
   if "$bin" info --model "$model" | grep -q "^architecture:"; then pass=$((pass+1)); else echo "FAIL info"; fails=$((fails+1)); fi
+  # bench: the decode path (the CPU picks on the device op by op unless told otherwise) and the pass length
+  check "bench bad decode" 2 "$bin" bench --model "$model" --decode gpu
+  check "bench chunk too big" 2 "$bin" bench --model "$model" --chunk 5000
+  b="--model $model --prompt 12 --gen 4 --reps 1 --threads 1 --json"
+  out=$("$bin" bench $b)
+  if [[ "$out" == *'"decode_path":"device-eager"'* && "$out" == *'"prefill_chunk":12,'* ]]; then pass=$((pass+1)); else echo "FAIL bench default path: $out"; fails=$((fails+1)); fi
+  out=$("$bin" bench $b --decode host --chunk 5)
+  if [[ "$out" == *'"decode_path":"host"'* && "$out" == *'"prefill_chunk":5,'* ]]; then pass=$((pass+1)); else echo "FAIL bench --decode host: $out"; fails=$((fails+1)); fi
+  out=$("$bin" bench ${b% --json} --decode device)
+  if [[ "$out" == *"decode       4 tokens (argmax on the device, op by op)"* && "$out" == *"12 tokens in passes of 12"* ]]; then pass=$((pass+1)); else echo "FAIL bench text: $out"; fails=$((fails+1)); fi
 fi
 rm -f /tmp/cinfer-cli-err.$$
 echo "$pass passed, $fails failed"
