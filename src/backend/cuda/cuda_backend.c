@@ -714,6 +714,7 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     b->base.ops = &cuda_ops;
     b->base.act_dtype = env_int("CINFER_CUDA_F32_ACT", 0) ? CF_F32 : CF_BF16;
     b->base.n_threads = 1;
+    b->base.prefill_chunk = 4096;   /* measured on the H200 (cuda_bench): 4096 tokens at 59% of the GEMM rate in 4096-token passes, 37% in 256 */
     b->device = p->gpu_index;
     cinfer_status st = setup(b, p, err);
     if (st != CINFER_OK) {
