@@ -109,15 +109,16 @@ int cf_cmd_info(int argc, char **argv) {
     for (int e = 0; e < hp->n_eos; e++) printf("%s%d", e ? "," : "", hp->eos_ids[e]);
     printf("%s\n", hp->n_eos ? "" : "none");
     int64_t kv_tok = cf_hparams_kv_bytes_per_token(hp, 4), kv_total = 0;
+    const int chunk = m->be->prefill_chunk > 0 ? m->be->prefill_chunk : 256;  /* cf_seq_create's passes */
     for (int l = 0; l < hp->n_layers; l++) {
         const cf_layer_hp *L = &hp->layers[l];
         if (L->kv_source != l) continue;
-        int64_t slots = L->window && L->window + 256 < ctx ? L->window + 256 : ctx;
+        int64_t slots = L->window && L->window + chunk < ctx ? L->window + chunk : ctx;
         kv_total += slots * (int64_t)L->n_kv_heads * (L->head_dim + L->v_head_dim) * 4;
     }
     printf("weights:      %.1f MB as stored (%lld bytes read per decoded token)\n", m->weight_bytes / 1e6, (long long)m->decode_bytes);
-    printf("kv cache:     %lld bytes/token (f32, full layers); %.1f MB for a context of %ld tokens (window layers keep window+256)\n",
-           (long long)kv_tok, kv_total / 1e6, ctx);
+    printf("kv cache:     %lld bytes/token (f32, full layers); %.1f MB for a context of %ld tokens (window layers keep window+%d)\n",
+           (long long)kv_tok, kv_total / 1e6, ctx, chunk);
     printf("memory:       %.1f MB for a context of %ld tokens (weights + f32 cache)\n", (m->weight_bytes + kv_total) / 1e6, ctx);
     cf_model_free(m);
     return 0;
