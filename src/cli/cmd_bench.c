@@ -156,7 +156,10 @@ int cf_cmd_bench(int argc, char **argv) {
     int rc = 0;
     double bw = 0, gemm = 0;
     size_t bw_bytes = o.device == CF_DEVICE_CUDA ? (size_t)2 << 30 : (size_t)512 << 20;
-    if (measure_bandwidth(m->be, bw_bytes, &bw, &err) != CINFER_OK || measure_gemm(m, 256, &gemm, &err) != CINFER_OK) {
+    /* the GEMM rate at the row count of the longest prefill pass, which the prefill rate is compared with */
+    const long pass = chunk ? chunk : m->be->prefill_chunk > 0 ? m->be->prefill_chunk : 256;
+    const int gemm_rows = (int)(n_prompt < pass ? n_prompt : pass);
+    if (measure_bandwidth(m->be, bw_bytes, &bw, &err) != CINFER_OK || measure_gemm(m, gemm_rows, &gemm, &err) != CINFER_OK) {
         rc = cf_report(verb, &err);
         cf_model_free(m);
         return rc;
@@ -167,7 +170,8 @@ int cf_cmd_bench(int argc, char **argv) {
     if (!ids || !logits || !pre || !dec) { fprintf(stderr, "cinfer bench: out of memory\n"); rc = 1; goto done; }
     uint64_t x = 88172645463325252ull;
     for (long i = 0; i < n_prompt; i++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; ids[i] = (int32_t)(x % (uint64_t)hp->vocab); }
-    for (long r = 0; r < reps; r++) {
+    /* rep -1 warms up (first-use costs: library heuristics, scratch growth) and is not counted */
+    for (long r = -1; r < reps; r++) {
         cf_seq *s = NULL;
         const int ctx = (int)(n_prompt + n_gen + 1);
         st = chunk ? cf_seq_create_chunked(m, ctx, (int)chunk, &s, &err) : cf_seq_create(m, ctx, &s, &err);
@@ -195,6 +199,7 @@ int cf_cmd_bench(int argc, char **argv) {
         double c = now_s();
         cf_seq_free(s);
         if (st != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
+        if (r < 0) continue;
         pre[r] = n_prompt / (b - a);
         dec[r] = n_gen / (c - b);
     }
@@ -210,17 +215,18 @@ int cf_cmd_bench(int argc, char **argv) {
         if (json) {
             printf("{\"model\":\"%s\",\"arch\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"params\":%lld,\"weight_dtype\":\"%s\","
                    "\"weight_bytes\":%lld,\"decode_bytes_per_token\":%.0f,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"reps\":%ld,"
-                   "\"load_s\":%.3f,\"bandwidth_gb_s\":%.2f,\"gemm_gflop_s\":%.1f,\"prefill_tokens_per_s\":%.2f,"
+                   "\"load_s\":%.3f,\"bandwidth_gb_s\":%.2f,\"gemm_gflop_s\":%.1f,\"gemm_rows\":%d,\"prefill_tokens_per_s\":%.2f,"
                    "\"prefill_gflop_s\":%.1f,\"prefill_fraction_of_gemm\":%.4f,\"prefill_chunk\":%d,\"decode_path\":\"%s\","
                    "\"decode_tokens_per_s\":%.3f,\"roofline_tokens_per_s\":%.3f,\"roofline_fraction\":%.4f}\n",
                    random_cfg ? random_cfg : o.model, hp->arch_name, m->be->ops->name, m->be->n_threads,
                    (long long)cf_hparams_n_params(hp), m->dtype_summary, (long long)m->weight_bytes, bytes, n_prompt, n_gen, reps,
-                   load_s, bw, gemm, prefill, prefill_gflops, prefill_gflops / gemm, used_chunk, path, decode, roof, decode / roof);
+                   load_s, bw, gemm, gemm_rows, prefill, prefill_gflops, prefill_gflops / gemm, used_chunk, path, decode, roof, decode / roof);
         } else {
             printf("model        %s (%s, %.1f M params, %s)\n", random_cfg ? random_cfg : o.model, hp->arch_name,
                    cf_hparams_n_params(hp) / 1e6, m->dtype_summary);
             printf("device       %s, %d threads; load %.2f s\n", m->be->ops->name, m->be->n_threads, load_s);
-            printf("bandwidth    %.1f GB/s (copy, read+write)   GEMM %.1f GFLOP/s\n", bw, gemm);
+            printf("bandwidth    %.1f GB/s (copy, read+write)   GEMM %.1f GFLOP/s (%d x %lld x %lld)\n", bw, gemm, gemm_rows,
+                   (long long)m->lw[0].w_up.cols, (long long)m->lw[0].w_up.rows);
             printf("prefill      %ld tokens in passes of %d: %.1f tokens/s (%.1f GFLOP/s, %.0f%% of GEMM)\n", n_prompt, used_chunk,
                    prefill, prefill_gflops, 100 * prefill_gflops / gemm);
             printf("decode       %ld tokens (%s): %.2f tokens/s; roofline %.2f tokens/s (%.1f MB/token): %.1f%%\n", n_gen, path_text,

@@ -107,11 +107,11 @@ static void bench_gemv(int quick) {
         {"q/o   4096x4096", 4096, 4096}, {"k/v   1024x4096", 1024, 4096}, {"gate 14336x4096", 14336, 4096},
         {"down 4096x14336", 4096, 14336}, {"lm_head 128256x4096", 128256, 4096},
     };
-    int rows[] = {1, 4, 8}, persist[] = {2, 0, 3, 4};
-    const int dflt_p = cfk_cfg.gemv_persist;
-    printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth, by blocks per SM of the streaming\n"
-           "## kernel (0: a block per 8 rows; rows split over warps never stream)\n");
-    printf("| shape | rows | 2 (default) | 0 | 3 | 4 |\n|---|---:|---:|---:|---:|---:|\n");
+    int rows[] = {1, 4, 8}, unrolls[] = {0, 2, 4}, warps[] = {32, 32, 32};
+    const int dflt_u = cfk_cfg.gemv_unroll, dflt_w = cfk_cfg.gemv_warps;
+    printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth, by 16-byte loads per batch and lane\n"
+           "## (default: 4 where a warp streams a whole row, 2 where rows are split over warps)\n");
+    printf("| shape | rows | default | 2 | 4 |\n|---|---:|---:|---:|---:|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         gemv_ctx g;
         const double bytes = 2.0 * shapes[s].d * shapes[s].k;
@@ -125,8 +125,9 @@ static void bench_gemv(int quick) {
             g.x = rnd(rows[r], shapes[s].k, 1.0f, 7);
             g.out = alloc(CF_BF16, rows[r], shapes[s].d);
             printf("| %s | %d |", shapes[s].name, rows[r]);
-            for (size_t u = 0; u < 4; u++) {
-                cfk_cfg.gemv_persist = persist[u];
+            for (size_t u = 0; u < 3; u++) {
+                cfk_cfg.gemv_unroll = unrolls[u];
+                cfk_cfg.gemv_warps = warps[u];
                 double t = time_graph(gemv_work, &g, quick ? 8 : 4 * g.nw);
                 double gbs = bytes / t / 1e9;
                 printf(" %.0f (%.0f%%) |", gbs, 100 * gbs / copy_bw);
@@ -137,7 +138,8 @@ static void bench_gemv(int quick) {
         }
         for (int i = 0; i < g.nw; i++) op->free_tensor(be, &g.w[i]);
     }
-    cfk_cfg.gemv_persist = dflt_p;
+    cfk_cfg.gemv_unroll = dflt_u;
+    cfk_cfg.gemv_warps = dflt_w;
 }
 
 /* ---- attention ---- */
@@ -393,22 +395,17 @@ static void bench_model(int quick, double gemm_tflops) {
     for (int c = 0; c < 2; c++) {
         const int T = quick ? 8 : 128, ctx = ctxs[c];
         const double bytes = m.weight_bytes + kv_tok * (ctx + T / 2.0), roof = copy_bw * 1e9 / bytes;
-        struct { const char *name; int graph, pdl, fuse, persist; } modes[] = {
-            {"eager + PDL", 0, 1, 1, 2}, {"graph, no PDL", 1, 0, 1, 2}, {"graph + PDL, no merging", 1, 1, 0, 2}, {"graph + PDL", 1, 1, 1, 2},
-            {"graph + PDL, GEMV a block per 8 rows", 1, 1, 1, 0}, {"graph + PDL, GEMV streaming 3 blocks/SM", 1, 1, 1, 3},
-            {"graph + PDL, GEMV streaming 4 blocks/SM", 1, 1, 1, 4}};
-        const int dflt_p = cfk_cfg.gemv_persist;
-        for (int md = 0; md < 7; md++) {
-            if (c == 1 && md != 3 && md != 4) continue;
+        struct { const char *name; int graph, pdl, fuse; } modes[] = {
+            {"eager + PDL", 0, 1, 1}, {"graph, no PDL", 1, 0, 1}, {"graph + PDL, no merging", 1, 1, 0}, {"graph + PDL", 1, 1, 1}};
+        for (int md = 0; md < 4; md++) {
+            if (c == 1 && md != 3) continue;
             cfk_cfg.fuse = modes[md].fuse;
             cfk_cfg.pdl = modes[md].pdl;
-            cfk_cfg.gemv_persist = modes[md].persist;
             double tps = decode_tps(&m, ctx, T, modes[md].graph);
             printf("| %s | %d | %.1f | %.1f | %.1f%% |\n", modes[md].name, ctx, tps, roof, 100 * tps / roof);
         }
         cfk_cfg.pdl = 1;
         cfk_cfg.fuse = 1;
-        cfk_cfg.gemv_persist = dflt_p;
     }
     /* prefill: 2 * (weights without the embedding) FLOPs per token, as cinfer bench counts */
     const double flop_tok = m.weight_bytes;   /* bytes / 2 (bf16) * 2 FLOPs */

@@ -28,8 +28,8 @@ extern "C" int cfk_gemv_vec_ok(cf_tensor x, cf_tensor w) {
            aligned16(w.data, w.stride * 2) && aligned16(x.data, x.stride * (int64_t)(x.dtype == CF_F32 ? 4 : 2));
 }
 
-static Seg seg_of(const cfk_gemv_job *j, int s, int64_t r0, int n, int64_t block0, int row0) {
-    return Seg{j->w[s].data, j->w[s].stride, j->w[s].rows, block0, row0, tv(cf_rows(j->out[s], r0, n)), tv(j->bias[s])};
+static Seg seg_of(const cfk_gemv_job *j, int s, int64_t r0, int n, int64_t block0) {
+    return Seg{j->w[s].data, j->w[s].stride, j->w[s].rows, block0, tv(cf_rows(j->out[s], r0, n)), tv(j->bias[s])};
 }
 
 extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
@@ -56,12 +56,6 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
     const int64_t warps = (int64_t)cfk_cfg.n_sm * cfk_cfg.gemv_warps * (k >= 8192 ? 4 : 1);
     while (wpr < 8 && rows * wpr * 2 <= warps && k / 8 >= (int64_t)wpr * 64) wpr *= 2;
     const int rpb = 8 / wpr;
-    /* the streaming kernel (one warp a row, a grid of cfk_cfg.gemv_persist blocks per SM) where a row's
-     * chunks per lane divide into batches of 4 (or 2) */
-    const int64_t cpl = (pair ? 2 : 1) * (k / 256);
-    const int stream_u = cfk_cfg.gemv_persist <= 0 || wpr != 1 || k % 256 || cpl == 0 || rows > INT32_MAX ? 0
-                         : cpl % 4 == 0 && (!cfk_cfg.gemv_unroll || cfk_cfg.gemv_unroll == 4) ? 4
-                         : cpl % 2 == 0 ? 2 : 0;
     for (int64_t r0 = 0; r0 < x.rows; r0 += 8) {
         const int n = (int)(x.rows - r0 < 8 ? x.rows - r0 : 8);
         cf_tensor xs = cf_rows(x, r0, n);
@@ -74,20 +68,13 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
         g.nseg = j->n_seg;
         g.add_seg = j->add_seg;
         g.act = (int)j->act;
-        int64_t blocks = 0, row0 = 0;
+        int64_t blocks = 0;
         Seg *segs[3] = {&g.s0, &g.s1, &g.s2};
         for (int s = 0; s < j->n_seg; s++) {
-            *segs[s] = seg_of(j, s, r0, n, blocks, (int)row0);
+            *segs[s] = seg_of(j, s, r0, n, blocks);
             if (!pair) blocks += ceil_div(j->w[s].rows, rpb);
-            if (!pair) row0 += j->w[s].rows;
         }
         if (pair) blocks = ceil_div(w.rows, rpb);
-        if (stream_u) {
-            g.stream_u = stream_u;
-            g.rows = (int)(pair ? w.rows : row0);
-            const int64_t most = (int64_t)cfk_cfg.n_sm * cfk_cfg.gemv_persist;
-            blocks = blocks < most ? blocks : most;
-        }
         if (j->add.data) g.add = tv(cf_rows(j->add, r0, n));
         if (pair) g.glu = tv(cf_rows(j->glu_out, r0, n));
         cudaError_t e = w.dtype == CF_BF16 ? gemv_launch_bf16(st, g, blocks, x.dtype, pair) : gemv_launch_f16(st, g, blocks, x.dtype, pair);

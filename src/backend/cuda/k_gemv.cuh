@@ -20,7 +20,6 @@
 struct Seg {
     const void *w;
     int64_t wstride, d, block0;
-    int row0;   /* first row of this product in the rows of the job (gemv_stream_kernel) */
     TV out, bias;
 };
 
@@ -28,8 +27,6 @@ struct GemvArgs {
     const void *x;
     int64_t xstride, k;
     int n, wpr, nseg, add_seg, act;
-    int stream_u;   /* gemv_stream_kernel with this many loads per batch (2 or 4); 0: gemv_kernel */
-    int rows;       /* gemv_stream_kernel: the job's rows (all products'; a pair's: one product's) */
     Seg s0, s1, s2;
     TV add, glu;   /* .p NULL: none */
 };
@@ -180,111 +177,8 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
     }
 }
 
-/* The epilogue of row j of the job (over all products; a pair's: of both): bias, store, residual add or GLU. */
-template <int NX, bool PAIR>
-__device__ __forceinline__ void finish_row(const GemvArgs &g, int j, const float (&a0)[NX], const float (&a1)[NX]) {
-    const int si = PAIR ? 0 : (g.nseg > 2 && j >= g.s2.row0) ? 2 : (g.nseg > 1 && j >= g.s1.row0) ? 1 : 0;
-    const Seg &S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
-    const int64_t jj = j - S.row0;
-    const float b0 = S.bias.p ? ld(S.bias, 0, jj) : 0.0f, b1 = PAIR && g.s1.bias.p ? ld(g.s1.bias, 0, jj) : 0.0f;
-#pragma unroll
-    for (int r = 0; r < NX; r++) {
-        if (r >= g.n) break;
-        const float v0 = a0[r] + b0;
-        st(S.out, r, jj, v0);
-        if (PAIR) {
-            const float v1 = a1[r] + b1;
-            st(g.s1.out, r, jj, v1);
-            if (g.glu.p) st(g.glu, r, jj, act_fn(g.act, v0) * v1);
-        } else if (g.add.p && si == g.add_seg) {
-            st(g.add, r, jj, ld(g.add, r, jj) + v0);
-        }
-    }
-}
-
-/* The streaming variant (one warp a row, cfk_cfg.gemv_persist blocks per SM): warp gw of GW takes rows
- * gw, gw + GW, ... and streams them as one run of loads, so the next row's first batches are in flight
- * while a row finishes; and the grid leaves room on each SM for the kernel after it, whose first batches
- * then load while this one drains. Each lane loads chunks lane, lane + 32, ... of a row (of both rows of
- * a pair, gate's first); a row is cpl chunks per lane, a multiple of U (the host checks). */
-template <int NX, int U, typename WT, typename XT, bool PAIR>
-__global__ void __launch_bounds__(256) gemv_stream_kernel(GemvArgs g) {
-    const int lane = threadIdx.x & 31;
-    const int gw = blockIdx.x * 8 + (threadIdx.x >> 5), GW = gridDim.x * 8;
-    const int nrows = gw < g.rows ? (g.rows - 1 - gw) / GW + 1 : 0;
-    const int cpr = (int)(g.k / 256), cpl = PAIR ? 2 * cpr : cpr, total = nrows * cpl;
-    const XT *x = (const XT *)g.x;
-    auto addr = [&](int t) -> const uint4 * {
-        const int i = t / cpl, u = t - i * cpl, j = gw + i * GW;
-        const bool second = PAIR && u >= cpr;
-        const int c = (second ? u - cpr : u) * 32 + lane;
-        if (PAIR) {
-            const Seg &S = second ? g.s1 : g.s0;
-            return reinterpret_cast<const uint4 *>((const WT *)S.w + (int64_t)j * S.wstride) + c;
-        }
-        const Seg &S = (g.nseg > 2 && j >= g.s2.row0) ? g.s2 : (g.nseg > 1 && j >= g.s1.row0) ? g.s1 : g.s0;
-        return reinterpret_cast<const uint4 *>((const WT *)S.w + (int64_t)(j - S.row0) * S.wstride) + c;
-    };
-    float a0[NX], a1[NX];
-#pragma unroll
-    for (int r = 0; r < NX; r++) a0[r] = a1[r] = 0.0f;
-    uint4 wa[U], wb[U];
-    auto fetch = [&](uint4 (&wv)[U], int t0) {
-#pragma unroll
-        for (int u = 0; u < U; u++) wv[u] = t0 + u < total ? ld_stream(addr(t0 + u)) : make_uint4(0, 0, 0, 0);
-    };
-    auto use = [&](const uint4 (&wv)[U], int t0) {
-        const int i = t0 / cpl, u0 = t0 - i * cpl;
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const bool second = PAIR && u0 + u >= cpr;
-            const int64_t xc = (second ? u0 + u - cpr : u0 + u) * 32 + lane;
-            float wf[8];
-            unpack(wv[u], wf, WT());
-#pragma unroll
-            for (int r = 0; r < NX; r++) {
-                if (r < g.n) {
-                    float xf[8];
-                    load8(x + r * g.xstride + xc * 8, xf);
-                    float s = 0.0f;
-#pragma unroll
-                    for (int e = 0; e < 8; e++) s = fmaf(xf[e], wf[e], s);
-                    if (second) a1[r] += s;
-                    else a0[r] += s;
-                }
-            }
-        }
-        if (u0 + U == cpl) {   /* the row is done */
-#pragma unroll
-            for (int r = 0; r < NX; r++) {
-                a0[r] = warp_sum(a0[r]);
-                if (PAIR) a1[r] = warp_sum(a1[r]);
-            }
-            if (lane == 0) finish_row<NX, PAIR>(g, gw + i * GW, a0, a1);
-#pragma unroll
-            for (int r = 0; r < NX; r++) a0[r] = a1[r] = 0.0f;
-        }
-    };
-    fetch(wa, 0);   /* weights only: before waiting for the kernel ahead */
-    fetch(wb, U);
-    pdl_wait();
-    pdl_launch_next();
-    for (int t = 0; t < total;) {
-        use(wa, t);
-        t += U;
-        if (t >= total) break;
-        fetch(wa, t + U);
-        use(wb, t);
-        t += U;
-        if (t >= total) break;
-        fetch(wb, t + U);
-    }
-}
-
 template <int NX, int U, typename WT, typename XT, bool PAIR>
 static cudaError_t go(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
-    if constexpr (U <= 4)
-        if (g.stream_u) return launch(gemv_stream_kernel<NX, U, WT, XT, PAIR>, dim3((unsigned)blocks), dim3(256), 0, st, g);
     return launch(gemv_kernel<NX, U, WT, XT, PAIR>, dim3((unsigned)blocks), dim3(256), 0, st, g);
 }
 
@@ -292,10 +186,7 @@ static cudaError_t go(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
  * streams a whole row (measured on the H200: 4096x4096 78% of copy bandwidth against 72% with 2), 2 when
  * warps split rows (their share is short: the two batches fetched before the wait cover more of it);
  * cfk_cfg.gemv_unroll (2, 4, 8) overrides. */
-static inline int gemv_unroll(const GemvArgs &g) {
-    if (g.stream_u) return g.stream_u;
-    return cfk_cfg.gemv_unroll ? cfk_cfg.gemv_unroll : g.wpr == 1 ? 4 : 2;
-}
+static inline int gemv_unroll(const GemvArgs &g) { return cfk_cfg.gemv_unroll ? cfk_cfg.gemv_unroll : g.wpr == 1 ? 4 : 2; }
 
 template <int NX, typename WT, typename XT, bool PAIR>
 static cudaError_t pick_unroll(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
