@@ -67,7 +67,7 @@ int cf_seq_len(const cf_seq *s);
 int cf_seq_max_ctx(const cf_seq *s);
 int cf_seq_chunk(const cf_seq *s);   /* positions per forward pass at most */
 /* Drops the tokens after the first n (rollback). Fails without changing anything when a sliding-window
- * layer no longer holds what position n would need: going back chunk + 1 positions (257 by default) from
+ * layer no longer holds what position n would need: going back chunk + 1 positions (257 on the CPU) from
  * the furthest point reached always works. */
 cinfer_status cf_seq_truncate(cf_seq *s, int n, cinfer_error *err);
 
