@@ -11,17 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures, checks;
-#define CHECK(cond, ...)                                                                                              \
-    do {                                                                                                              \
-        checks++;                                                                                                     \
-        if (!(cond)) {                                                                                                \
-            failures++;                                                                                               \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                      \
-            fprintf(stderr, __VA_ARGS__);                                                                             \
-            fprintf(stderr, "\n");                                                                                    \
-        }                                                                                                             \
-    } while (0)
+#include "../check.h"
 
 static cf_backend *be;
 static const cf_backend_ops *op;

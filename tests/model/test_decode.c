@@ -27,17 +27,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static int failures, checks;
-#define CHECK(cond, ...)                                                                                              \
-    do {                                                                                                              \
-        checks++;                                                                                                     \
-        if (!(cond)) {                                                                                                \
-            failures++;                                                                                               \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                      \
-            fprintf(stderr, __VA_ARGS__);                                                                             \
-            fprintf(stderr, "\n");                                                                                    \
-        }                                                                                                             \
-    } while (0)
+#include "../check.h"
 
 /* ---- the recording backend: the CPU's ops, with graph ops that record and replay ---- */
 
