@@ -107,11 +107,11 @@ static void bench_gemv(int quick) {
         {"q/o   4096x4096", 4096, 4096}, {"k/v   1024x4096", 1024, 4096}, {"gate 14336x4096", 14336, 4096},
         {"down 4096x14336", 4096, 14336}, {"lm_head 128256x4096", 128256, 4096},
     };
-    int rows[] = {1, 4, 8}, unrolls[] = {0, 2, 4}, warps[] = {32, 32, 32};
+    int rows[] = {1, 4, 8}, unrolls[] = {2, 4, 2}, warps[] = {32, 32, 16};
     const int dflt_u = cfk_cfg.gemv_unroll, dflt_w = cfk_cfg.gemv_warps;
     printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth, by 16-byte loads per batch and lane\n"
-           "## (default: 4 where a warp streams a whole row, 2 where rows are split over warps)\n");
-    printf("| shape | rows | default | 2 | 4 |\n|---|---:|---:|---:|---:|\n");
+           "## and the warps per SM a launch aims for before splitting rows over warps (default: 2, 32)\n");
+    printf("| shape | rows | 2, 32 | 4, 32 | 2, 16 |\n|---|---:|---:|---:|---:|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         gemv_ctx g;
         const double bytes = 2.0 * shapes[s].d * shapes[s].k;

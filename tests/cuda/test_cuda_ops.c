@@ -372,6 +372,8 @@ static void test_attention(void) {
         {"prefill 32 at pos 100, window 16, ring 48 (mma)", 32, 100, 4, 1, 64, 48, 16, 0, CF_BF16},
         {"prefill 20, D 80 (split kernel)", 20, 5, 4, 2, 80, 32, 0, 0, CF_BF16},
         {"prefill 300 at pos 1000, window 512, D 128", 300, 1000, 8, 2, 128, 1300, 512, 0, CF_BF16},
+        {"decode, D 512 (Gemma 4 full layers; split kernel)", 1, 90, 8, 2, 512, 128, 0, 0, CF_BF16},
+        {"prefill 24 at pos 10, D 512 (split kernel)", 24, 10, 4, 1, 512, 64, 0, 0, CF_BF16},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         const int n = cs[i].n_q, H = cs[i].H, KVH = cs[i].KVH, D = cs[i].D, cap = cs[i].cap;

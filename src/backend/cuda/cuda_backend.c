@@ -19,7 +19,7 @@
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
-cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 8, .gemv_warps = 32, .fuse = 1, .attn_bc = 32, .n_sm = 132};
+cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 2, .gemv_max_rows = 8, .gemv_warps = 32, .fuse = 1, .attn_bc = 32, .n_sm = 132};
 
 /* An op held back to be merged with the next (see pend_* below). */
 typedef enum pend_kind { PEND_NONE, PEND_GEMV, PEND_ROPE, PEND_KV } pend_kind;
@@ -702,7 +702,7 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
                        prop.name, prop.major, prop.minor);
     cfk_cfg.n_sm = prop.multiProcessorCount;
     cfk_cfg.pdl = env_int("CINFER_CUDA_PDL", 1);
-    cfk_cfg.gemv_unroll = env_int("CINFER_GEMV_UNROLL", 0);
+    cfk_cfg.gemv_unroll = env_int("CINFER_GEMV_UNROLL", 2);
     cfk_cfg.gemv_max_rows = env_int("CINFER_GEMV_MAX_ROWS", 8);
     cfk_cfg.gemv_warps = env_int("CINFER_GEMV_WARPS", 32);
     cfk_cfg.fuse = env_int("CINFER_CUDA_FUSE", 1);

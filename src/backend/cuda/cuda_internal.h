@@ -18,7 +18,7 @@ extern "C" {
 /* Knobs read once by cf_cuda_backend_create (environment overrides for experiments and the sanitizer). */
 typedef struct cfk_config {
     int pdl;            /* launch with programmatic dependent launch (overlaps a kernel's start with the previous one's end) */
-    int gemv_unroll;    /* 16-byte weight loads per batch and lane in the GEMV kernel (two batches in flight): 2, 4 or 8; 0 = by shape */
+    int gemv_unroll;    /* 16-byte weight loads per batch and lane in the GEMV kernel (two batches in flight): 2, 4 or 8 */
     int gemv_max_rows;  /* matmuls with at most this many activation rows use the GEMV kernel, the rest cuBLAS */
     int gemv_warps;     /* warps per SM a GEMV aims to keep busy: fewer weight rows than that are split over warps */
     int fuse;           /* merge consecutive ops into one launch (cuda_backend.c) */
@@ -78,6 +78,7 @@ cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *job);
  * of cfk_attention_scratch() bytes; counters: CFK_ATTN_COUNTERS zeroed ints, left zeroed (the last block
  * of each (query, head) merges the key splits). */
 #define CFK_ATTN_COUNTERS 65536
+#define CFK_ATTN_MAX_D 512   /* the largest head size (keys and values) */
 size_t cfk_attention_scratch(cf_tensor k, cf_tensor v, const cf_attn_args *a, int max_keys);
 cudaError_t cfk_attention(cudaStream_t st, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a,
                           const int32_t *pos_dev, int max_keys, void *partial, int *counters);

@@ -2,7 +2,8 @@
  * window, GQA, softcap), in two kernels that both split the key range and merge the pieces:
  *
  * - attn_decode_kernel (decode, few queries, 16-bit caches, head size 64/128/256) and attn_split_kernel
- *   (any cache dtype and head size <= 256): flash-decoding. One block of 4 warps per (key split, head,
+ *   (any cache dtype and head size <= 512, e.g. Gemma 4's full layers; queries and prefill too where the
+ *   others do not apply): flash-decoding. One block of 4 warps per (key split, head,
  *   query); each lane scores one key, the warp keeps a running max and sum, and accumulates V with lanes
  *   across dimensions.
  * - attn_mma_kernel (prefill, >= 16 queries, bf16 caches, head size 64/128/256): FlashAttention-2 on
@@ -75,9 +76,9 @@ __device__ __forceinline__ float key_dot(const float *qs, const KT *kr, int D, b
 
 template <typename KT>
 __global__ void __launch_bounds__(128) attn_split_kernel(AttnP P, bool vec) {
-    __shared__ __align__(16) float qs[256];
+    __shared__ __align__(16) float qs[CFK_ATTN_MAX_D];
     __shared__ float wm[4], wl[4];
-    __shared__ float wo[4][256];
+    __shared__ float wo[4][CFK_ATTN_MAX_D];
     pdl_wait();
     pdl_launch_next();
     const int split = blockIdx.x, h = blockIdx.y, i = blockIdx.z;
@@ -97,9 +98,10 @@ __global__ void __launch_bounds__(128) attn_split_kernel(AttnP P, bool vec) {
     __syncthreads();
 
     const KT *K = (const KT *)P.k + (int64_t)kvh * P.D, *V = (const KT *)P.v + (int64_t)kvh * P.Dv;
-    float m = -INFINITY, l = 0.0f, o[8];
+    constexpr int OJ = CFK_ATTN_MAX_D / 32;   /* output dims per lane */
+    float m = -INFINITY, l = 0.0f, o[OJ];
 #pragma unroll
-    for (int j = 0; j < 8; j++) o[j] = 0.0f;
+    for (int j = 0; j < OJ; j++) o[j] = 0.0f;
     for (int base = k0 + warp * 32; base < k1; base += 128) {
         const int kk = base + lane;
         float s = -INFINITY;
@@ -109,13 +111,13 @@ __global__ void __launch_bounds__(128) attn_split_kernel(AttnP P, bool vec) {
         const float pj = kk < k1 ? exp2f(s - mn) : 0.0f;
         l = l * corr + warp_sum(pj);
 #pragma unroll
-        for (int j = 0; j < 8; j++) o[j] *= corr;
+        for (int j = 0; j < OJ; j++) o[j] *= corr;
         const int nk = min(32, k1 - base);
         for (int t = 0; t < nk; t++) {
             const float pt = __shfl_sync(0xffffffffu, pj, t);
             const KT *vr = V + (int64_t)((base + t) % P.cap) * P.vstride;
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
+            for (int j = 0; j < OJ; j++) {
                 const int c = lane + 32 * j;
                 if (c < P.Dv) o[j] = fmaf(pt, (float)vr[c], o[j]);
             }
@@ -124,7 +126,7 @@ __global__ void __launch_bounds__(128) attn_split_kernel(AttnP P, bool vec) {
     }
     if (lane == 0) { wm[warp] = m; wl[warp] = l; }
 #pragma unroll
-    for (int j = 0; j < 8; j++)
+    for (int j = 0; j < OJ; j++)
         if (lane + 32 * j < P.Dv) wo[warp][lane + 32 * j] = o[j];
     __syncthreads();
     const float M = fmaxf(fmaxf(wm[0], wm[1]), fmaxf(wm[2], wm[3]));
@@ -535,7 +537,7 @@ extern "C" cudaError_t cfk_attention(cudaStream_t st, cf_tensor out, cf_tensor q
     AttnP P = {q.data, (int)q.dtype, q.stride, k.data, v.data, k.stride, v.stride, tv(out), (float *)partial, NULL, pos_dev,
                a->pos0, a->n_q, a->n_heads, a->n_heads / a->n_kv_heads, a->head_dim, a->v_head_dim, a->cap, a->window,
                n_splits(k, v, a, max_keys), a->scale, a->softcap};
-    if (a->head_dim > 256 || a->v_head_dim > 256) return cudaErrorInvalidValue;
+    if (a->head_dim > CFK_ATTN_MAX_D || a->v_head_dim > CFK_ATTN_MAX_D) return cudaErrorInvalidValue;
     cudaError_t e;
     const bool mma = use_mma(k, v, a);
     if (!mma && (int64_t)a->n_q * a->n_heads <= CFK_ATTN_COUNTERS) P.counters = counters;

@@ -182,16 +182,14 @@ static cudaError_t go(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
     return launch(gemv_kernel<NX, U, WT, XT, PAIR>, dim3((unsigned)blocks), dim3(256), 0, st, g);
 }
 
-/* Loads per batch (two batches in flight per lane) for the common bf16 case (gemv_unroll), 2 otherwise: 4 when a warp
- * streams a whole row (measured on the H200: 4096x4096 78% of copy bandwidth against 72% with 2), 2 when
- * warps split rows (their share is short: the two batches fetched before the wait cover more of it);
- * cfk_cfg.gemv_unroll (2, 4, 8) overrides. */
-static inline int gemv_unroll(const GemvArgs &g) { return cfk_cfg.gemv_unroll ? cfk_cfg.gemv_unroll : g.wpr == 1 ? 4 : 2; }
-
+/* Loads per batch (two batches in flight per lane): cfk_cfg.gemv_unroll (2, 4 or 8) for the common bf16
+ * case, 2 otherwise. 2 is the default: on the H200 4 streams a lone 4096x4096 GEMV faster (78% of copy
+ * bandwidth against 72%) but the Llama-3-8B decode step slower (208.7 against 218.8 tokens/s: 58 registers
+ * against 43, fewer blocks resident beside the kernels around it). */
 template <int NX, typename WT, typename XT, bool PAIR>
 static cudaError_t pick_unroll(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
     if constexpr (std::is_same<WT, __nv_bfloat16>::value && std::is_same<XT, __nv_bfloat16>::value) {
-        switch (gemv_unroll(g)) {
+        switch (cfk_cfg.gemv_unroll) {
         case 4: return go<NX, 4, WT, XT, PAIR>(st, g, blocks);
         case 8: return go<NX, 8, WT, XT, PAIR>(st, g, blocks);
         default: break;
