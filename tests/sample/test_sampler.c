@@ -348,6 +348,17 @@ static void test_determinism(void) {
     cf_sampler_free(s);
 }
 
+/* default sampling parameters with this seed, temperature and truncations */
+static cf_sampling_params truncation(uint64_t seed, float t, int32_t top_k, float top_p, float min_p) {
+    cf_sampling_params p = cf_sampling_default_params();
+    p.seed = seed;
+    p.temperature = t;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    return p;
+}
+
 /* The draw's uniform: 24 bits (a float), the one cf_sampler_sample uses; cf_sampler_sample_u with it
  * picks the same token, and u places the draw along the kept tokens. */
 static void test_explicit_uniform(void) {
@@ -357,12 +368,7 @@ static void test_explicit_uniform(void) {
     const struct { float t; int32_t k; float p, mp; } cfg[] = {{1.0f, 0, 1.0f, 0.0f}, {0.7f, 20, 1.0f, 0.0f}, {1.3f, 0, 0.9f, 0.0f},
                                                                {1.0f, 0, 1.0f, 0.05f}, {0.9f, 50, 0.8f, 0.02f}};
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
-        cf_sampling_params p = cf_sampling_default_params();
-        p.seed = 99 + c;
-        p.temperature = cfg[c].t;
-        p.top_k = cfg[c].k;
-        p.top_p = cfg[c].p;
-        p.min_p = cfg[c].mp;
+        cf_sampling_params p = truncation(99 + c, cfg[c].t, cfg[c].k, cfg[c].p, cfg[c].mp);
         cf_sampler *s = make(&p, V);
         int same = 0, exact = 0;
         for (int i = 0; i < STEPS; i++) {
@@ -618,12 +624,7 @@ static void test_distribution(void) {
     static long count[SPREAD_V];
     static double prob[SPREAD_V];
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        cf_sampling_params p = cf_sampling_default_params();
-        p.seed = 1000 + c;
-        p.temperature = cases[c].t;
-        p.top_p = cases[c].top_p;
-        p.min_p = cases[c].min_p;
-        p.top_k = cases[c].top_k;
+        cf_sampling_params p = truncation(1000 + c, cases[c].t, cases[c].top_k, cases[c].top_p, cases[c].min_p);
         expected(cases[c].l, cases[c].v, &p, prob);
         draw_counts(cases[c].l, cases[c].v, &p, count);
         double pv = chi_square_p(count, prob, cases[c].v, DRAWS);
