@@ -76,6 +76,10 @@ typedef struct cf_sample_args {
     float min_p;         /* 0 = off */
 } cf_sample_args;
 
+static inline int cf_sample_args_equal(const cf_sample_args *a, const cf_sample_args *b) {
+    return a->temperature == b->temperature && a->top_k == b->top_k && a->top_p == b->top_p && a->min_p == b->min_p;
+}
+
 typedef struct cf_backend cf_backend;
 typedef struct cf_graph cf_graph;
 

@@ -547,7 +547,7 @@ cinfer_status cf_model_eval(cf_model *m, cf_seq *s, const int32_t *ids, int n, f
 
 /* ---- decoding on the device ---- */
 
-static int is_greedy(const cf_sample_args *sa) { return sa->temperature == 0.0f || !isfinite(1.0f / sa->temperature); }
+static int is_greedy(const cf_sample_args *sa) { return cf_sampling_is_greedy(sa->temperature); }
 
 int cf_model_can_pick_on_device(const cf_model *m, const cf_sample_args *sa) {
     return is_greedy(sa) ? m->be->ops->argmax != NULL : m->be->ops->sample != NULL;
@@ -555,11 +555,7 @@ int cf_model_can_pick_on_device(const cf_model *m, const cf_sample_args *sa) {
 
 /* The arguments are valid for cf_sampling_validate, u too when sampling, and the backend has the op. */
 static cinfer_status check_pick(const cf_model *m, const cf_sample_args *sa, float u, cinfer_error *err) {
-    cf_sampling_params p = cf_sampling_default_params();
-    p.temperature = sa->temperature;
-    p.top_k = sa->top_k;
-    p.top_p = sa->top_p;
-    p.min_p = sa->min_p;
+    cf_sampling_params p = cf_sampling_truncation(sa->temperature, sa->top_k, sa->top_p, sa->min_p);
     CF_TRY(cf_sampling_validate(&p, m->hp.vocab, err));
     if (!is_greedy(sa) && !(u >= 0.0f && u < 1.0f))
         return cf_fail(err, isnan(u) ? CINFER_E_NOT_A_NUMBER : CINFER_E_INVALID_ARGUMENT, "the draw's uniform u is %g, not in [0, 1)",
@@ -588,11 +584,9 @@ static cinfer_status read_pick(cf_model *m, cf_seq *s, int32_t *next, cinfer_err
     return CINFER_OK;
 }
 
+/* whether the recorded step picks as sa asks: argmax both, or the same draw */
 static int same_pick(const cf_seq *s, const cf_sample_args *sa) {
-    if (is_greedy(sa)) return s->graph_greedy;
-    const cf_sample_args *g = &s->graph_args;
-    return !s->graph_greedy && g->temperature == sa->temperature && g->top_k == sa->top_k && g->top_p == sa->top_p &&
-           g->min_p == sa->min_p;
+    return is_greedy(sa) ? is_greedy(&s->graph_args) : cf_sample_args_equal(&s->graph_args, sa);
 }
 
 /* Records the step (forward pass of one token with the *_pos ops, then the pick) into s->graph. */
@@ -613,7 +607,6 @@ static cinfer_status record_step(cf_model *m, cf_seq *s, const cf_sample_args *s
     }
     CF_TRY(end);
     s->graph = g;
-    s->graph_greedy = is_greedy(sa);
     s->graph_args = *sa;
     return CINFER_OK;
 }

@@ -18,6 +18,17 @@ cf_sampling_params cf_sampling_default_params(void) {
     };
 }
 
+cf_sampling_params cf_sampling_truncation(float temperature, int32_t top_k, float top_p, float min_p) {
+    cf_sampling_params p = cf_sampling_default_params();
+    p.temperature = temperature;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    return p;
+}
+
+bool cf_sampling_is_greedy(float temperature) { return temperature == 0.0f || !isfinite(1.0f / temperature); }
+
 static cinfer_status check_finite(float v, const char *field, cinfer_error *err) {
     if (isfinite(v)) return CINFER_OK;
     return cf_fail(err, CINFER_E_NOT_A_NUMBER, "%s is %s; it must be a finite number", field,

@@ -266,7 +266,7 @@ cinfer_status cf_sampler_sample_u(cf_sampler *s, float *l, float u, cf_sample_re
     if (lmax == -INFINITY)
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "every logit is -inf: no token can be sampled");
 
-    const bool greedy = p->temperature == 0.0f || !isfinite(1.0f / p->temperature);
+    const bool greedy = cf_sampling_is_greedy(p->temperature);
     out->token = greedy ? cf_row_next_above(l, V, 0, nextafterf(lmax, -INFINITY)) : draw(s, l, lmax, (double)u);
     out->logprob = 0;
     out->n_top = 0;

@@ -91,6 +91,10 @@ typedef struct cf_sample_result {
 typedef struct cf_sampler cf_sampler;
 
 cf_sampling_params cf_sampling_default_params(void);
+/* The defaults with these truncations (the parameters of a draw without processors). */
+cf_sampling_params cf_sampling_truncation(float temperature, int32_t top_k, float top_p, float min_p);
+/* Whether a temperature picks the argmax: 0, or one whose inverse overflows. */
+bool cf_sampling_is_greedy(float temperature);
 
 /* Checks every field against vocab (> 0). Each failure has its own code (CINFER_E_NOT_A_NUMBER for
  * any NaN or infinity, CINFER_E_TEMPERATURE, _TOP_K, _TOP_P, _MIN_P, _PENALTY, _TOKEN_OUT_OF_RANGE

@@ -160,11 +160,7 @@ static void test_sample(void) {
         op->sample(be, ids, lg, u, sa);
         cinfer_error err = {0};
         CHECK(op->sync(be, &err) == CINFER_OK, "sample: %s", err.message);
-        cf_sampling_params p = cf_sampling_default_params();
-        p.temperature = sa->temperature;
-        p.top_k = sa->top_k;
-        p.top_p = sa->top_p;
-        p.min_p = sa->min_p;
+        cf_sampling_params p = cf_sampling_truncation(sa->temperature, sa->top_k, sa->top_p, sa->min_p);
         cf_sampler *s = NULL;
         if (cf_sampler_create(&p, V, &s, &err) != CINFER_OK) { CHECK(0, "sampler: %s", err.message); continue; }
         for (int r = 0; r < R; r++) {

@@ -243,11 +243,7 @@ static int argmax(const float *v, int n) {
 }
 
 static cf_sampling_params params_of(const cf_sample_args *sa, uint64_t seed) {
-    cf_sampling_params p = cf_sampling_default_params();
-    p.temperature = sa->temperature;
-    p.top_k = sa->top_k;
-    p.top_p = sa->top_p;
-    p.min_p = sa->min_p;
+    cf_sampling_params p = cf_sampling_truncation(sa->temperature, sa->top_k, sa->top_p, sa->min_p);
     p.seed = seed;
     return p;
 }

@@ -348,14 +348,10 @@ static void test_determinism(void) {
     cf_sampler_free(s);
 }
 
-/* default sampling parameters with this seed, temperature and truncations */
+/* the truncation parameters with this seed */
 static cf_sampling_params truncation(uint64_t seed, float t, int32_t top_k, float top_p, float min_p) {
-    cf_sampling_params p = cf_sampling_default_params();
+    cf_sampling_params p = cf_sampling_truncation(t, top_k, top_p, min_p);
     p.seed = seed;
-    p.temperature = t;
-    p.top_k = top_k;
-    p.top_p = top_p;
-    p.min_p = min_p;
     return p;
 }
 

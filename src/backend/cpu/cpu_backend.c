@@ -291,22 +291,14 @@ static void cpu_argmax(cf_backend *be, cf_tensor ids, cf_tensor logits) {
     }
 }
 
-static int same_args(const cf_sample_args *a, const cf_sample_args *b) {
-    return a->temperature == b->temperature && a->top_k == b->top_k && a->top_p == b->top_p && a->min_p == b->min_p;
-}
-
 /* The host sampler with these truncations and no processors, u given per row. */
 static void cpu_sample(cf_backend *be, cf_tensor ids, cf_tensor logits, cf_tensor u, const cf_sample_args *sa) {
     cpu_backend *b = CPU(be);
     cinfer_error e = {0};
-    if (!b->smp || b->smp_vocab != logits.cols || !same_args(&b->smp_args, sa)) {
+    if (!b->smp || b->smp_vocab != logits.cols || !cf_sample_args_equal(&b->smp_args, sa)) {
         cf_sampler_free(b->smp);
         b->smp = NULL;
-        cf_sampling_params p = cf_sampling_default_params();
-        p.temperature = sa->temperature;
-        p.top_k = sa->top_k;
-        p.top_p = sa->top_p;
-        p.min_p = sa->min_p;
+        cf_sampling_params p = cf_sampling_truncation(sa->temperature, sa->top_k, sa->top_p, sa->min_p);
         if (logits.cols > INT32_MAX) {
             fail(b, CINFER_E_INVALID_ARGUMENT, "sample: a row of more than 2^31 logits");
             return;
