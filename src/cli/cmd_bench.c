@@ -179,13 +179,13 @@ int cf_cmd_bench(int argc, char **argv) {
         used_chunk = cf_seq_chunk(s) < n_prompt ? cf_seq_chunk(s) : (int)n_prompt;  /* positions in the longest pass */
         double a = now_s();
         st = cf_model_eval(m, s, ids, (int)n_prompt, on_device ? NULL : logits, 0, &err);
-        double b = now_s();
+        double b = now_s(), d = b;  /* cf_model_eval syncs before it returns */
         /* n_gen + 1 steps, the first untimed; each evaluates the last token and picks the next */
         int32_t next = 0;
         for (long t = 0; t <= n_gen && st == CINFER_OK; t++) {
             if (t == 1) {
                 st = m->be->ops->sync(m->be, &err);
-                b = now_s();
+                d = now_s();
             }
             if (on_device) {
                 st = t == 0 ? cf_model_pick_last(m, s, &greedy, 0, &next, &err) : CINFER_OK;
@@ -201,7 +201,7 @@ int cf_cmd_bench(int argc, char **argv) {
         if (st != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
         if (r < 0) continue;
         pre[r] = n_prompt / (b - a);
-        dec[r] = n_gen / (c - b);
+        dec[r] = n_gen / (c - d);
     }
     {
         double prefill = median(pre, (int)reps), decode = median(dec, (int)reps);
