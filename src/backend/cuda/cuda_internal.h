@@ -21,6 +21,7 @@ typedef struct cfk_config {
     int gemv_unroll;    /* 16-byte weight loads per batch and lane in the GEMV kernel (two batches in flight): 2, 4 or 8 */
     int gemv_max_rows;  /* matmuls with at most this many activation rows use the GEMV kernel, the rest cuBLAS */
     int gemv_warps;     /* warps per SM a GEMV aims to keep busy: fewer weight rows than that are split over warps */
+    int gemv_block_warps;   /* warps per GEMV block (2, 4 or 8): smaller blocks leave a shorter tail at the end of a launch */
     int fuse;           /* merge consecutive ops into one launch (cuda_backend.c) */
     int attn_bc;        /* keys per tile of the prefill attention kernel for head size 128: 32 (faster on the H200) or 64 */
     int n_sm;

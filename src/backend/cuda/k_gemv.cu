@@ -55,7 +55,7 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
      * 4096x14336 92% of copy bandwidth with 4 warps a row, 81% with 2) */
     const int64_t warps = (int64_t)cfk_cfg.n_sm * cfk_cfg.gemv_warps * (k >= 8192 ? 4 : 1);
     while (wpr < 8 && rows * wpr * 2 <= warps && k / 8 >= (int64_t)wpr * 64) wpr *= 2;
-    const int rpb = 8 / wpr;
+    const int bw = cfk_cfg.gemv_block_warps > wpr ? cfk_cfg.gemv_block_warps : wpr, rpb = bw / wpr;
     for (int64_t r0 = 0; r0 < x.rows; r0 += 8) {
         const int n = (int)(x.rows - r0 < 8 ? x.rows - r0 : 8);
         cf_tensor xs = cf_rows(x, r0, n);
@@ -65,6 +65,7 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
         g.k = k;
         g.n = n;
         g.wpr = wpr;
+        g.block_warps = bw;
         g.nseg = j->n_seg;
         g.add_seg = j->add_seg;
         g.act = (int)j->act;

@@ -26,7 +26,7 @@ struct Seg {
 struct GemvArgs {
     const void *x;
     int64_t xstride, k;
-    int n, wpr, nseg, add_seg, act;
+    int n, wpr, block_warps, nseg, add_seg, act;   /* block_warps: a multiple of wpr, at most 8 */
     Seg s0, s1, s2;
     TV add, glu;   /* .p NULL: none */
 };
@@ -75,10 +75,10 @@ __device__ __forceinline__ float act_fn(int act, float g) {
 
 template <int NX, int U, typename WT, typename XT, bool PAIR>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rpb = g.block_warps / g.wpr;
     const int si = PAIR ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
     const Seg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
-    const int64_t j = ((int64_t)blockIdx.x - S.block0) * (8 / g.wpr) + warp / g.wpr;
+    const int64_t j = ((int64_t)blockIdx.x - S.block0) * rpb + warp / g.wpr;
     const int sub = warp % g.wpr;
     const bool row_ok = j < S.d;
     const int64_t nch = row_ok ? g.k / 8 : 0, total = PAIR ? 2 * nch : nch, step = (int64_t)g.wpr * 32;
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
 
 template <int NX, int U, typename WT, typename XT, bool PAIR>
 static cudaError_t go(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
-    return launch(gemv_kernel<NX, U, WT, XT, PAIR>, dim3((unsigned)blocks), dim3(256), 0, st, g);
+    return launch(gemv_kernel<NX, U, WT, XT, PAIR>, dim3((unsigned)blocks), dim3((unsigned)g.block_warps * 32), 0, st, g);
 }
 
 /* Loads per batch (two batches in flight per lane): cfk_cfg.gemv_unroll (2, 4 or 8) for the common bf16
