@@ -19,7 +19,8 @@
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
-cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 2, .gemv_max_rows = 8, .gemv_warps = 32, .gemv_block_warps = 4, .fuse = 1, .attn_bc = 32, .n_sm = 132};
+cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 2, .gemv_max_rows = 8, .gemv_warps = 32, .gemv_block_warps = 4, .fuse = 1, .attn_bc = 32, .attn_hpb = 2,
+                      .n_sm = 132};
 
 /* An op held back to be merged with the next (see pend_* below). */
 typedef enum pend_kind { PEND_NONE, PEND_GEMV, PEND_ROPE, PEND_KV } pend_kind;
@@ -710,6 +711,8 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     if (cfk_cfg.gemv_block_warps != 2 && cfk_cfg.gemv_block_warps != 8) cfk_cfg.gemv_block_warps = 4;
     cfk_cfg.fuse = env_int("CINFER_CUDA_FUSE", 1);
     cfk_cfg.attn_bc = env_int("CINFER_ATTN_BC", 32);
+    /* 2: Llama-3-8B prefill of 4096 tokens at 29359 tokens/s on the H200, against 28922 with 1 and 27674 with 4 */
+    cfk_cfg.attn_hpb = env_int("CINFER_ATTN_HPB", 2);
 
     cuda_backend *b = calloc(1, sizeof *b);
     if (!b) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");

@@ -24,6 +24,7 @@ typedef struct cfk_config {
     int gemv_block_warps;   /* warps per GEMV block (2, 4 or 8): smaller blocks leave a shorter tail at the end of a launch */
     int fuse;           /* merge consecutive ops into one launch (cuda_backend.c) */
     int attn_bc;        /* keys per tile of the prefill attention kernel for head size 128: 32 (faster on the H200) or 64 */
+    int attn_hpb;       /* query heads of one GQA group per prefill attention block, sharing its K/V tiles: 1, 2 or 4 */
     int n_sm;
 } cfk_config;
 extern cfk_config cfk_cfg;

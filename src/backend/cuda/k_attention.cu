@@ -7,8 +7,9 @@
  *   query); each lane scores one key, the warp keeps a running max and sum, and accumulates V with lanes
  *   across dimensions.
  * - attn_mma_kernel (prefill, >= 16 queries, bf16 caches, head size 64/128/256): FlashAttention-2 on
- *   tensor cores (mma.sync m16n8k16 bf16, f32 accumulation). A block of 4 warps takes 64 queries of one
- *   head; K/V tiles stream through shared memory with cp.async, double-buffered; scores stay in registers.
+ *   tensor cores (mma.sync m16n8k16 bf16, f32 accumulation). A block takes 64 queries of 1, 2 or 4 heads
+ *   of one GQA group (4 warps a head), which share its K/V tiles; they stream through shared memory with
+ *   cp.async, double-buffered; scores stay in registers.
  *
  * When a launch has more than one split per (query, head), each split writes (max, sum, unnormalized
  * output) to scratch and attn_reduce_kernel combines them. Scores are kept in log2 units (exp2). */
@@ -201,14 +202,15 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(AttnP P) {
         l = l * corr + warp_sum(pj);
 #pragma unroll
         for (int j = 0; j < VL; j++) o[j] *= corr;
-        const int nk = min(32, k1 - base);
+        const int nk = min(32, k1 - base), slot0 = base % P.cap;
 #pragma unroll
         for (int t0 = 0; t0 < 32; t0 += 16) {
             KT vv[16][VL];
 #pragma unroll
             for (int t = 0; t < 16; t++) {
-                const int key = base + min(t0 + t, nk - 1);   /* past the end: a valid row, weighted 0 */
-                const KT *vr = V + (int64_t)(key % P.cap) * P.vstride;
+                int slot = slot0 + min(t0 + t, nk - 1);   /* past the end: a valid row, weighted 0 */
+                while (slot >= P.cap) slot -= P.cap;
+                const KT *vr = V + (int64_t)slot * P.vstride;
 #pragma unroll
                 for (int j = 0; j < VL; j += 2) *reinterpret_cast<uint32_t *>(&vv[t][j]) = *reinterpret_cast<const uint32_t *>(vr + j);
             }
@@ -323,37 +325,38 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-template <int D, int BC>
-constexpr size_t mma_smem() { return (size_t)(64 + 4 * BC) * (D + 8) * 2; }
+template <int D, int BC, int HPB>
+constexpr size_t mma_smem() { return (size_t)(64 * HPB + 4 * BC) * (D + 8) * 2; }
 
-template <int D, int BC>
-__global__ void __launch_bounds__(128) attn_mma_kernel(AttnP P) {
+template <int D, int BC, int HPB>
+__global__ void __launch_bounds__(128 * HPB) attn_mma_kernel(AttnP P) {
     constexpr int LD = D + 8;   /* padded row: ldmatrix rows land in distinct banks */
     extern __shared__ __align__(16) unsigned char smem[];
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(smem);
-    __nv_bfloat16 *Ks = Qs + 64 * LD, *Vs = Ks + 2 * BC * LD;
-    const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, split = blockIdx.z;   /* longest rows first */
+    __nv_bfloat16 *Ks = Qs + 64 * HPB * LD, *Vs = Ks + 2 * BC * LD;
+    const int qt = gridDim.x - 1 - blockIdx.x, h0 = blockIdx.y * HPB, split = blockIdx.z;   /* longest rows first */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int h = h0 + warp / 4, wr = warp % 4;   /* this warp's head, and its 16 rows of the 64 */
     pdl_wait();
     pdl_launch_next();
-    const int pos0 = query_pos0(P), i0 = qt * 64, kvh = h / P.group;
+    const int pos0 = query_pos0(P), i0 = qt * 64, kvh = h0 / P.group;
     const int p_hi = pos0 + min(i0 + 63, P.n_q - 1);
     const int kb = first_key(P, pos0 + i0);
     const int chunk = ((p_hi + 1 - kb + P.n_splits - 1) / P.n_splits + BC - 1) / BC * BC;
     const int k_begin = kb + split * chunk, k_end = min(p_hi + 1, k_begin + chunk);
 
-    for (int idx = threadIdx.x; idx < 64 * D; idx += 128) {
-        const int r = idx / D, c = idx % D;
-        const float v = i0 + r < P.n_q ? ld_elem(P.q, P.qdt, (int64_t)(i0 + r) * P.qstride + (int64_t)h * D + c) : 0.0f;
-        Qs[r * LD + c] = __float2bfloat16_rn(v);
+    for (int idx = threadIdx.x; idx < HPB * 64 * D; idx += blockDim.x) {
+        const int hb = idx / (64 * D), r = idx / D % 64, c = idx % D;
+        const float v = i0 + r < P.n_q ? ld_elem(P.q, P.qdt, (int64_t)(i0 + r) * P.qstride + (int64_t)(h0 + hb) * D + c) : 0.0f;
+        Qs[(hb * 64 + r) * LD + c] = __float2bfloat16_rn(v);
     }
     const __nv_bfloat16 *Kg = (const __nv_bfloat16 *)P.k + (int64_t)kvh * D, *Vg = (const __nv_bfloat16 *)P.v + (int64_t)kvh * D;
     auto load_kv = [&](int stage, int kt) {
-        for (int idx = threadIdx.x; idx < BC * (D / 8); idx += 128) {
+        for (int idx = threadIdx.x; idx < BC * (D / 8); idx += blockDim.x) {
             const int r = idx / (D / 8), ch = idx % (D / 8), kp = kt + r;
             __nv_bfloat16 *dk = Ks + (stage * BC + r) * LD + ch * 8, *dv = Vs + (stage * BC + r) * LD + ch * 8;
             if (kp < k_end) {
-                const int64_t slot = kp % P.cap;
+                const int64_t slot = kp < P.cap ? kp : kp % P.cap;
                 cp_async16(dk, Kg + slot * P.kstride + ch * 8);
                 cp_async16(dv, Vg + slot * P.vstride + ch * 8);
             } else {   /* zeros, not garbage: a masked score's zero weight times NaN would be NaN */
@@ -368,8 +371,9 @@ __global__ void __launch_bounds__(128) attn_mma_kernel(AttnP P) {
 #pragma unroll
     for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};
-    const int qp0 = pos0 + i0 + warp * 16 + g;   /* position of this thread's first row; the second is +8 */
+    const int qp0 = pos0 + i0 + wr * 16 + g;   /* position of this thread's first row; the second is +8 */
     const float sl = P.softcap > 0 ? P.scale : P.scale * LOG2E;
+    const __nv_bfloat16 *Qw = Qs + (warp / 4 * 64 + wr * 16) * LD;
 
     int stage = 0;
     if (k_begin < k_end) load_kv(0, k_begin);
@@ -388,7 +392,7 @@ __global__ void __launch_bounds__(128) attn_mma_kernel(AttnP P) {
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
             uint32_t a[4];
-            ldsm_x4(a, Qs + (warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+            ldsm_x4(a, Qw + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8);
 #pragma unroll
             for (int j = 0; j < BC / 8; j += 2) {
                 uint32_t b[4];
@@ -457,7 +461,7 @@ __global__ void __launch_bounds__(128) attn_mma_kernel(AttnP P) {
     for (int r = 0; r < 2; r++) {
         l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 1);
         l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 2);
-        const int i = i0 + warp * 16 + g + 8 * r;
+        const int i = i0 + wr * 16 + g + 8 * r;
         if (i >= P.n_q) continue;
         if (P.n_splits == 1) {
             const float inv = 1.0f / l_r[r];
@@ -490,6 +494,14 @@ static bool use_mma(cf_tensor k, cf_tensor v, const cf_attn_args *a) {
 /* keys per tile: 32 for head size 256 (registers); for 128, cfk_cfg.attn_bc (64, or 32: more blocks per SM) */
 static int mma_bc(int D) { return D == 256 ? 32 : D == 128 && cfk_cfg.attn_bc == 32 ? 32 : 64; }
 
+/* query heads per block (sharing each K/V tile): cfk_cfg.attn_hpb, at most 2 for head size 256, and a
+ * divisor of the GQA group */
+static int mma_hpb(const cf_attn_args *a) {
+    int hpb = a->head_dim == 256 && cfk_cfg.attn_hpb > 2 ? 2 : cfk_cfg.attn_hpb;
+    while (hpb > 1 && (a->n_heads / a->n_kv_heads) % hpb) hpb /= 2;
+    return hpb < 1 ? 1 : hpb;
+}
+
 /* the latency-tuned decode kernel: 16-bit caches, head size 64/128/256, 16-byte aligned rows */
 static bool use_decode(cf_tensor k, cf_tensor v, const cf_attn_args *a) {
     const int D = a->head_dim;
@@ -500,7 +512,7 @@ static bool use_decode(cf_tensor k, cf_tensor v, const cf_attn_args *a) {
 static int n_splits(cf_tensor k, cf_tensor v, const cf_attn_args *a, int max_keys) {
     int64_t base, limit, cap;
     if (use_mma(k, v, a)) {
-        base = ceil_div(a->n_q, 64) * a->n_heads;
+        base = ceil_div(a->n_q, 64) * (a->n_heads / mma_hpb(a));
         limit = ceil_div(max_keys, 4 * mma_bc(a->head_dim));
         cap = 64;
     } else {
@@ -508,7 +520,7 @@ static int n_splits(cf_tensor k, cf_tensor v, const cf_attn_args *a, int max_key
         limit = ceil_div(max_keys, use_decode(k, v, a) ? 128 : 32);
         cap = 256;
     }
-    int64_t want = ceil_div(4 * (int64_t)cfk_cfg.n_sm, base);
+    int64_t want = ceil_div(4 * (int64_t)cfk_cfg.n_sm, base);   /* 4 blocks per SM (8 or 16: slower decode at 4096 keys) */
     if (want > limit) want = limit;
     if (want > cap) want = cap;
     return want < 1 ? 1 : (int)want;
@@ -519,9 +531,18 @@ extern "C" size_t cfk_attention_scratch(cf_tensor k, cf_tensor v, const cf_attn_
     return s == 1 ? 0 : (size_t)a->n_q * a->n_heads * s * (a->v_head_dim + 2) * sizeof(float);
 }
 
+template <int D, int BC, int HPB>
+static cudaError_t mma_attr() {
+    return cudaFuncSetAttribute(attn_mma_kernel<D, BC, HPB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mma_smem<D, BC, HPB>());
+}
+
 template <int D, int BC>
 static cudaError_t mma_init() {
-    return cudaFuncSetAttribute(attn_mma_kernel<D, BC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mma_smem<D, BC>());
+    cudaError_t e = mma_attr<D, BC, 1>();
+    if (e == cudaSuccess) e = mma_attr<D, BC, 2>();
+    if constexpr (D <= 128)
+        if (e == cudaSuccess) e = mma_attr<D, BC, 4>();
+    return e;
 }
 
 extern "C" cudaError_t cfk_init(void) {
@@ -530,6 +551,14 @@ extern "C" cudaError_t cfk_init(void) {
     if (e == cudaSuccess) e = mma_init<128, 32>();
     if (e == cudaSuccess) e = mma_init<256, 32>();
     return e;
+}
+
+template <int D, int BC>
+static cudaError_t mma_launch(cudaStream_t st, dim3 grid, int hpb, const AttnP &P) {
+    if constexpr (D <= 128)
+        if (hpb == 4) return launch(attn_mma_kernel<D, BC, 4>, grid, dim3(512), mma_smem<D, BC, 4>(), st, P);
+    if (hpb == 2) return launch(attn_mma_kernel<D, BC, 2>, grid, dim3(256), mma_smem<D, BC, 2>(), st, P);
+    return launch(attn_mma_kernel<D, BC, 1>, grid, dim3(128), mma_smem<D, BC, 1>(), st, P);
 }
 
 extern "C" cudaError_t cfk_attention(cudaStream_t st, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a,
@@ -542,11 +571,12 @@ extern "C" cudaError_t cfk_attention(cudaStream_t st, cf_tensor out, cf_tensor q
     const bool mma = use_mma(k, v, a);
     if (!mma && (int64_t)a->n_q * a->n_heads <= CFK_ATTN_COUNTERS) P.counters = counters;
     if (mma) {
-        dim3 grid((unsigned)ceil_div(a->n_q, 64), (unsigned)a->n_heads, (unsigned)P.n_splits);
-        if (a->head_dim == 64) e = launch(attn_mma_kernel<64, 64>, grid, dim3(128), mma_smem<64, 64>(), st, P);
-        else if (a->head_dim == 128 && mma_bc(128) == 32) e = launch(attn_mma_kernel<128, 32>, grid, dim3(128), mma_smem<128, 32>(), st, P);
-        else if (a->head_dim == 128) e = launch(attn_mma_kernel<128, 64>, grid, dim3(128), mma_smem<128, 64>(), st, P);
-        else e = launch(attn_mma_kernel<256, 32>, grid, dim3(128), mma_smem<256, 32>(), st, P);
+        const int hpb = mma_hpb(a);
+        dim3 grid((unsigned)ceil_div(a->n_q, 64), (unsigned)(a->n_heads / hpb), (unsigned)P.n_splits);
+        if (a->head_dim == 64) e = mma_launch<64, 64>(st, grid, hpb, P);
+        else if (a->head_dim == 128 && mma_bc(128) == 32) e = mma_launch<128, 32>(st, grid, hpb, P);
+        else if (a->head_dim == 128) e = mma_launch<128, 64>(st, grid, hpb, P);
+        else e = mma_launch<256, 32>(st, grid, hpb, P);
     } else if (use_decode(k, v, a)) {
         dim3 grid((unsigned)P.n_splits, (unsigned)a->n_heads, (unsigned)a->n_q);
         if (k.dtype == CF_BF16) {
