@@ -49,6 +49,45 @@ __device__ __forceinline__ float *part_at(const AttnP &P, int i, int h, int spli
 
 __device__ void merge_if_last(const AttnP &P, int i, int h);
 
+/* The keys [k0, k1) of one split of the visible range of query i; splits start a multiple of align keys
+ * apart. */
+struct KeyRange {
+    int k0, k1;
+};
+__device__ __forceinline__ KeyRange key_range(const AttnP &P, int i, int split, int align) {
+    const int p = query_pos0(P) + i, lo = first_key(P, p);
+    const int chunk = ((p - lo + 1 + P.n_splits - 1) / P.n_splits + align - 1) / align * align;
+    const int k0 = lo + split * chunk;
+    return KeyRange{k0, min(p + 1, k0 + chunk)};
+}
+
+/* A split with nothing to see still counts towards the merge. */
+__device__ __forceinline__ void empty_split(const AttnP &P, int i, int h, float *part) {
+    if (threadIdx.x == 0) { part[0] = -INFINITY; part[1] = 0.0f; }
+    merge_if_last(P, i, h);
+}
+
+/* The block's 4 warps each hold (max m, sum l, unnormalized outputs wo[warp][0 .. Dv-1]): combined, then
+ * written as the output (one split) or as this split's partial result, which the last split merges. */
+template <int W>
+__device__ void combine_warps(const AttnP &P, int i, int h, float *part, const float *wm, const float *wl, const float (*wo)[W]) {
+    const float M = fmaxf(fmaxf(wm[0], wm[1]), fmaxf(wm[2], wm[3]));
+    float f[4], L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        f[w] = wm[w] == -INFINITY ? 0.0f : exp2f(wm[w] - M);
+        L += wl[w] * f[w];
+    }
+    for (int c = threadIdx.x; c < P.Dv; c += blockDim.x) {
+        const float v = wo[0][c] * f[0] + wo[1][c] * f[1] + wo[2][c] * f[2] + wo[3][c] * f[3];
+        if (P.n_splits == 1) st(P.out, i, (int64_t)h * P.Dv + c, v / L);
+        else part[2 + c] = v;
+    }
+    if (P.n_splits == 1) return;
+    if (threadIdx.x == 0) { part[0] = M; part[1] = L; }
+    merge_if_last(P, i, h);
+}
+
 /* ---- decode: one lane per key ---- */
 
 template <typename KT>
@@ -84,15 +123,10 @@ __global__ void __launch_bounds__(128) attn_split_kernel(AttnP P, bool vec) {
     pdl_launch_next();
     const int split = blockIdx.x, h = blockIdx.y, i = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int p = query_pos0(P) + i, lo = first_key(P, p);
-    const int chunk = ((p - lo + 1 + P.n_splits - 1) / P.n_splits + 31) & ~31;
-    const int k0 = lo + split * chunk, k1 = min(p + 1, k0 + chunk);
+    const KeyRange kr = key_range(P, i, split, 32);
+    const int k0 = kr.k0, k1 = kr.k1;
     float *part = part_at(P, i, h, split);
-    if (k0 >= k1) {   /* nothing to see in this split: still counts towards the merge */
-        if (threadIdx.x == 0) { part[0] = -INFINITY; part[1] = 0.0f; }
-        merge_if_last(P, i, h);
-        return;
-    }
+    if (k0 >= k1) return empty_split(P, i, h, part);
     const int kvh = h / P.group;
     for (int c = threadIdx.x; c < P.D; c += blockDim.x)
         qs[c] = ld_elem(P.q, P.qdt, i * P.qstride + (int64_t)h * P.D + c) * P.scale;
@@ -130,21 +164,7 @@ __global__ void __launch_bounds__(128) attn_split_kernel(AttnP P, bool vec) {
     for (int j = 0; j < OJ; j++)
         if (lane + 32 * j < P.Dv) wo[warp][lane + 32 * j] = o[j];
     __syncthreads();
-    const float M = fmaxf(fmaxf(wm[0], wm[1]), fmaxf(wm[2], wm[3]));
-    float f[4], L = 0.0f;
-#pragma unroll
-    for (int w = 0; w < 4; w++) {
-        f[w] = wm[w] == -INFINITY ? 0.0f : exp2f(wm[w] - M);
-        L += wl[w] * f[w];
-    }
-    for (int c = threadIdx.x; c < P.Dv; c += blockDim.x) {
-        const float v = wo[0][c] * f[0] + wo[1][c] * f[1] + wo[2][c] * f[2] + wo[3][c] * f[3];
-        if (P.n_splits == 1) st(P.out, i, (int64_t)h * P.Dv + c, v / L);
-        else part[2 + c] = v;
-    }
-    if (P.n_splits == 1) return;
-    if (threadIdx.x == 0) { part[0] = M; part[1] = L; }
-    merge_if_last(P, i, h);
+    combine_warps(P, i, h, part, wm, wl, wo);
 }
 
 /* The same for 16-bit caches and head sizes 64/128/256, written for latency: each lane's key row is
@@ -160,15 +180,10 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(AttnP P) {
     pdl_launch_next();
     const int split = blockIdx.x, h = blockIdx.y, i = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int p = query_pos0(P) + i, lo = first_key(P, p);
-    const int chunk = ((p - lo + 1 + P.n_splits - 1) / P.n_splits + 127) & ~127;
-    const int k0 = lo + split * chunk, k1 = min(p + 1, k0 + chunk);
+    const KeyRange kr = key_range(P, i, split, 128);
+    const int k0 = kr.k0, k1 = kr.k1;
     float *part = part_at(P, i, h, split);
-    if (k0 >= k1) {
-        if (threadIdx.x == 0) { part[0] = -INFINITY; part[1] = 0.0f; }
-        merge_if_last(P, i, h);
-        return;
-    }
+    if (k0 >= k1) return empty_split(P, i, h, part);
     const int kvh = h / P.group;
     for (int c = threadIdx.x; c < D; c += blockDim.x) qs[c] = ld_elem(P.q, P.qdt, i * P.qstride + (int64_t)h * D + c) * P.scale;
     __syncthreads();
@@ -227,21 +242,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(AttnP P) {
 #pragma unroll
     for (int j = 0; j < VL; j++) wo[warp][lane * VL + j] = o[j];
     __syncthreads();
-    const float M = fmaxf(fmaxf(wm[0], wm[1]), fmaxf(wm[2], wm[3]));
-    float f[4], L = 0.0f;
-#pragma unroll
-    for (int w = 0; w < 4; w++) {
-        f[w] = wm[w] == -INFINITY ? 0.0f : exp2f(wm[w] - M);
-        L += wl[w] * f[w];
-    }
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        const float v = wo[0][c] * f[0] + wo[1][c] * f[1] + wo[2][c] * f[2] + wo[3][c] * f[3];
-        if (P.n_splits == 1) st(P.out, i, (int64_t)h * D + c, v / L);
-        else part[2 + c] = v;
-    }
-    if (P.n_splits == 1) return;
-    if (threadIdx.x == 0) { part[0] = M; part[1] = L; }
-    merge_if_last(P, i, h);
+    combine_warps(P, i, h, part, wm, wl, wo);
 }
 
 /* out[i, head h] = the splits' partial results merged (read past L1: other blocks wrote them). */

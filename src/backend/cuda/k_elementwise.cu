@@ -147,17 +147,19 @@ __device__ __forceinline__ int64_t kv_slot(const cfk_kv_args &s, int64_t i) {
     return (s.pos.data ? (int64_t)((const int32_t *)s.pos.data)[i * s.pos.stride] : s.pos0 + i) % s.cap;
 }
 
+/* Row i of s.src[which] into its cache slot, the row spread over the threads of grid z. */
+__device__ __forceinline__ void store_row(const cfk_kv_args &s, int which, int64_t i) {
+    const TV src = tv(s.src[which]), cache = tv(s.cache[which]);
+    const int64_t slot = kv_slot(s, i);
+    for (int64_t c = (int64_t)blockIdx.z * blockDim.x + threadIdx.x; c < s.src[which].cols; c += (int64_t)gridDim.z * blockDim.x)
+        st(cache, slot, c, ld(src, i, c));
+}
+
 __global__ void rope_kernel(RopeArgs a) {
     pdl_wait();
     pdl_launch_next();
     const int64_t t = blockIdx.x;
-    if (blockIdx.y == 2) {   /* the v store */
-        const TV src = tv(a.s.src[1]), cache = tv(a.s.cache[1]);
-        const int64_t slot = kv_slot(a.s, t);
-        for (int64_t c = (int64_t)blockIdx.z * blockDim.x + threadIdx.x; c < a.s.src[1].cols; c += (int64_t)gridDim.z * blockDim.x)
-            st(cache, slot, c, ld(src, t, c));
-        return;
-    }
+    if (blockIdx.y == 2) return store_row(a.s, 1, t);   /* the v store */
     const TV x = blockIdx.y ? a.x[1] : a.x[0];
     const int n_heads = blockIdx.y ? a.n_heads[1] : a.n_heads[0];
     const bool store = blockIdx.y == 1 && a.s.n > 0;   /* x[1] (k) also goes to the cache */
@@ -200,28 +202,15 @@ extern "C" cudaError_t cfk_rope(cudaStream_t st, int n, const cf_tensor *x, cons
     return launch(rope_kernel, dim3((unsigned)x[0].rows, (unsigned)(a.s.n == 2 ? 3 : n), zb), dim3(threads), 0, st, a);
 }
 
-struct KvArgs {
-    TV cache[2], src[2];
-    int64_t cols[2];
-    cfk_kv_args s;
-};
-
-__global__ void kv_store_kernel(KvArgs a) {
+__global__ void kv_store_kernel(cfk_kv_args s) {
     pdl_wait();
     pdl_launch_next();
-    const int64_t i = blockIdx.x;
-    const TV cache = blockIdx.y ? a.cache[1] : a.cache[0], src = blockIdx.y ? a.src[1] : a.src[0];
-    const int64_t cols = blockIdx.y ? a.cols[1] : a.cols[0];
-    const int64_t slot = kv_slot(a.s, i);
-    for (int64_t c = (int64_t)blockIdx.z * blockDim.x + threadIdx.x; c < cols; c += (int64_t)gridDim.z * blockDim.x)
-        st(cache, slot, c, ld(src, i, c));
+    store_row(s, blockIdx.y, blockIdx.x);
 }
 
 extern "C" cudaError_t cfk_kv_store(cudaStream_t st, const cfk_kv_args *s) {
-    const int n = s->n;
-    KvArgs a = {{tv(s->cache[0]), tv(s->cache[n - 1])}, {tv(s->src[0]), tv(s->src[n - 1])}, {s->src[0].cols, s->src[n - 1].cols}, *s};
-    const int64_t cols = a.cols[0] > a.cols[1] ? a.cols[0] : a.cols[1];
-    return launch(kv_store_kernel, dim3((unsigned)s->src[0].rows, (unsigned)n, col_blocks(cols, 256)), dim3(256), 0, st, a);
+    const int64_t cols = s->n > 1 && s->src[1].cols > s->src[0].cols ? s->src[1].cols : s->src[0].cols;
+    return launch(kv_store_kernel, dim3((unsigned)s->src[0].rows, (unsigned)s->n, col_blocks(cols, 256)), dim3(256), 0, st, *s);
 }
 
 __global__ void convert_kernel(void *dst, int to, const void *src, int from, int64_t n) {
