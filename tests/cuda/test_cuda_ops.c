@@ -414,6 +414,67 @@ static void test_attention(void) {
  * against the CPU, with full and half (partial) rotary dims. The GPU rounds h, q, k, v, att, gate and up
  * to bf16 and the CPU does not, and the roundings chain through the layer, so 2e-2 of max |ref|. 12 rows
  * take cuBLAS and unmerged ops. */
+/* q, k, v projections of 1 and 3 rows followed by RoPE of q and k and both KV stores: merged into the
+ * GEMV (whose blocks rotate row pairs), or, for the long-row shape whose rows are split over all warps of
+ * a block, the GEMV then RoPE and store launches; stores by position tensor and by pos0. */
+static void test_qkv_rope(void) {
+    const struct { int D, H, KVH, HD; const char *what; } cs[] = {
+        {512, 8, 2, 64, "in the GEMV"},
+        {2048, 4, 1, 64, "long rows: separate launches"},
+    };
+    const int cap = 16, pos0 = 13;
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        const int D = cs[ci].D, H = cs[ci].H, KVH = cs[ci].KVH, HD = cs[ci].HD;
+        cf_dtype a = gpu->act_dtype;
+        pair wq = mkw(H * HD, D, -0.08f, 0.08f), bq = mkw(1, H * HD, -0.5f, 0.5f);
+        pair wk = mkw(KVH * HD, D, -0.08f, 0.08f), wv = mkw(KVH * HD, D, -0.08f, 0.08f);
+        float *f = hrand(HD / 2, 0, 0);
+        for (int i = 0; i < HD / 2; i++) f[i] = powf(10000.0f, -2.0f * i / HD);
+        pair inv = mk(CF_F32, 1, HD / 2, f);
+        for (int v = 0; v < 4; v++) {
+            const int n = v % 2 ? 3 : 1, by_pos = v >= 2;
+            float pv[3];
+            for (int i = 0; i < n; i++) pv[i] = (float)(pos0 + i);
+            pair pos = mk(CF_I32, n, 1, pv), h = mk(a, n, D, hrand((size_t)n * D, -1, 1));
+            pair q = mk(a, n, H * HD, NULL), k = mk(a, n, KVH * HD, NULL), vv = mk(a, n, KVH * HD, NULL);
+            pair kc = mk(a, cap, KVH * HD, NULL), vc = mk(a, cap, KVH * HD, NULL);
+            fill_cache(&kc, a, 0, pos0, cap);
+            fill_cache(&vc, a, 0, pos0, cap);
+            for (int side = 0; side < 2; side++) {
+                cf_backend *b = side ? gpu : cpu;
+                const cf_backend_ops *op = b->ops;
+                cf_tensor none = {0};
+#define T(p) (side ? (p).g : (p).c)
+                op->matmul(b, T(q), T(h), T(wq), T(bq));
+                op->matmul(b, T(k), T(h), T(wk), none);
+                op->matmul(b, T(vv), T(h), T(wv), none);
+                op->rope(b, T(q), T(pos), H, HD, HD, T(inv));
+                op->rope(b, T(k), T(pos), KVH, HD, HD, T(inv));
+                if (by_pos) {
+                    op->kv_store_pos(b, T(kc), T(k), T(pos), cap);
+                    op->kv_store_pos(b, T(vc), T(vv), T(pos), cap);
+                } else {
+                    op->kv_store(b, T(kc), T(k), pos0, cap);
+                    op->kv_store(b, T(vc), T(vv), pos0, cap);
+                }
+#undef T
+            }
+            const char *parts[] = {"q (rotated)", "k (rotated)", "k cache", "v cache"};
+            pair *got[] = {&q, &k, &kc, &vc};
+            for (int i = 0; i < 4; i++) {
+                char name[128];
+                snprintf(name, sizeof name, "qkv+rope+store %s, %d row%s, %s: %s", cs[ci].what, n, n > 1 ? "s" : "", by_pos ? "pos" : "pos0",
+                         parts[i]);
+                cmp(name, *got[i], 2e-2);
+            }
+            pair *all[] = {&pos, &h, &q, &k, &vv, &kc, &vc};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+        }
+        pair *w[] = {&wq, &bq, &wk, &wv, &inv};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) drop(w[i]);
+    }
+}
+
 static void test_layer(void) {
     const int D = 512, H = 8, KVH = 2, HD = 64, F = 1536, cap = 64, pos0 = 20;
     cf_dtype a = gpu->act_dtype;
@@ -723,6 +784,7 @@ int main(int argc, char **argv) {
     test_matmul();
     test_attention();
     test_layer();
+    test_qkv_rope();
     test_sampling();
     test_graph();
     if (gpu->ops->sync(gpu, &e)) {

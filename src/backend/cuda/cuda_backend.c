@@ -19,8 +19,8 @@
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
-cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 2, .gemv_max_rows = 8, .gemv_warps = 32, .gemv_block_warps = 4, .fuse = 1, .attn_bc = 32, .attn_hpb = 2,
-                      .n_sm = 132};
+cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 2, .gemv_max_rows = 8, .gemv_warps = 32, .gemv_block_warps = 4, .fuse = 1, .fuse_rope = 1,
+                      .attn_bc = 32, .attn_hpb = 2, .n_sm = 132};
 
 /* An op held back to be merged with the next (see pend_* below). */
 typedef enum pend_kind { PEND_NONE, PEND_GEMV, PEND_ROPE, PEND_KV } pend_kind;
@@ -102,8 +102,9 @@ static int empty(cf_tensor t) { return t.rows <= 0 || t.cols <= 0; }
 /* ---- merging ops (cfk_cfg.fuse) ----
  * The model calls ops one at a time; a decode step is dozens of tiny launches whose fixed costs add up.
  * So some ops are held back and merged with the next when it fits: matmuls on the same activations
- * (q, k, v; gate, up) become one GEMV launch, a following residual add or GLU is folded into it, and the
- * two RoPEs of a layer and its two KV stores go out as one launch. Anything else, and every transfer,
+ * (q, k, v; gate, up) become one GEMV launch, and a following residual add or GLU, or the RoPEs and KV
+ * stores of its products, are folded into it; else the two RoPEs of a layer and its two KV stores go out
+ * as one launch. Anything else, and every transfer,
  * sync, allocation and graph boundary, first launches what is held. Merging never reorders: an op joins
  * only when it reads nothing the held ops write and writes nothing they touch. */
 
@@ -130,11 +131,18 @@ static void flush(cuda_backend *b) {
     p->kind = PEND_NONE;
 }
 
+/* whether a held GEMV already has RoPEs or stores merged in (then nothing else joins it) */
+static int folded(const cfk_gemv_job *j) {
+    for (int s = 0; s < j->n_seg; s++)
+        if (j->rope[s] || j->cache[s].data) return 1;
+    return 0;
+}
+
 /* a matmul joins a held GEMV on the same activations */
 static int pend_gemv(cuda_backend *b, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
     cfk_gemv_job *j = &b->pend.gemv;
     if (b->pend.kind != PEND_GEMV || !same_view(j->x, x) || j->n_seg == CFK_MAX_SEG || j->w[0].dtype != w.dtype || j->add.data ||
-        j->glu_out.data || overlaps(out, x))
+        j->glu_out.data || folded(j) || overlaps(out, x))
         return 0;
     for (int s = 0; s < j->n_seg; s++)
         if (overlaps(out, j->out[s]) || overlaps(bias, j->out[s])) return 0;
@@ -148,7 +156,7 @@ static int pend_gemv(cuda_backend *b, cf_tensor out, cf_tensor x, cf_tensor w, c
 /* add(out, out, o) or add(out, o, out) right after the matmul that wrote o */
 static int pend_add(cuda_backend *b, cf_tensor out, cf_tensor a, cf_tensor c) {
     cfk_gemv_job *j = &b->pend.gemv;
-    if (b->pend.kind != PEND_GEMV || j->add.data || j->glu_out.data) return 0;
+    if (b->pend.kind != PEND_GEMV || j->add.data || j->glu_out.data || folded(j)) return 0;
     cf_tensor o = j->out[j->n_seg - 1];
     if (!((same_view(a, out) && same_view(c, o)) || (same_view(c, out) && same_view(a, o))) || overlaps(out, j->x)) return 0;
     for (int s = 0; s < j->n_seg; s++)
@@ -161,12 +169,65 @@ static int pend_add(cuda_backend *b, cf_tensor out, cf_tensor a, cf_tensor c) {
 /* glu(out, gate, up) right after the two matmuls that wrote gate and up */
 static int pend_glu(cuda_backend *b, cf_tensor out, cf_tensor gate, cf_tensor up, cf_act act) {
     cfk_gemv_job *j = &b->pend.gemv;
-    if (b->pend.kind != PEND_GEMV || j->n_seg != 2 || j->add.data || j->glu_out.data || !same_view(gate, j->out[0]) ||
+    if (b->pend.kind != PEND_GEMV || j->n_seg != 2 || j->add.data || j->glu_out.data || folded(j) || !same_view(gate, j->out[0]) ||
         !same_view(up, j->out[1]) || j->w[0].rows != j->w[1].rows || overlaps(out, j->x))
         return 0;
     if (!same_view(out, gate) && !same_view(out, up) && (overlaps(out, gate) || overlaps(out, up))) return 0;
     j->glu_out = out;
     j->act = act;
+    return 1;
+}
+
+/* The product of a held GEMV (no add or GLU) whose output is exactly t, or -1. */
+static int gemv_seg_of(cuda_backend *b, cf_tensor t) {
+    const cfk_gemv_job *j = &b->pend.gemv;
+    if (b->pend.kind != PEND_GEMV || j->add.data || j->glu_out.data) return -1;
+    for (int s = 0; s < j->n_seg; s++)
+        if (same_view(j->out[s], t)) return s;
+    return -1;
+}
+
+/* whether t overlaps anything a held GEMV reads or writes */
+static int overlaps_gemv(const cfk_gemv_job *j, cf_tensor t) {
+    if (overlaps(t, j->x) || overlaps(t, j->pos) || overlaps(t, j->inv_freq) || overlaps(t, j->store_pos)) return 1;
+    for (int s = 0; s < j->n_seg; s++)
+        if (overlaps(t, j->out[s]) || overlaps(t, j->w[s]) || overlaps(t, j->bias[s]) || overlaps(t, j->cache[s])) return 1;
+    return 0;
+}
+
+/* A RoPE over whole heads of a held GEMV's product (q or k right after the projections) is done by the
+ * GEMV's own blocks, unless that product is already stored. */
+static int gemv_rope(cuda_backend *b, cf_tensor x, cf_tensor pos, int n_heads, int head_dim, int rot_dim, cf_tensor inv) {
+    cfk_gemv_job *j = &b->pend.gemv;
+    const int s = gemv_seg_of(b, x);
+    if (s < 0 || j->rope[s] || j->cache[s].data || rot_dim != head_dim || x.cols != (int64_t)n_heads * head_dim ||
+        pos.dtype != CF_I32 || inv.dtype != CF_F32 || inv.rows != 1 || inv.cols * 2 != head_dim)
+        return 0;
+    for (int i = 0; i < j->n_seg; i++)
+        if (overlaps(pos, j->out[i]) || overlaps(inv, j->out[i])) return 0;
+    if (j->head_dim && (j->head_dim != head_dim || !same_view(j->pos, pos) || !same_view(j->inv_freq, inv))) return 0;
+    j->rope[s] = 1;
+    j->pos = pos;
+    j->inv_freq = inv;
+    j->head_dim = head_dim;
+    return 1;
+}
+
+/* A KV store of a held GEMV's product (after its RoPE, if any) is done by the GEMV's own blocks. */
+static int gemv_store(cuda_backend *b, cf_tensor cache, cf_tensor src, int pos0, cf_tensor pos, int cap) {
+    cfk_gemv_job *j = &b->pend.gemv;
+    const int s = gemv_seg_of(b, src);
+    if (s < 0 || j->cache[s].data || cache.cols != src.cols || overlaps_gemv(j, cache) || (pos.data && pos.dtype != CF_I32))
+        return 0;
+    for (int i = 0; i < j->n_seg; i++)
+        if (overlaps(pos, j->out[i])) return 0;
+    int any = 0;
+    for (int i = 0; i < j->n_seg; i++) any |= j->cache[i].data != NULL;
+    if (any && (j->cap != cap || !same_view(j->store_pos, pos) || (!pos.data && j->store_pos0 != pos0))) return 0;
+    j->cache[s] = cache;
+    j->store_pos = pos;
+    j->store_pos0 = pos0;
+    j->cap = cap;
     return 1;
 }
 
@@ -489,7 +550,9 @@ static void cuda_glu(cf_backend *be, cf_tensor out, cf_tensor gate, cf_tensor up
 static void cuda_rope(cf_backend *be, cf_tensor x, cf_tensor pos, int n_heads, int head_dim, int rot_dim, cf_tensor inv_freq) {
     cuda_backend *b = CB(be);
     if (empty(x) || rot_dim < 2) return;
-    if (cfk_cfg.fuse && pend_rope(b, x, pos, n_heads, head_dim, rot_dim, inv_freq)) return;
+    if (cfk_cfg.fuse && ((cfk_cfg.fuse_rope && gemv_rope(b, x, pos, n_heads, head_dim, rot_dim, inv_freq)) ||
+                         pend_rope(b, x, pos, n_heads, head_dim, rot_dim, inv_freq)))
+        return;
     flush(b);
     b->pend = (pending){.kind = PEND_ROPE, .n = 1, .t = {x}, .heads = {n_heads}, .pos = pos, .inv = inv_freq, .head_dim = head_dim,
                         .rot_dim = rot_dim};
@@ -498,7 +561,7 @@ static void cuda_rope(cf_backend *be, cf_tensor x, cf_tensor pos, int n_heads, i
 
 static void kv_store(cuda_backend *b, cf_tensor cache, cf_tensor src, int pos0, cf_tensor pos, int cap) {
     if (empty(src)) return;
-    if (cfk_cfg.fuse && pend_kv(b, cache, src, pos0, pos, cap)) return;
+    if (cfk_cfg.fuse && ((cfk_cfg.fuse_rope && gemv_store(b, cache, src, pos0, pos, cap)) || pend_kv(b, cache, src, pos0, pos, cap))) return;
     flush(b);
     b->pend = (pending){.kind = PEND_KV, .kv = {.n = 1, .cache = {cache}, .src = {src}, .pos0 = pos0, .cap = cap, .pos = pos}};
     if (!cfk_cfg.fuse) flush(b);
@@ -710,6 +773,7 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     cfk_cfg.gemv_block_warps = env_int("CINFER_GEMV_BLOCK_WARPS", 4);
     if (cfk_cfg.gemv_block_warps != 2 && cfk_cfg.gemv_block_warps != 8) cfk_cfg.gemv_block_warps = 4;
     cfk_cfg.fuse = env_int("CINFER_CUDA_FUSE", 1);
+    cfk_cfg.fuse_rope = env_int("CINFER_CUDA_FUSE_ROPE", 1);
     cfk_cfg.attn_bc = env_int("CINFER_ATTN_BC", 32);
     /* 2: Llama-3-8B prefill of 4096 tokens at 29359 tokens/s on the H200, against 28922 with 1 and 27674 with 4 */
     cfk_cfg.attn_hpb = env_int("CINFER_ATTN_HPB", 2);

@@ -23,6 +23,7 @@ typedef struct cfk_config {
     int gemv_warps;     /* warps per SM a GEMV aims to keep busy: fewer weight rows than that are split over warps */
     int gemv_block_warps;   /* warps per GEMV block (2, 4 or 8): smaller blocks leave a shorter tail at the end of a launch */
     int fuse;           /* merge consecutive ops into one launch (cuda_backend.c) */
+    int fuse_rope;      /* with fuse: RoPE and KV stores in the GEMV of the q, k, v projections */
     int attn_bc;        /* keys per tile of the prefill attention kernel for head size 128: 32 (faster on the H200) or 64 */
     int attn_hpb;       /* query heads of one GQA group per prefill attention block, sharing its K/V tiles: 1, 2 or 4 */
     int n_sm;
@@ -71,6 +72,15 @@ typedef struct cfk_gemv_job {
     int add_seg;
     cf_tensor glu_out;   /* data NULL: none */
     cf_act act;
+    /* then RoPE of the products with rope[s] set (whole heads of head_dim, positions pos, frequencies
+     * inv_freq), and a KV-cache store of those with cache[s].data set (slots store_pos[r] % cap, or
+     * (store_pos0 + r) % cap when store_pos.data is NULL) */
+    int rope[CFK_MAX_SEG];
+    cf_tensor pos, inv_freq;
+    int head_dim;
+    cf_tensor cache[CFK_MAX_SEG];
+    cf_tensor store_pos;
+    int store_pos0, cap;
 } cfk_gemv_job;
 /* whether x and w suit the vectorized kernel (the only one that fuses) */
 int cfk_gemv_vec_ok(cf_tensor x, cf_tensor w);

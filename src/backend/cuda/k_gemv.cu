@@ -29,7 +29,24 @@ extern "C" int cfk_gemv_vec_ok(cf_tensor x, cf_tensor w) {
 }
 
 static Seg seg_of(const cfk_gemv_job *j, int s, int64_t r0, int n, int64_t block0) {
-    return Seg{j->w[s].data, j->w[s].stride, j->w[s].rows, block0, tv(cf_rows(j->out[s], r0, n)), tv(j->bias[s])};
+    return Seg{j->w[s].data, j->w[s].stride, j->w[s].rows, block0, tv(cf_rows(j->out[s], r0, n)), tv(j->bias[s]), 0, TV{}};
+}
+
+/* The job's RoPEs, then its stores, as launches of their own (when the kernel cannot take them). */
+static cudaError_t rope_and_store(cudaStream_t st, const cfk_gemv_job *j) {
+    for (int s = 0; s < j->n_seg; s++) {
+        if (!j->rope[s]) continue;
+        const int heads = (int)(j->out[s].cols / j->head_dim);
+        cudaError_t e = cfk_rope(st, 1, &j->out[s], &heads, j->pos, j->head_dim, j->head_dim, j->inv_freq, NULL);
+        if (e != cudaSuccess) return e;
+    }
+    for (int s = 0; s < j->n_seg; s++) {
+        if (!j->cache[s].data) continue;
+        cfk_kv_args kv = {.n = 1, .cache = {j->cache[s]}, .src = {j->out[s]}, .pos0 = j->store_pos0, .cap = j->cap, .pos = j->store_pos};
+        cudaError_t e = cfk_kv_store(st, &kv);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
 }
 
 extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
@@ -46,7 +63,7 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
                                    tv(w), tv(cf_rows(j->out[0], r0, n)), tv(j->bias[0]), n, k, w.rows);
             if (e != cudaSuccess) return e;
         }
-        return cudaSuccess;
+        return rope_and_store(st, j);
     }
     int64_t rows = 0;
     for (int s = 0; s < j->n_seg; s++) rows += j->w[s].rows;
@@ -56,6 +73,11 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
     const int64_t warps = (int64_t)cfk_cfg.n_sm * cfk_cfg.gemv_warps * (k >= 8192 ? 4 : 1);
     while (wpr < 8 && rows * wpr * 2 <= warps && k / 8 >= (int64_t)wpr * 64) wpr *= 2;
     const int bw = cfk_cfg.gemv_block_warps > wpr ? cfk_cfg.gemv_block_warps : wpr, rpb = bw / wpr;
+    /* RoPE and stores in the kernel (RoPE: blocks of whole row pairs), else launches of their own after it */
+    bool fold = !pair;
+    for (int s = 0; s < j->n_seg; s++)
+        if (j->rope[s])
+            fold = fold && rpb >= 2 && j->head_dim % 2 == 0 && j->out[s].cols % j->head_dim == 0 && (j->w[s].rows / 2) % (rpb / 2) == 0;
     for (int64_t r0 = 0; r0 < x.rows; r0 += 8) {
         const int n = (int)(x.rows - r0 < 8 ? x.rows - r0 : 8);
         cf_tensor xs = cf_rows(x, r0, n);
@@ -78,8 +100,20 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
         if (pair) blocks = ceil_div(w.rows, rpb);
         if (j->add.data) g.add = tv(cf_rows(j->add, r0, n));
         if (pair) g.glu = tv(cf_rows(j->glu_out, r0, n));
+        if (fold) {
+            for (int s = 0; s < j->n_seg; s++) {
+                segs[s]->rope = j->rope[s];
+                segs[s]->cache = tv(j->cache[s]);
+            }
+            g.pos = tv(cf_rows(j->pos, r0, n));
+            g.store_pos = j->store_pos.data ? tv(cf_rows(j->store_pos, r0, n)) : TV{};
+            g.inv_freq = (const float *)j->inv_freq.data;
+            g.half = j->head_dim / 2;
+            g.pos0 = j->store_pos0 + (int)r0;
+            g.cap = j->cap;
+        }
         cudaError_t e = w.dtype == CF_BF16 ? gemv_launch_bf16(st, g, blocks, x.dtype, pair) : gemv_launch_f16(st, g, blocks, x.dtype, pair);
         if (e != cudaSuccess) return e;
     }
-    return cudaSuccess;
+    return fold ? cudaSuccess : rope_and_store(st, j);
 }

@@ -9,6 +9,10 @@
  * paired row by row (gate, up: each warp streams row j of both, as one row of length 2k) finished by the
  * GLU. Unaligned shapes and f32 weights take a plain scalar kernel, one product per launch.
  *
+ * A product may also be rotated (RoPE over whole heads: its blocks take rows in pairs (i, i + half) of a
+ * head and rotate them together at the end) and stored in a KV cache (q, k, v: the layer's RoPE and
+ * both KV stores need no launch of their own).
+ *
  * The weight prefetch before griddepcontrol.wait assumes weights are not written by the kernel that runs
  * right before (true of weights: uploaded once; the backend synchronizes after a kernel writes one). */
 #ifndef CF_BACKEND_CUDA_K_GEMV_CUH
@@ -21,6 +25,8 @@ struct Seg {
     const void *w;
     int64_t wstride, d, block0;
     TV out, bias;
+    int rope;   /* rotate this product's heads (RoPE) */
+    TV cache;   /* .p NULL: none; else also store the (rotated) rows in this KV cache */
 };
 
 struct GemvArgs {
@@ -29,7 +35,16 @@ struct GemvArgs {
     int n, wpr, block_warps, nseg, add_seg, act;   /* block_warps: a multiple of wpr, at most 8 */
     Seg s0, s1, s2;
     TV add, glu;   /* .p NULL: none */
+    /* RoPE: in each head of size 2 * half, (x[i], x[i + half]) of row r turns by pos[r] * inv_freq[i].
+     * KV stores: row r goes to slot store_pos[r] % cap, or (store_pos.p NULL) (pos0 + r) % cap */
+    TV pos, store_pos;
+    const float *inv_freq;
+    int half, pos0, cap;
 };
+
+__device__ __forceinline__ int64_t store_slot(const GemvArgs &g, int r) {
+    return (g.store_pos.p ? (int64_t)((const int32_t *)g.store_pos.p)[r * g.store_pos.stride] : (int64_t)g.pos0 + r) % g.cap;
+}
 
 __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
     uint4 v;
@@ -78,7 +93,11 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rpb = g.block_warps / g.wpr;
     const int si = PAIR ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
     const Seg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
-    const int64_t j = ((int64_t)blockIdx.x - S.block0) * rpb + warp / g.wpr;
+    /* a rotated product's block takes rows in pairs (i, i + half) of one head: its first rpb/2 rows, then
+     * their partners */
+    const int t = warp / g.wpr, pairs = rpb / 2;
+    const int64_t pr = ((int64_t)blockIdx.x - S.block0) * pairs + t % pairs;
+    const int64_t j = S.rope ? pr / g.half * 2 * g.half + pr % g.half + t / pairs * g.half : ((int64_t)blockIdx.x - S.block0) * rpb + t;
     const int sub = warp % g.wpr;
     const bool row_ok = j < S.d;
     const int64_t nch = row_ok ? g.k / 8 : 0, total = PAIR ? 2 * nch : nch, step = (int64_t)g.wpr * 32;
@@ -160,8 +179,32 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
                 a1[r] = s1;
             }
     }
+    const float b0 = S.bias.p && row_ok ? ld(S.bias, 0, j) : 0.0f, b1 = PAIR && g.s1.bias.p && row_ok ? ld(g.s1.bias, 0, j) : 0.0f;
+    if (!PAIR && S.rope) {   /* rotate each pair (rows all valid: the blocks hold whole pairs), then store */
+        __shared__ float rv[8][NX];
+        if (sub == 0 && lane == 0)
+#pragma unroll
+            for (int r = 0; r < NX; r++) rv[t][r] = a0[r] + b0;
+        __syncthreads();
+        if (sub != 0 || lane != 0 || t >= pairs) return;
+        const float f = g.inv_freq[j % (2 * g.half)];
+#pragma unroll
+        for (int r = 0; r < NX; r++) {
+            if (r >= g.n) break;
+            float sn, cs;
+            sincosf((float)((const int32_t *)g.pos.p)[r * g.pos.stride] * f, &sn, &cs);
+            const float u = rv[t][r], v = rv[t + pairs][r];
+            st(S.out, r, j, u * cs - v * sn);
+            st(S.out, r, j + g.half, v * cs + u * sn);
+            if (S.cache.p) {   /* the rounded values, as a store reading out would see them */
+                const int64_t slot = store_slot(g, r);
+                st(S.cache, slot, j, ld(S.out, r, j));
+                st(S.cache, slot, j + g.half, ld(S.out, r, j + g.half));
+            }
+        }
+        return;
+    }
     if (sub != 0 || lane != 0 || !row_ok) return;
-    const float b0 = S.bias.p ? ld(S.bias, 0, j) : 0.0f, b1 = PAIR && g.s1.bias.p ? ld(g.s1.bias, 0, j) : 0.0f;
 #pragma unroll
     for (int r = 0; r < NX; r++) {
         if (r >= g.n) break;
@@ -173,6 +216,8 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
             if (g.glu.p) st(g.glu, r, j, act_fn(g.act, v0) * v1);
         } else if (g.add.p && si == g.add_seg) {
             st(g.add, r, j, ld(g.add, r, j) + v0);
+        } else if (S.cache.p) {
+            st(S.cache, store_slot(g, r), j, ld(S.out, r, j));
         }
     }
 }
