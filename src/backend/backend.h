@@ -5,7 +5,7 @@
  * Conventions
  * - A cf_tensor is a row-major 2-D view [rows, cols] of backend memory (device memory for CUDA) with a
  *   row stride in elements (stride == cols when contiguous). Views are plain values; only tensors
- *   returned by alloc/upload_weight are freed (with free_tensor).
+ *   returned by alloc are freed (with free_tensor).
  * - Weights: upload_weight keeps or converts a host weight into the backend's weight storage
  *   (CPU: the mmapped bf16/f16/f32 data as is, so the mapping must outlive the backend; CUDA: bf16/f16
  *   in device memory). Weight tensors belong to the backend and are released when it is destroyed;
