@@ -68,8 +68,9 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
     int64_t rows = 0;
     for (int s = 0; s < j->n_seg; s++) rows += j->w[s].rows;
     int wpr = 1;
-    /* long rows (down_proj) are split over up to four times as many warps (measured on the H200:
-     * 4096x14336 92% of copy bandwidth with 4 warps a row, 81% with 2) */
+    /* rows are split over warps only while there are fewer than cfk_cfg.gemv_warps per SM (long rows:
+     * four times that). A lone 4096x14336 GEMV streams faster split over 4 warps (92% of copy bandwidth
+     * against 81% with 2 on the H200), but inside the decode step one warp a row is faster. */
     const int64_t warps = (int64_t)cfk_cfg.n_sm * cfk_cfg.gemv_warps * (k >= 8192 ? 4 : 1);
     while (wpr < 8 && rows * wpr * 2 <= warps && k / 8 >= (int64_t)wpr * 64) wpr *= 2;
     const int bw = cfk_cfg.gemv_block_warps > wpr ? cfk_cfg.gemv_block_warps : wpr, rpb = bw / wpr;
