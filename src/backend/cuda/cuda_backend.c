@@ -201,7 +201,7 @@ static int gemv_rope(cuda_backend *b, cf_tensor x, cf_tensor pos, int n_heads, i
     cfk_gemv_job *j = &b->pend.gemv;
     const int s = gemv_seg_of(b, x);
     if (s < 0 || j->rope[s] || j->cache[s].data || rot_dim != head_dim || x.cols != (int64_t)n_heads * head_dim ||
-        pos.dtype != CF_I32 || inv.dtype != CF_F32 || inv.rows != 1 || inv.cols * 2 != head_dim)
+        pos.dtype != CF_I32 || pos.rows != x.rows || inv.dtype != CF_F32 || inv.rows != 1 || inv.cols * 2 != head_dim)
         return 0;
     for (int i = 0; i < j->n_seg; i++)
         if (overlaps(pos, j->out[i]) || overlaps(inv, j->out[i])) return 0;
@@ -217,7 +217,8 @@ static int gemv_rope(cuda_backend *b, cf_tensor x, cf_tensor pos, int n_heads, i
 static int gemv_store(cuda_backend *b, cf_tensor cache, cf_tensor src, int pos0, cf_tensor pos, int cap) {
     cfk_gemv_job *j = &b->pend.gemv;
     const int s = gemv_seg_of(b, src);
-    if (s < 0 || j->cache[s].data || cache.cols != src.cols || overlaps_gemv(j, cache) || (pos.data && pos.dtype != CF_I32))
+    if (s < 0 || j->cache[s].data || cache.cols != src.cols || overlaps_gemv(j, cache) ||
+        (pos.data && (pos.dtype != CF_I32 || pos.rows != src.rows)))
         return 0;
     for (int i = 0; i < j->n_seg; i++)
         if (overlaps(pos, j->out[i])) return 0;
