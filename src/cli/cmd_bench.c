@@ -157,7 +157,7 @@ int cf_cmd_bench(int argc, char **argv) {
     double bw = 0, gemm = 0;
     size_t bw_bytes = o.device == CF_DEVICE_CUDA ? (size_t)2 << 30 : (size_t)512 << 20;
     /* the GEMM rate at the row count of the longest prefill pass, which the prefill rate is compared with */
-    const long pass = chunk ? chunk : m->be->prefill_chunk > 0 ? m->be->prefill_chunk : 256;
+    const long pass = chunk ? chunk : cf_model_prefill_chunk(m);
     const int gemm_rows = (int)(n_prompt < pass ? n_prompt : pass);
     if (measure_bandwidth(m->be, bw_bytes, &bw, &err) != CINFER_OK || measure_gemm(m, gemm_rows, &gemm, &err) != CINFER_OK) {
         rc = cf_report(verb, &err);

@@ -109,7 +109,7 @@ int cf_cmd_info(int argc, char **argv) {
     for (int e = 0; e < hp->n_eos; e++) printf("%s%d", e ? "," : "", hp->eos_ids[e]);
     printf("%s\n", hp->n_eos ? "" : "none");
     int64_t kv_tok = cf_hparams_kv_bytes_per_token(hp, 4), kv_total = 0;
-    const int chunk = m->be->prefill_chunk > 0 ? m->be->prefill_chunk : 256;  /* cf_seq_create's passes */
+    const int chunk = cf_model_prefill_chunk(m);
     for (int l = 0; l < hp->n_layers; l++) {
         const cf_layer_hp *L = &hp->layers[l];
         if (L->kv_source != l) continue;

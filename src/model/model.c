@@ -449,9 +449,13 @@ static cinfer_status seq_scratch(cf_seq *s, cinfer_error *err) {
     return CINFER_OK;
 }
 
-cinfer_status cf_seq_create(cf_model *m, int max_ctx, cf_seq **out, cinfer_error *err) {
+int cf_model_prefill_chunk(const cf_model *m) {
     int chunk = m->be->prefill_chunk > 0 ? m->be->prefill_chunk : CF_CHUNK;
-    return cf_seq_create_chunked(m, max_ctx, chunk < CF_MAX_CHUNK ? chunk : CF_MAX_CHUNK, out, err);
+    return chunk < CF_MAX_CHUNK ? chunk : CF_MAX_CHUNK;
+}
+
+cinfer_status cf_seq_create(cf_model *m, int max_ctx, cf_seq **out, cinfer_error *err) {
+    return cf_seq_create_chunked(m, max_ctx, cf_model_prefill_chunk(m), out, err);
 }
 
 cinfer_status cf_seq_create_chunked(cf_model *m, int max_ctx, int chunk, cf_seq **out, cinfer_error *err) {

@@ -57,6 +57,8 @@ void cf_model_free(cf_model *m);
  * and never more than max_ctx. */
 typedef struct cf_seq cf_seq;
 cinfer_status cf_seq_create(cf_model *m, int max_ctx, cf_seq **out, cinfer_error *err);
+/* The positions per forward pass cf_seq_create asks for (before the cap at max_ctx). */
+int cf_model_prefill_chunk(const cf_model *m);
 /* The same with at most chunk (1..4096) positions per forward pass: sliding-window layers then keep
  * window + chunk cache slots, and a rollback (cf_seq_truncate) of up to chunk + 1 positions is always
  * possible. Activation scratch grows with chunk; the logits scratch stays at most 256 rows (all_rows
