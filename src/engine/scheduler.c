@@ -21,7 +21,6 @@
 #include <string.h>
 #include <time.h>
 
-
 struct cinfer_engine {
     cinfer_model *model;
     cinfer_engine_params p;

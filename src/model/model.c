@@ -561,9 +561,7 @@ int cf_model_can_pick_on_device(const cf_model *m, const cf_sample_args *sa) {
 static cinfer_status check_pick(const cf_model *m, const cf_sample_args *sa, float u, cinfer_error *err) {
     cf_sampling_params p = cf_sampling_truncation(sa->temperature, sa->top_k, sa->top_p, sa->min_p);
     CF_TRY(cf_sampling_validate(&p, m->hp.vocab, err));
-    if (!is_greedy(sa) && !(u >= 0.0f && u < 1.0f))
-        return cf_fail(err, isnan(u) ? CINFER_E_NOT_A_NUMBER : CINFER_E_INVALID_ARGUMENT, "the draw's uniform u is %g, not in [0, 1)",
-                       (double)u);
+    if (!is_greedy(sa)) CF_TRY(cf_sampling_check_uniform(u, err));
     if (!cf_model_can_pick_on_device(m, sa))
         return cf_fail(err, CINFER_E_UNSUPPORTED, "the %s backend has no '%s' operation", m->be->ops->name,
                        is_greedy(sa) ? "argmax" : "sample");

@@ -29,6 +29,11 @@ cf_sampling_params cf_sampling_truncation(float temperature, int32_t top_k, floa
 
 bool cf_sampling_is_greedy(float temperature) { return temperature == 0.0f || !isfinite(1.0f / temperature); }
 
+cinfer_status cf_sampling_check_uniform(float u, cinfer_error *err) {
+    if (u >= 0.0f && u < 1.0f) return CINFER_OK;
+    return cf_fail(err, isnan(u) ? CINFER_E_NOT_A_NUMBER : CINFER_E_INVALID_ARGUMENT, "the draw's uniform is %g, not in [0, 1)", (double)u);
+}
+
 static cinfer_status check_finite(float v, const char *field, cinfer_error *err) {
     if (isfinite(v)) return CINFER_OK;
     return cf_fail(err, CINFER_E_NOT_A_NUMBER, "%s is %s; it must be a finite number", field,

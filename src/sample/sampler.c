@@ -251,9 +251,7 @@ cinfer_status cf_sampler_sample(cf_sampler *s, float *l, cf_sample_result *out, 
 cinfer_status cf_sampler_sample_u(cf_sampler *s, float *l, float u, cf_sample_result *out, cinfer_error *err) {
     const cf_sampling_params *p = &s->p;
     const int32_t V = s->vocab;
-    if (!(u >= 0.0f && u < 1.0f))
-        return cf_fail(err, isnan(u) ? CINFER_E_NOT_A_NUMBER : CINFER_E_INVALID_ARGUMENT, "the draw's uniform is %g, not in [0, 1)",
-                       (double)u);
+    CF_TRY(cf_sampling_check_uniform(u, err));
     process(s, l);
 
     bool bad;

@@ -95,6 +95,8 @@ cf_sampling_params cf_sampling_default_params(void);
 cf_sampling_params cf_sampling_truncation(float temperature, int32_t top_k, float top_p, float min_p);
 /* Whether a temperature picks the argmax: 0, or one whose inverse overflows. */
 bool cf_sampling_is_greedy(float temperature);
+/* A draw's uniform must be in [0, 1): else CINFER_E_INVALID_ARGUMENT, NaN CINFER_E_NOT_A_NUMBER. */
+cinfer_status cf_sampling_check_uniform(float u, cinfer_error *err);
 
 /* Checks every field against vocab (> 0). Each failure has its own code (CINFER_E_NOT_A_NUMBER for
  * any NaN or infinity, CINFER_E_TEMPERATURE, _TOP_K, _TOP_P, _MIN_P, _PENALTY, _TOKEN_OUT_OF_RANGE
