@@ -100,6 +100,13 @@ static pair mkw(int64_t rows, int64_t cols, float lo, float hi) {
     return p;
 }
 
+/* RoPE inverse frequencies 10000^(-2i/rot) for i < rot/2, as one F32 row */
+static pair mk_inv_freq(int rot) {
+    float *f = hrand((size_t)rot / 2, 0, 0);
+    for (int i = 0; i < rot / 2; i++) f[i] = powf(10000.0f, -2.0f * i / rot);
+    return mk(CF_F32, 1, rot / 2, f);
+}
+
 static void drop(pair *p) {
     cpu->ops->free_tensor(cpu, &p->c);
     gpu->ops->free_tensor(gpu, &p->g);
@@ -261,9 +268,7 @@ static void test_rope_kv(void) {
     const int N = 6, H = 4, HD = 64;
     for (int partial = 0; partial < 2; partial++) {
         const int rot = partial ? 32 : 64;
-        float *f = hrand((size_t)rot / 2, 0, 0);
-        for (int i = 0; i < rot / 2; i++) f[i] = powf(10000.0f, -2.0f * i / rot);
-        pair inv = mk(CF_F32, 1, rot / 2, f);
+        pair inv = mk_inv_freq(rot);
         float pv[6] = {0, 1, 2, 777, 5000, 32767};
         pair pos = mk(CF_I32, N, 1, pv);
         pair x = mk(CF_BF16, N, H * HD, hrand((size_t)N * H * HD, -2, 2));
@@ -364,6 +369,11 @@ static void test_attention(void) {
         {"decode, window 32 in a ring of 40 (wrapped)", 1, 117, 8, 2, 64, 40, 32, 0, CF_BF16},
         {"decode, softcap 50, D 128, 4096 keys", 1, 4095, 32, 8, 128, 4096, 0, 50, CF_BF16},
         {"decode, 3 queries (verify), D 128", 3, 60, 4, 4, 128, 64, 0, 0, CF_BF16},
+        {"decode, GQA 32/8, D 128, 300 keys (group kernel, 10 splits)", 1, 299, 32, 8, 128, 512, 0, 0, CF_BF16},
+        {"decode, GQA 16/2 (group of 8), D 128, 1000 keys", 1, 999, 16, 2, 128, 1024, 0, 0, CF_BF16},
+        {"decode, GQA 4/2, D 64, f16 cache, 70 keys", 1, 69, 4, 2, 64, 128, 0, 0, CF_F16},
+        {"decode, 5 queries at 700, GQA 8/2, D 128", 5, 700, 8, 2, 128, 1024, 0, 0, CF_BF16},
+        {"decode, window 100 in a ring of 128 (wrapped), GQA 8/2, D 128", 1, 517, 8, 2, 128, 128, 100, 0, CF_BF16},
         {"decode, f32 cache, D 80", 1, 33, 4, 1, 80, 64, 0, 0, CF_F32},
         {"prefill 100 causal, GQA 4/2, D 128 (mma)", 100, 0, 4, 2, 128, 128, 0, 0, CF_BF16},
         {"prefill 100, window 30 (mma)", 100, 0, 4, 2, 128, 128, 30, 0, CF_BF16},
@@ -414,13 +424,13 @@ static void test_attention(void) {
  * against the CPU, with full and half (partial) rotary dims. The GPU rounds h, q, k, v, att, gate and up
  * to bf16 and the CPU does not, and the roundings chain through the layer, so 2e-2 of max |ref|. 12 rows
  * take cuBLAS and unmerged ops. */
-/* q, k, v projections of 1 and 3 rows followed by RoPE of q and k and both KV stores: merged into the
- * GEMV (whose blocks rotate row pairs), or, for the long-row shape whose rows are split over all warps of
- * a block, the GEMV then RoPE and store launches; stores by position tensor and by pos0. */
+/* q, k, v projections of 1 and 3 rows followed by RoPE of q and k and both KV stores, all merged into the
+ * GEMV (each warp takes the rows (i, i + half) of a head and rotates them), with a row per warp or, for
+ * the long-row shape, rows split over 4 warps; stores by position tensor and by pos0. */
 static void test_qkv_rope(void) {
     const struct { int D, H, KVH, HD; const char *what; } cs[] = {
         {512, 8, 2, 64, "in the GEMV"},
-        {2048, 4, 1, 64, "long rows: separate launches"},
+        {2048, 4, 1, 64, "long rows split over warps"},
     };
     const int cap = 16, pos0 = 13;
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
@@ -428,9 +438,7 @@ static void test_qkv_rope(void) {
         cf_dtype a = gpu->act_dtype;
         pair wq = mkw(H * HD, D, -0.08f, 0.08f), bq = mkw(1, H * HD, -0.5f, 0.5f);
         pair wk = mkw(KVH * HD, D, -0.08f, 0.08f), wv = mkw(KVH * HD, D, -0.08f, 0.08f);
-        float *f = hrand(HD / 2, 0, 0);
-        for (int i = 0; i < HD / 2; i++) f[i] = powf(10000.0f, -2.0f * i / HD);
-        pair inv = mk(CF_F32, 1, HD / 2, f);
+        pair inv = mk_inv_freq(HD);
         for (int v = 0; v < 4; v++) {
             const int n = v % 2 ? 3 : 1, by_pos = v >= 2;
             float pv[3];
@@ -480,9 +488,7 @@ static void test_layer(void) {
     pair an = mkw(1, D, 0.5f, 1.5f), fn = mkw(1, D, 0.5f, 1.5f), wq = mkw(H * HD, D, -0.08f, 0.08f), bq = mkw(1, H * HD, -0.5f, 0.5f);
     pair wk = mkw(KVH * HD, D, -0.08f, 0.08f), wv = mkw(KVH * HD, D, -0.08f, 0.08f), wo = mkw(D, H * HD, -0.08f, 0.08f);
     pair wg = mkw(F, D, -0.08f, 0.08f), wu = mkw(F, D, -0.08f, 0.08f), wd = mkw(D, F, -0.05f, 0.05f);
-    float *f = hrand(HD / 2, 0, 0);
-    for (int i = 0; i < HD / 2; i++) f[i] = powf(10000.0f, -2.0f * i / HD);
-    pair inv = mk(CF_F32, 1, HD / 2, f);
+    pair inv = mk_inv_freq(HD);
     int rows[] = {1, 3, 12};
     for (int ri = 0; ri < 6; ri++) {
         const int n = rows[ri % 3], rot = ri < 3 ? HD : HD / 2;
@@ -583,20 +589,31 @@ static void ref_dist(const float *logits, int V, const cf_sample_args *s, double
 }
 
 static void test_sampling(void) {
-    /* argmax, with a tie (lowest index wins) and the vocabulary of Llama 3 */
-    const int V = 128256, R = 3;
+    /* argmax, with a tie (lowest index wins) and the vocabulary of Llama 3; rows of -inf (and a NaN), a
+     * tie of -0 and +0, all NaN; twice, since the launch leaves its state for the next */
+    const int V = 128256, R = 6;
     float *lg = hrand((size_t)R * V, -10, 10);
     lg[5] = 20.0f;
     lg[70000] = 20.0f;
     lg[V + 128255] = 30.0f;
     lg[2 * V + 0] = 25.0f;
+    for (int i = 0; i < V; i++) {
+        lg[3 * V + i] = -INFINITY;
+        lg[4 * V + i] = -1.0f;
+        lg[5 * V + i] = NAN;
+    }
+    lg[3 * V] = NAN;
+    lg[4 * V + 100] = -0.0f;
+    lg[4 * V + 90000] = 0.0f;
     pair l = mk(CF_F32, R, V, lg), ids = mk(CF_I32, R, 1, NULL);
-    gpu->ops->argmax(gpu, ids.g, l.g);
-    float *got = rd(gpu, ids.g);
-    int bad = got[0] != 5 || got[1] != 128255 || got[2] != 0;
-    printf("     argmax: %g %g %g (want 5 128255 0)\n", got[0], got[1], got[2]);
-    report("argmax over 128256, ties to the lowest id", 0, 1, 0, bad);
-    free(got);
+    for (int rep = 0; rep < 2; rep++) {
+        gpu->ops->argmax(gpu, ids.g, l.g);
+        float *got = rd(gpu, ids.g);
+        int bad = got[0] != 5 || got[1] != 128255 || got[2] != 0 || got[3] != 1 || got[4] != 100 || got[5] != 0;
+        printf("     argmax: %g %g %g %g %g %g (want 5 128255 0 1 100 0)\n", got[0], got[1], got[2], got[3], got[4], got[5]);
+        report(rep ? "argmax again (state left clear)" : "argmax over 128256, ties to the lowest id, -inf, NaN, -0", 0, 1, 0, bad);
+        free(got);
+    }
     drop(&l);
     drop(&ids);
 
@@ -656,9 +673,7 @@ static void test_graph(void) {
     const int Vv = 500, D = 256, H = 4, KVH = 2, HD = 64, cap = 16;
     pair table = mkw(Vv, D, -1, 1), wq = mkw(H * HD, D, -0.1f, 0.1f), wk = mkw(KVH * HD, D, -0.1f, 0.1f), wout = mkw(Vv, H * HD, -0.1f, 0.1f);
     pair nw = mkw(1, D, 0.5f, 1.5f);
-    float *f = hrand(HD / 2, 0, 0);
-    for (int i = 0; i < HD / 2; i++) f[i] = powf(10000.0f, -2.0f * i / HD);
-    pair inv = mk(CF_F32, 1, HD / 2, f);
+    pair inv = mk_inv_freq(HD);
     cf_tensor ids, pos, x, h, q, k, att, logits, next, kc[2], vc[2];
     cf_backend *b = gpu;
     const cf_backend_ops *op = b->ops;

@@ -26,6 +26,8 @@ typedef struct cfk_config {
     int fuse_rope;      /* with fuse: RoPE and KV stores in the GEMV of the q, k, v projections */
     int attn_bc;        /* keys per tile of the prefill attention kernel for head size 128: 32 (faster on the H200) or 64 */
     int attn_hpb;       /* query heads of one GQA group per prefill attention block, sharing its K/V tiles: 1, 2 or 4 */
+    int attn_group;     /* decode attention with one block per KV head (groups of 2, 4, 8; head size 64, 128) */
+    int attn_group_splits;   /* its key splits per (query, KV head) at most: 1 to 64 */
     int n_sm;
 } cfk_config;
 extern cfk_config cfk_cfg;
@@ -95,8 +97,10 @@ size_t cfk_attention_scratch(cf_tensor k, cf_tensor v, const cf_attn_args *a, in
 cudaError_t cfk_attention(cudaStream_t st, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a,
                           const int32_t *pos_dev, int max_keys, void *partial, int *counters);
 
-/* sampling (k_sample.cu) */
-cudaError_t cfk_argmax(cudaStream_t st, cf_tensor ids, cf_tensor logits);
+/* sampling (k_sample.cu). argmax's state: CFK_PICK_ROWS * 2 zeroed 64-bit words, left zeroed (rows up to
+ * that many are spread over many blocks, whose last block per row writes the id) */
+#define CFK_PICK_ROWS 1024
+cudaError_t cfk_argmax(cudaStream_t st, cf_tensor ids, cf_tensor logits, unsigned long long *state);
 cudaError_t cfk_sample(cudaStream_t st, cf_tensor ids, cf_tensor logits, cf_tensor u, const cf_sample_args *s);
 
 #ifdef __cplusplus

@@ -1,7 +1,9 @@
 /* k_attention.cu: attention over the slot-ring KV cache of backend.h (position p in slot p % cap,
  * window, GQA, softcap), in two kernels that both split the key range and merge the pieces:
  *
- * - attn_decode_kernel (decode, few queries, 16-bit caches, head size 64/128/256) and attn_split_kernel
+ * - attn_group_kernel (decode, few queries, 16-bit caches, head size 64/128, GQA groups of 2, 4 or 8): one
+ *   block per (key split, KV head, query), a warp per query head of the group, sharing K/V tiles.
+ * - attn_decode_kernel (decode otherwise, 16-bit caches, head size 64/128/256) and attn_split_kernel
  *   (any cache dtype and head size <= 512, e.g. Gemma 4's full layers; queries and prefill too where the
  *   others do not apply): flash-decoding. One block of 4 warps per (key split, head,
  *   query); each lane scores one key, the warp keeps a running max and sum, and accumulates V with lanes
@@ -326,6 +328,158 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
+/* ---- decode, one block per KV head: the group's query heads (a warp each) share its K/V tiles ----
+ * Keys go through shared memory 32 at a time, double-buffered with cp.async; lane j of each warp scores
+ * key j of the tile for the warp's head, and the warp accumulates V with lanes across dimensions. The
+ * first two tiles' rows that this pass did not write (positions below the pass's first) are fetched
+ * before waiting for the kernel ahead, so their latency hides behind its tail. Only the splits that hold
+ * keys run; with one, the block writes the output, else the last split of the KV head to finish merges. */
+
+#define GT 32   /* keys per tile */
+
+template <int D, int G, typename KT>
+__global__ void __launch_bounds__(32 * G) attn_group_kernel(AttnP P) {
+    constexpr int VL = D / 32, PR = D / 8;   /* V elements per lane; 16-byte pieces per row */
+    __shared__ __align__(16) KT ks[2][GT][D + 8];   /* rows padded: lanes reading 8 rows at once hit 8 bank groups */
+    __shared__ __align__(16) KT vs[2][GT][D];
+    __shared__ __align__(16) float qs[G][D];
+    __shared__ int last;
+    const int split = blockIdx.x, kvh = blockIdx.y, i = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, h = kvh * G + warp;
+    /* the pass's positions were written before the kernel ahead of this one started */
+    const int first_new = query_pos0(P), p = first_new + i, lo = first_key(P, p), nkeys = p - lo + 1;
+    const int chunk = ((nkeys + P.n_splits - 1) / P.n_splits + GT - 1) / GT * GT, nact = (nkeys + chunk - 1) / chunk;
+    if (split >= nact) return;
+    const int k0 = lo + split * chunk, k1 = min(p + 1, k0 + chunk), ntiles = (k1 - k0 + GT - 1) / GT;
+    const KT *K = (const KT *)P.k + (int64_t)kvh * D, *V = (const KT *)P.v + (int64_t)kvh * D;
+    /* tile t into buffer t % 2: the rows of earlier passes (old 1), of this pass (old 0), or all (old -1);
+     * rows past k1 repeat the last key, weighted 0 */
+    auto load_tile = [&](int t, int old) {
+        const int b = t & 1, base = k0 + t * GT;
+        for (int e = threadIdx.x; e < 2 * GT * PR; e += 32 * G) {
+            const int r = (e / PR) % GT, c = e % PR, key = min(base + r, k1 - 1);
+            if (old >= 0 && (key < first_new) != (old == 1)) continue;
+            const int64_t slot = key % P.cap;
+            if (e < GT * PR) cp_async16(&ks[b][r][c * 8], K + slot * P.kstride + c * 8);
+            else cp_async16(&vs[b][r][c * 8], V + slot * P.vstride + c * 8);
+        }
+    };
+    const int first_tiles = min(ntiles, 2);
+    for (int t = 0; t < first_tiles; t++) load_tile(t, 1);
+    cp_async_commit();
+    pdl_wait();
+    pdl_launch_next();
+    for (int t = 0; t < first_tiles; t++) load_tile(t, 0);
+    cp_async_commit();
+    float qv[VL];
+#pragma unroll
+    for (int j = 0; j < VL; j++) qv[j] = ld_elem(P.q, P.qdt, i * P.qstride + (int64_t)h * D + lane + 32 * j);
+#pragma unroll
+    for (int j = 0; j < VL; j++) qs[warp][lane + 32 * j] = qv[j] * P.scale;
+    cp_async_wait<0>();
+    __syncthreads();
+
+    float m = -INFINITY, l = 0.0f, o[VL];
+#pragma unroll
+    for (int j = 0; j < VL; j++) o[j] = 0.0f;
+    for (int t = 0; t < ntiles; t++) {
+        if (t >= 2) {   /* tile t was committed two iterations ago */
+            cp_async_wait<1>();
+            __syncthreads();
+        }
+        const int b = t & 1, kk = k0 + t * GT + lane;
+        float s = -INFINITY;
+        if (kk < k1) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int c = 0; c < PR; c++) {
+                const uint4 u = *reinterpret_cast<const uint4 *>(&ks[b][lane][c * 8]);
+                const KT *e = reinterpret_cast<const KT *>(&u);
+                const float4 q0 = *reinterpret_cast<const float4 *>(&qs[warp][8 * c]), q1 = *reinterpret_cast<const float4 *>(&qs[warp][8 * c + 4]);
+                acc = fmaf(q0.x, (float)e[0], acc); acc = fmaf(q0.y, (float)e[1], acc);
+                acc = fmaf(q0.z, (float)e[2], acc); acc = fmaf(q0.w, (float)e[3], acc);
+                acc = fmaf(q1.x, (float)e[4], acc); acc = fmaf(q1.y, (float)e[5], acc);
+                acc = fmaf(q1.z, (float)e[6], acc); acc = fmaf(q1.w, (float)e[7], acc);
+            }
+            s = score_fix(P, acc);
+        }
+        const float mn = fmaxf(m, warp_max(s));   /* finite: lane 0 always has a key */
+        const float corr = exp2f(m - mn);
+        const float pj = kk < k1 ? exp2f(s - mn) : 0.0f;
+        l = l * corr + warp_sum(pj);
+#pragma unroll
+        for (int j = 0; j < VL; j++) o[j] *= corr;
+#pragma unroll
+        for (int r = 0; r < GT; r++) {
+            const float pt = __shfl_sync(0xffffffffu, pj, r);
+            KT vv[VL];
+            if constexpr (VL == 4) *reinterpret_cast<uint2 *>(vv) = *reinterpret_cast<const uint2 *>(&vs[b][r][lane * VL]);
+            else *reinterpret_cast<uint32_t *>(vv) = *reinterpret_cast<const uint32_t *>(&vs[b][r][lane * VL]);
+#pragma unroll
+            for (int j = 0; j < VL; j++) o[j] = fmaf(pt, (float)vv[j], o[j]);
+        }
+        m = mn;
+        if (t + 2 < ntiles) {
+            __syncthreads();   /* buffer b is free */
+            load_tile(t + 2, -1);
+        }
+        cp_async_commit();
+    }
+
+    if (nact == 1) {
+#pragma unroll
+        for (int j = 0; j < VL; j++) st(P.out, i, (int64_t)h * D + lane * VL + j, o[j] / l);
+        return;
+    }
+    float *part = part_at(P, i, h, split);
+    if (lane == 0) { part[0] = m; part[1] = l; }
+#pragma unroll
+    for (int j = 0; j < VL; j++) part[2 + lane * VL + j] = o[j];
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *ctr = P.counters + (int64_t)i * (P.n_heads / P.group) + kvh;
+        last = atomicAdd(ctr, 1) == nact - 1;
+        if (last) *ctr = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    /* the warp merges its head over the splits (at most 64: splits lane and lane + 32), reading past L1 */
+    const float *pp = part_at(P, i, h, 0);
+    const int W = D + 2;
+    float ms[2], ls[2], ws[2];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int sp = lane + 32 * u;
+        ms[u] = sp < nact ? __ldcg(pp + sp * W) : -INFINITY;
+        ls[u] = sp < nact ? __ldcg(pp + sp * W + 1) : 0.0f;
+    }
+    const float M = warp_max(fmaxf(ms[0], ms[1]));
+#pragma unroll
+    for (int u = 0; u < 2; u++) ws[u] = ms[u] == -INFINITY ? 0.0f : exp2f(ms[u] - M);
+    const float L = warp_sum(ws[0] * ls[0] + ws[1] * ls[1]);
+    float acc[VL];
+#pragma unroll
+    for (int j = 0; j < VL; j++) acc[j] = 0.0f;
+    for (int s0 = 0; s0 < nact; s0 += 16) {   /* 16 splits' loads in flight */
+        float ov[16][VL];
+#pragma unroll
+        for (int u = 0; u < 16; u++)
+#pragma unroll
+            for (int j = 0; j < VL; j++) ov[u][j] = s0 + u < nact ? __ldcg(pp + (s0 + u) * W + 2 + lane * VL + j) : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 16; u++) {
+            const int sp = s0 + u;
+            const float w = __shfl_sync(0xffffffffu, sp < 32 ? ws[0] : ws[1], sp & 31);
+#pragma unroll
+            for (int j = 0; j < VL; j++) acc[j] = fmaf(w, ov[u][j], acc[j]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < VL; j++) st(P.out, i, (int64_t)h * D + lane * VL + j, acc[j] / L);
+}
+
 template <int D, int BC, int HPB>
 constexpr size_t mma_smem() { return (size_t)(64 * HPB + 4 * BC) * (D + 8) * 2; }
 
@@ -510,12 +664,23 @@ static bool use_decode(cf_tensor k, cf_tensor v, const cf_attn_args *a) {
            (uintptr_t)k.data % 16 == 0 && (uintptr_t)v.data % 16 == 0 && k.stride % 8 == 0 && v.stride % 8 == 0;
 }
 
+/* the GQA decode kernel: as use_decode, head size 64/128, groups of 2/4/8, a merge counter per (query, KV head) */
+static bool use_group(cf_tensor k, cf_tensor v, const cf_attn_args *a) {
+    const int g = a->n_heads / a->n_kv_heads;
+    return cfk_cfg.attn_group && use_decode(k, v, a) && (a->head_dim == 64 || a->head_dim == 128) && (g == 2 || g == 4 || g == 8) &&
+           (int64_t)a->n_q * a->n_kv_heads <= CFK_ATTN_COUNTERS;
+}
+
 static int n_splits(cf_tensor k, cf_tensor v, const cf_attn_args *a, int max_keys) {
     int64_t base, limit, cap;
     if (use_mma(k, v, a)) {
         base = ceil_div(a->n_q, 64) * (a->n_heads / mma_hpb(a));
         limit = ceil_div(max_keys, 4 * mma_bc(a->head_dim));
         cap = 64;
+    } else if (use_group(k, v, a)) {
+        base = (int64_t)a->n_q * a->n_kv_heads;
+        limit = ceil_div(max_keys, GT);
+        cap = cfk_cfg.attn_group_splits;
     } else {
         base = (int64_t)a->n_q * a->n_heads;
         limit = ceil_div(max_keys, use_decode(k, v, a) ? 128 : 32);
@@ -562,6 +727,18 @@ static cudaError_t mma_launch(cudaStream_t st, dim3 grid, int hpb, const AttnP &
     return launch(attn_mma_kernel<D, BC, 1>, grid, dim3(128), mma_smem<D, BC, 1>(), st, P);
 }
 
+template <int D, typename KT>
+static cudaError_t group_launch_d(cudaStream_t st, dim3 grid, int g, const AttnP &P) {
+    if (g == 2) return launch(attn_group_kernel<D, 2, KT>, grid, dim3(64), 0, st, P);
+    if (g == 4) return launch(attn_group_kernel<D, 4, KT>, grid, dim3(128), 0, st, P);
+    return launch(attn_group_kernel<D, 8, KT>, grid, dim3(256), 0, st, P);
+}
+
+static cudaError_t group_launch(cudaStream_t st, dim3 grid, cf_dtype dt, int D, int g, const AttnP &P) {
+    if (dt == CF_BF16) return D == 64 ? group_launch_d<64, __nv_bfloat16>(st, grid, g, P) : group_launch_d<128, __nv_bfloat16>(st, grid, g, P);
+    return D == 64 ? group_launch_d<64, __half>(st, grid, g, P) : group_launch_d<128, __half>(st, grid, g, P);
+}
+
 extern "C" cudaError_t cfk_attention(cudaStream_t st, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a,
                                      const int32_t *pos_dev, int max_keys, void *partial, int *counters) {
     AttnP P = {q.data, (int)q.dtype, q.stride, k.data, v.data, k.stride, v.stride, tv(out), (float *)partial, NULL, pos_dev,
@@ -578,6 +755,10 @@ extern "C" cudaError_t cfk_attention(cudaStream_t st, cf_tensor out, cf_tensor q
         else if (a->head_dim == 128 && mma_bc(128) == 32) e = mma_launch<128, 32>(st, grid, hpb, P);
         else if (a->head_dim == 128) e = mma_launch<128, 64>(st, grid, hpb, P);
         else e = mma_launch<256, 32>(st, grid, hpb, P);
+    } else if (use_group(k, v, a)) {
+        P.counters = counters;
+        dim3 grid((unsigned)P.n_splits, (unsigned)a->n_kv_heads, (unsigned)a->n_q);
+        return group_launch(st, grid, k.dtype, a->head_dim, P.group, P);
     } else if (use_decode(k, v, a)) {
         dim3 grid((unsigned)P.n_splits, (unsigned)a->n_heads, (unsigned)a->n_q);
         if (k.dtype == CF_BF16) {

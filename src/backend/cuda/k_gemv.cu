@@ -52,7 +52,7 @@ static cudaError_t rope_and_store(cudaStream_t st, const cfk_gemv_job *j) {
 extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
     const cf_tensor x = j->x, w = j->w[0];
     const int64_t k = x.cols;
-    const bool pair = j->glu_out.data != NULL;
+    const bool glu = j->glu_out.data != NULL;
     int vec = cfk_gemv_vec_ok(x, w);
     for (int s = 1; s < j->n_seg; s++) vec &= cfk_gemv_vec_ok(x, j->w[s]) && j->w[s].dtype == w.dtype;
     if (!vec) {   /* the backend fuses only what the vector kernel takes */
@@ -65,8 +65,21 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
         }
         return rope_and_store(st, j);
     }
-    int64_t rows = 0;
-    for (int s = 0; s < j->n_seg; s++) rows += j->w[s].rows;
+    /* RoPE and stores in the kernel, else launches of their own after it */
+    bool fold = !glu && !j->add.data, any = false;
+    for (int s = 0; s < j->n_seg; s++) {
+        if (j->rope[s]) fold = fold && j->head_dim % 2 == 0 && j->w[s].rows % j->head_dim == 0;
+        any = any || j->rope[s] || j->cache[s].data;
+    }
+    /* two rows a warp (the PAIR kernel): gate and up row j for the GLU, rows (i, i + half) of a head for a
+     * RoPE (and neighbours in the products it shares a launch with). It also halves the warps of q/k/v,
+     * which then fit on the GPU at once (Llama-3-8B: 6144 rows a warp would not). */
+    const bool pair = glu || (fold && any);
+    int64_t units[CFK_MAX_SEG], rows = 0;
+    for (int s = 0; s < j->n_seg; s++) {
+        units[s] = !pair || glu ? j->w[s].rows : j->rope[s] ? j->w[s].rows / 2 : ceil_div(j->w[s].rows, 2);
+        rows += glu && s ? 0 : units[s];
+    }
     int wpr = 1;
     /* rows are split over warps only while there are fewer than cfk_cfg.gemv_warps per SM (long rows:
      * four times that). A lone 4096x14336 GEMV streams faster split over 4 warps (92% of copy bandwidth
@@ -74,11 +87,6 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
     const int64_t warps = (int64_t)cfk_cfg.n_sm * cfk_cfg.gemv_warps * (k >= 8192 ? 4 : 1);
     while (wpr < 8 && rows * wpr * 2 <= warps && k / 8 >= (int64_t)wpr * 64) wpr *= 2;
     const int bw = cfk_cfg.gemv_block_warps > wpr ? cfk_cfg.gemv_block_warps : wpr, rpb = bw / wpr;
-    /* RoPE and stores in the kernel (RoPE: blocks of whole row pairs), else launches of their own after it */
-    bool fold = !pair;
-    for (int s = 0; s < j->n_seg; s++)
-        if (j->rope[s])
-            fold = fold && rpb >= 2 && j->head_dim % 2 == 0 && j->out[s].cols % j->head_dim == 0 && (j->w[s].rows / 2) % (rpb / 2) == 0;
     for (int64_t r0 = 0; r0 < x.rows; r0 += 8) {
         const int n = (int)(x.rows - r0 < 8 ? x.rows - r0 : 8);
         cf_tensor xs = cf_rows(x, r0, n);
@@ -96,11 +104,11 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
         Seg *segs[3] = {&g.s0, &g.s1, &g.s2};
         for (int s = 0; s < j->n_seg; s++) {
             *segs[s] = seg_of(j, s, r0, n, blocks);
-            if (!pair) blocks += ceil_div(j->w[s].rows, rpb);
+            if (!glu) blocks += ceil_div(units[s], rpb);
         }
-        if (pair) blocks = ceil_div(w.rows, rpb);
+        if (glu) blocks = ceil_div(units[0], rpb);
         if (j->add.data) g.add = tv(cf_rows(j->add, r0, n));
-        if (pair) g.glu = tv(cf_rows(j->glu_out, r0, n));
+        if (glu) g.glu = tv(cf_rows(j->glu_out, r0, n));
         if (fold) {
             for (int s = 0; s < j->n_seg; s++) {
                 segs[s]->rope = j->rope[s];

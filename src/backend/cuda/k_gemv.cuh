@@ -6,12 +6,13 @@
  *
  * One launch serves a cfk_gemv_job: up to 3 products sharing x (q, k, v) as consecutive block ranges,
  * with an optional residual add of one product's result (o_proj/down_proj + residual), or two products
- * paired row by row (gate, up: each warp streams row j of both, as one row of length 2k) finished by the
- * GLU. Unaligned shapes and f32 weights take a plain scalar kernel, one product per launch.
+ * paired row by row (gate, up) finished by the GLU. Unaligned shapes and f32 weights take a plain scalar
+ * kernel, one product per launch.
  *
- * A product may also be rotated (RoPE over whole heads: its blocks take rows in pairs (i, i + half) of a
- * head and rotate them together at the end) and stored in a KV cache (q, k, v: the layer's RoPE and
- * both KV stores need no launch of their own).
+ * In the PAIR kernel each warp streams two rows as one row of length 2k: gate and up row j for the GLU;
+ * for products that are rotated (RoPE over whole heads) and stored in a KV cache, rows i and i + half of
+ * a head, which the warp turns together at the end, or two neighbours (q, k, v: the layer's RoPE and both
+ * KV stores need no launch of their own).
  *
  * The weight prefetch before griddepcontrol.wait assumes weights are not written by the kernel that runs
  * right before (true of weights: uploaded once; the backend synchronizes after a kernel writes one). */
@@ -91,18 +92,20 @@ __device__ __forceinline__ float act_fn(int act, float g) {
 template <int NX, int U, typename WT, typename XT, bool PAIR>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rpb = g.block_warps / g.wpr;
-    const int si = PAIR ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
+    const bool glu = PAIR && g.glu.p;
+    const int si = glu ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
     const Seg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
-    /* a rotated product's block takes rows in pairs (i, i + half) of one head: its first rpb/2 rows, then
-     * their partners */
-    const int t = warp / g.wpr, pairs = rpb / 2;
-    const int64_t pr = ((int64_t)blockIdx.x - S.block0) * pairs + t % pairs;
-    const int64_t j = S.rope ? pr / g.half * 2 * g.half + pr % g.half + t / pairs * g.half : ((int64_t)blockIdx.x - S.block0) * rpb + t;
-    const int sub = warp % g.wpr;
-    const bool row_ok = j < S.d;
-    const int64_t nch = row_ok ? g.k / 8 : 0, total = PAIR ? 2 * nch : nch, step = (int64_t)g.wpr * 32;
+    const int t = warp / g.wpr, sub = warp % g.wpr;
+    /* the warp's unit: one row j, or (PAIR) rows j and j2: gate and up row j (GLU), rows i and i + half of
+     * a head (RoPE), else two neighbours */
+    const int64_t unit = ((int64_t)blockIdx.x - S.block0) * rpb + t;
+    const int64_t j = !PAIR || glu ? unit : S.rope ? unit / g.half * 2 * g.half + unit % g.half : 2 * unit;
+    const int64_t j2 = glu ? j : S.rope ? j + g.half : j + 1;
+    const bool row_ok = j < S.d, row2_ok = PAIR && row_ok && j2 < (glu ? g.s1.d : S.d);
+    const int64_t nch = row_ok ? g.k / 8 : 0, total = row2_ok ? 2 * nch : nch, step = (int64_t)g.wpr * 32;
     const uint4 *w0 = reinterpret_cast<const uint4 *>((const WT *)S.w + (row_ok ? j : 0) * S.wstride);
-    const uint4 *w1 = PAIR ? reinterpret_cast<const uint4 *>((const WT *)g.s1.w + (row_ok ? j : 0) * g.s1.wstride) : w0;
+    const uint4 *w1 = !PAIR ? w0 : glu ? reinterpret_cast<const uint4 *>((const WT *)g.s1.w + (row_ok ? j : 0) * g.s1.wstride)
+                                       : reinterpret_cast<const uint4 *>((const WT *)S.w + (row2_ok ? j2 : 0) * S.wstride);
     const XT *x = (const XT *)g.x;
     float a0[NX], a1[NX];
 #pragma unroll
@@ -179,45 +182,45 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
                 a1[r] = s1;
             }
     }
-    const float b0 = S.bias.p && row_ok ? ld(S.bias, 0, j) : 0.0f, b1 = PAIR && g.s1.bias.p && row_ok ? ld(g.s1.bias, 0, j) : 0.0f;
-    if (!PAIR && S.rope) {   /* rotate each pair (rows all valid: the blocks hold whole pairs), then store */
-        __shared__ float rv[8][NX];
-        if (sub == 0 && lane == 0)
-#pragma unroll
-            for (int r = 0; r < NX; r++) rv[t][r] = a0[r] + b0;
-        __syncthreads();
-        if (sub != 0 || lane != 0 || t >= pairs) return;
-        const float f = g.inv_freq[j % (2 * g.half)];
+    if (sub != 0 || lane != 0 || !row_ok) return;   /* the lane that finishes the unit */
+    const float b0 = S.bias.p ? ld(S.bias, 0, j) : 0.0f;
+    if (!PAIR) {
 #pragma unroll
         for (int r = 0; r < NX; r++) {
             if (r >= g.n) break;
-            float sn, cs;
-            sincosf((float)((const int32_t *)g.pos.p)[r * g.pos.stride] * f, &sn, &cs);
-            const float u = rv[t][r], v = rv[t + pairs][r];
-            st(S.out, r, j, u * cs - v * sn);
-            st(S.out, r, j + g.half, v * cs + u * sn);
-            if (S.cache.p) {   /* the rounded values, as a store reading out would see them */
-                const int64_t slot = store_slot(g, r);
-                st(S.cache, slot, j, ld(S.out, r, j));
-                st(S.cache, slot, j + g.half, ld(S.out, r, j + g.half));
-            }
+            const float v0 = a0[r] + b0;
+            st(S.out, r, j, v0);
+            if (g.add.p && si == g.add_seg) st(g.add, r, j, ld(g.add, r, j) + v0);
+            else if (S.cache.p) st(S.cache, store_slot(g, r), j, ld(S.out, r, j));
         }
         return;
     }
-    if (sub != 0 || lane != 0 || !row_ok) return;
+    const TV bias1 = glu ? g.s1.bias : S.bias;
+    const float b1 = bias1.p && row2_ok ? ld(bias1, 0, j2) : 0.0f;
+    const float f = S.rope ? g.inv_freq[j % (2 * g.half)] : 0.0f;
 #pragma unroll
     for (int r = 0; r < NX; r++) {
         if (r >= g.n) break;
-        const float v0 = a0[r] + b0;
-        st(S.out, r, j, v0);
-        if (PAIR) {
-            const float v1 = a1[r] + b1;
+        float v0 = a0[r] + b0, v1 = a1[r] + b1;
+        if (glu) {
+            st(S.out, r, j, v0);
             st(g.s1.out, r, j, v1);
-            if (g.glu.p) st(g.glu, r, j, act_fn(g.act, v0) * v1);
-        } else if (g.add.p && si == g.add_seg) {
-            st(g.add, r, j, ld(g.add, r, j) + v0);
-        } else if (S.cache.p) {
-            st(S.cache, store_slot(g, r), j, ld(S.out, r, j));
+            st(g.glu, r, j, act_fn(g.act, v0) * v1);
+            continue;
+        }
+        if (S.rope) {   /* (x_j, x_j2) turned by pos * inv_freq */
+            float sn, cs;
+            sincosf((float)((const int32_t *)g.pos.p)[r * g.pos.stride] * f, &sn, &cs);
+            const float u = v0;
+            v0 = u * cs - v1 * sn;
+            v1 = v1 * cs + u * sn;
+        }
+        st(S.out, r, j, v0);
+        if (row2_ok) st(S.out, r, j2, v1);
+        if (S.cache.p) {   /* the rounded values, as a store reading out would see them */
+            const int64_t slot = store_slot(g, r);
+            st(S.cache, slot, j, ld(S.out, r, j));
+            if (row2_ok) st(S.cache, slot, j2, ld(S.out, r, j2));
         }
     }
 }

@@ -1,7 +1,7 @@
 /* k_sample.cu: choosing tokens on the device so that only ids cross to the host. One block of 1024
- * threads per logits row.
+ * threads per logits row, except argmax over up to CFK_PICK_ROWS rows: many blocks a row.
  *
- * argmax: largest value, ties to the lowest index (NaN never wins).
+ * argmax: largest value, ties to the lowest index (NaN never wins; -0 equals +0).
  * sample: p_i = exp((l_i - max) / T) (unnormalized). top-k, top-p and min-p each keep a prefix of the
  * total order (p desc, id asc), so together they keep its first N = min(N_k, N_p, N_min) tokens. The
  * boundaries are found without sorting by radix descent over the bits of p (non-negative floats order
@@ -55,7 +55,52 @@ __global__ void __launch_bounds__(NT) argmax_kernel(TV lg, TV ids, int64_t V) {
     if (threadIdx.x == 0) ((int32_t *)ids.p)[blockIdx.x * ids.stride] = (int32_t)m.i;
 }
 
-extern "C" cudaError_t cfk_argmax(cudaStream_t st, cf_tensor ids, cf_tensor logits) {
+/* The same spread over many blocks per row, for the latency of one row: each block folds the best of its
+ * slice into the row's 64-bit key (the value's bits made to order as unsigned, then the index inverted, so
+ * atomicMax keeps the largest value and, among equals, the lowest index; 0: nothing seen), and the row's
+ * last block writes the id and clears the key and the block count. */
+#define AM_NT 256
+#define AM_SLICE 2048   /* values per block */
+
+__device__ __forceinline__ unsigned long long am_key(float v, int64_t i) {
+    uint32_t u = __float_as_uint(v);
+    if (v == 0.0f) u = 0;
+    u = u & 0x80000000u ? ~u : u | 0x80000000u;
+    return (unsigned long long)u << 32 | (0xffffffffu - (uint32_t)i);
+}
+
+__global__ void __launch_bounds__(AM_NT) argmax_wide_kernel(TV lg, TV ids, int64_t V, unsigned long long *state) {
+    __shared__ unsigned long long wk[AM_NT / 32];
+    pdl_wait();
+    pdl_launch_next();
+    const int64_t r = blockIdx.y, i0 = (int64_t)blockIdx.x * AM_SLICE;
+    const int64_t i1 = min(V, i0 + AM_SLICE);
+    unsigned long long k = 0;
+#pragma unroll 4
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += AM_NT) {
+        const float v = ld(lg, r, i);
+        if (v == v) k = max(k, am_key(v, i));   /* NaN never wins */
+    }
+    for (int o = 16; o > 0; o >>= 1) k = max(k, __shfl_xor_sync(0xffffffffu, k, o));
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) wk[w] = k;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int j = 1; j < AM_NT / 32; j++) k = max(k, wk[j]);
+    unsigned long long *best = state + 2 * r, *count = best + 1;
+    if (k) atomicMax(best, k);
+    __threadfence();
+    if (atomicAdd(count, 1ull) != gridDim.x - 1) return;
+    __threadfence();
+    k = atomicExch(best, 0ull);
+    *count = 0;
+    ((int32_t *)ids.p)[r * ids.stride] = k ? (int32_t)(0xffffffffu - (uint32_t)k) : 0;
+}
+
+extern "C" cudaError_t cfk_argmax(cudaStream_t st, cf_tensor ids, cf_tensor logits, unsigned long long *state) {
+    if (logits.rows <= CFK_PICK_ROWS && logits.cols > AM_SLICE)
+        return launch(argmax_wide_kernel, dim3((unsigned)ceil_div(logits.cols, AM_SLICE), (unsigned)logits.rows), dim3(AM_NT), 0, st,
+                      tv(logits), tv(ids), logits.cols, state);
     return launch(argmax_kernel, dim3((unsigned)logits.rows), dim3(NT), 0, st, tv(logits), tv(ids), logits.cols);
 }
 
