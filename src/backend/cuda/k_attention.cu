@@ -90,6 +90,32 @@ __device__ void combine_warps(const AttnP &P, int i, int h, float *part, const f
     merge_if_last(P, i, h);
 }
 
+/* One online-softmax step of a warp over 32 keys (lane j: key j's score s, if it has one): the running
+ * max m and sum l move on, the outputs o are rescaled, and this lane's weight is returned. */
+template <int N>
+__device__ __forceinline__ float softmax_step(float s, bool has_key, float &m, float &l, float (&o)[N]) {
+    const float mn = fmaxf(m, warp_max(s));   /* finite: lane 0 always has a key */
+    const float corr = exp2f(m - mn);
+    const float p = has_key ? exp2f(s - mn) : 0.0f;
+    l = l * corr + warp_sum(p);
+#pragma unroll
+    for (int j = 0; j < N; j++) o[j] *= corr;
+    m = mn;
+    return p;
+}
+
+/* acc + q[0..7] . the 8 16-bit values in u */
+template <typename KT>
+__device__ __forceinline__ float dot8(const float *q, uint4 u, float acc) {
+    const KT *e = reinterpret_cast<const KT *>(&u);
+    const float4 q0 = *reinterpret_cast<const float4 *>(q), q1 = *reinterpret_cast<const float4 *>(q + 4);
+    acc = fmaf(q0.x, (float)e[0], acc); acc = fmaf(q0.y, (float)e[1], acc);
+    acc = fmaf(q0.z, (float)e[2], acc); acc = fmaf(q0.w, (float)e[3], acc);
+    acc = fmaf(q1.x, (float)e[4], acc); acc = fmaf(q1.y, (float)e[5], acc);
+    acc = fmaf(q1.z, (float)e[6], acc); acc = fmaf(q1.w, (float)e[7], acc);
+    return acc;
+}
+
 /* ---- decode: one lane per key ---- */
 
 template <typename KT>
@@ -143,12 +169,7 @@ __global__ void __launch_bounds__(128) attn_split_kernel(AttnP P, bool vec) {
         const int kk = base + lane;
         float s = -INFINITY;
         if (kk < k1) s = score_fix(P, key_dot(qs, K + (int64_t)(kk % P.cap) * P.kstride, P.D, vec));
-        const float mn = fmaxf(m, warp_max(s));   /* finite: lane 0 always has a key */
-        const float corr = exp2f(m - mn);
-        const float pj = kk < k1 ? exp2f(s - mn) : 0.0f;
-        l = l * corr + warp_sum(pj);
-#pragma unroll
-        for (int j = 0; j < OJ; j++) o[j] *= corr;
+        const float pj = softmax_step(s, kk < k1, m, l, o);
         const int nk = min(32, k1 - base);
         for (int t = 0; t < nk; t++) {
             const float pt = __shfl_sync(0xffffffffu, pj, t);
@@ -159,7 +180,6 @@ __global__ void __launch_bounds__(128) attn_split_kernel(AttnP P, bool vec) {
                 if (c < P.Dv) o[j] = fmaf(pt, (float)vr[c], o[j]);
             }
         }
-        m = mn;
     }
     if (lane == 0) { wm[warp] = m; wl[warp] = l; }
 #pragma unroll
@@ -203,22 +223,10 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(AttnP P) {
             for (int c = 0; c < D / 8; c++) kv[c] = kr[c];
             float acc = 0.0f;
 #pragma unroll
-            for (int c = 0; c < D / 8; c++) {
-                const KT *e = reinterpret_cast<const KT *>(&kv[c]);
-                const float4 q0 = *reinterpret_cast<const float4 *>(qs + 8 * c), q1 = *reinterpret_cast<const float4 *>(qs + 8 * c + 4);
-                acc = fmaf(q0.x, (float)e[0], acc); acc = fmaf(q0.y, (float)e[1], acc);
-                acc = fmaf(q0.z, (float)e[2], acc); acc = fmaf(q0.w, (float)e[3], acc);
-                acc = fmaf(q1.x, (float)e[4], acc); acc = fmaf(q1.y, (float)e[5], acc);
-                acc = fmaf(q1.z, (float)e[6], acc); acc = fmaf(q1.w, (float)e[7], acc);
-            }
+            for (int c = 0; c < D / 8; c++) acc = dot8<KT>(qs + 8 * c, kv[c], acc);
             s = score_fix(P, acc);
         }
-        const float mn = fmaxf(m, warp_max(s));
-        const float corr = exp2f(m - mn);
-        const float pj = kk < k1 ? exp2f(s - mn) : 0.0f;
-        l = l * corr + warp_sum(pj);
-#pragma unroll
-        for (int j = 0; j < VL; j++) o[j] *= corr;
+        const float pj = softmax_step(s, kk < k1, m, l, o);
         const int nk = min(32, k1 - base), slot0 = base % P.cap;
 #pragma unroll
         for (int t0 = 0; t0 < 32; t0 += 16) {
@@ -238,7 +246,6 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(AttnP P) {
                 for (int j = 0; j < VL; j++) o[j] = fmaf(pt, (float)vv[t][j], o[j]);
             }
         }
-        m = mn;
     }
     if (lane == 0) { wm[warp] = m; wl[warp] = l; }
 #pragma unroll
@@ -392,23 +399,10 @@ __global__ void __launch_bounds__(32 * G) attn_group_kernel(AttnP P) {
         if (kk < k1) {
             float acc = 0.0f;
 #pragma unroll
-            for (int c = 0; c < PR; c++) {
-                const uint4 u = *reinterpret_cast<const uint4 *>(&ks[b][lane][c * 8]);
-                const KT *e = reinterpret_cast<const KT *>(&u);
-                const float4 q0 = *reinterpret_cast<const float4 *>(&qs[warp][8 * c]), q1 = *reinterpret_cast<const float4 *>(&qs[warp][8 * c + 4]);
-                acc = fmaf(q0.x, (float)e[0], acc); acc = fmaf(q0.y, (float)e[1], acc);
-                acc = fmaf(q0.z, (float)e[2], acc); acc = fmaf(q0.w, (float)e[3], acc);
-                acc = fmaf(q1.x, (float)e[4], acc); acc = fmaf(q1.y, (float)e[5], acc);
-                acc = fmaf(q1.z, (float)e[6], acc); acc = fmaf(q1.w, (float)e[7], acc);
-            }
+            for (int c = 0; c < PR; c++) acc = dot8<KT>(&qs[warp][8 * c], *reinterpret_cast<const uint4 *>(&ks[b][lane][c * 8]), acc);
             s = score_fix(P, acc);
         }
-        const float mn = fmaxf(m, warp_max(s));   /* finite: lane 0 always has a key */
-        const float corr = exp2f(m - mn);
-        const float pj = kk < k1 ? exp2f(s - mn) : 0.0f;
-        l = l * corr + warp_sum(pj);
-#pragma unroll
-        for (int j = 0; j < VL; j++) o[j] *= corr;
+        const float pj = softmax_step(s, kk < k1, m, l, o);
 #pragma unroll
         for (int r = 0; r < GT; r++) {
             const float pt = __shfl_sync(0xffffffffu, pj, r);
@@ -418,7 +412,6 @@ __global__ void __launch_bounds__(32 * G) attn_group_kernel(AttnP P) {
 #pragma unroll
             for (int j = 0; j < VL; j++) o[j] = fmaf(pt, (float)vv[j], o[j]);
         }
-        m = mn;
         if (t + 2 < ntiles) {
             __syncthreads();   /* buffer b is free */
             load_tile(t + 2, -1);
