@@ -75,17 +75,17 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
      * RoPE (and neighbours in the products it shares a launch with). It also halves the warps of q/k/v,
      * which then fit on the GPU at once (Llama-3-8B: 6144 rows a warp would not). */
     const bool pair = glu || (fold && any);
-    int64_t units[CFK_MAX_SEG], rows = 0;
+    int64_t units[CFK_MAX_SEG], n_units = 0;   /* a warp's work: a row, or two */
     for (int s = 0; s < j->n_seg; s++) {
         units[s] = !pair || glu ? j->w[s].rows : j->rope[s] ? j->w[s].rows / 2 : ceil_div(j->w[s].rows, 2);
-        rows += glu && s ? 0 : units[s];
+        n_units += glu && s ? 0 : units[s];
     }
     int wpr = 1;
-    /* rows are split over warps only while there are fewer than cfk_cfg.gemv_warps per SM (long rows:
+    /* units are split over warps only while there are fewer than cfk_cfg.gemv_warps per SM (long rows:
      * four times that). A lone 4096x14336 GEMV streams faster split over 4 warps (92% of copy bandwidth
      * against 81% with 2 on the H200), but inside the decode step one warp a row is faster. */
     const int64_t warps = (int64_t)cfk_cfg.n_sm * cfk_cfg.gemv_warps * (k >= 8192 ? 4 : 1);
-    while (wpr < 8 && rows * wpr * 2 <= warps && k / 8 >= (int64_t)wpr * 64) wpr *= 2;
+    while (wpr < 8 && n_units * wpr * 2 <= warps && k / 8 >= (int64_t)wpr * 64) wpr *= 2;
     const int bw = cfk_cfg.gemv_block_warps > wpr ? cfk_cfg.gemv_block_warps : wpr, rpb = bw / wpr;
     for (int64_t r0 = 0; r0 < x.rows; r0 += 8) {
         const int n = (int)(x.rows - r0 < 8 ? x.rows - r0 : 8);
