@@ -1,9 +1,10 @@
 /* cupti_trace.c: a CUDA injection library that records every kernel's start and end on the GPU clock,
  * inside CUDA graphs too, and writes one line per kernel at exit. It exists to see where a decode step's
- * time goes (the GPU machine has ncu but no Nsight Systems).
- *   gcc -shared -fPIC -O2 -I$CUDA/include tools/trace/cupti_trace.c -L$CUDA/lib64 -lcupti -o libtrace.so
- *   CUDA_INJECTION64_PATH=$PWD/libtrace.so CUPTI_TRACE_OUT=trace.tsv build-gpu/cinfer bench ...
- *   python3 tools/trace/summarize.py trace.tsv
+ * time goes (the GPU machine has ncu but no Nsight Systems). Built as tools/trace/libcupti_trace.so in the
+ * build folder where the CUDA toolkit has CUPTI:
+ *   CUDA_INJECTION64_PATH=$PWD/build-gpu/tools/trace/libcupti_trace.so CUPTI_TRACE_OUT=trace.tsv \
+ *       build-gpu/cinfer bench --device cuda ...
+ *   python3 tools/trace/summarize.py trace.tsv 32 embed 7
  * Lines: start_ns end_ns graph_node_id kernel_name (tab-separated). */
 #include <cupti.h>
 #include <stdio.h>
@@ -13,7 +14,7 @@ static FILE *out;
 
 static void CUPTIAPI buffer_requested(uint8_t **buf, size_t *size, size_t *max_records) {
   *size = 8u << 20;
-  *buf = aligned_alloc(8, *size);
+  *buf = aligned_alloc(8, *size);   /* NULL: CUPTI drops the records */
   *max_records = 0;
 }
 
