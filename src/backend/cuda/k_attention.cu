@@ -51,16 +51,34 @@ __device__ __forceinline__ float *part_at(const AttnP &P, int i, int h, int spli
 
 __device__ void merge_if_last(const AttnP &P, int i, int h);
 
-/* The keys [k0, k1) of one split of the visible range of query i; splits start a multiple of align keys
- * apart. */
+/* Keys per split when n keys go to n_splits splits that start a multiple of align keys apart. */
+__device__ __forceinline__ int split_chunk(int n, int n_splits, int align) {
+    return ((n + n_splits - 1) / n_splits + align - 1) / align * align;
+}
+
+/* The keys [k0, k1) of one split of the visible range of query i, and how many splits hold keys (n). */
 struct KeyRange {
-    int k0, k1;
+    int k0, k1, n;
 };
 __device__ __forceinline__ KeyRange key_range(const AttnP &P, int i, int split, int align) {
-    const int p = query_pos0(P) + i, lo = first_key(P, p);
-    const int chunk = ((p - lo + 1 + P.n_splits - 1) / P.n_splits + align - 1) / align * align;
+    const int p = query_pos0(P) + i, lo = first_key(P, p), chunk = split_chunk(p - lo + 1, P.n_splits, align);
     const int k0 = lo + split * chunk;
-    return KeyRange{k0, min(p + 1, k0 + chunk)};
+    return KeyRange{k0, min(p + 1, k0 + chunk), (p - lo + chunk) / chunk};
+}
+
+/* Whether this block is the last of n to arrive at *ctr (a zeroed counter, left zeroed by the last);
+ * what the others wrote before arriving is then visible to it. */
+__device__ __forceinline__ bool last_to_arrive(int *ctr, int n) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(ctr, 1) == n - 1;
+        if (last) *ctr = 0;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
 }
 
 /* A split with nothing to see still counts towards the merge. */
@@ -281,19 +299,7 @@ __device__ void merge_splits(const AttnP &P, int i, int h) {
 
 /* The last split block of (i, h) to finish merges them all, and re-arms the counter for the next launch. */
 __device__ void merge_if_last(const AttnP &P, int i, int h) {
-    __shared__ int last;
-    if (!P.counters) return;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int *ctr = P.counters + (int64_t)i * P.n_heads + h;
-        last = atomicAdd(ctr, 1) == P.n_splits - 1;
-        if (last) *ctr = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    merge_splits(P, i, h);
+    if (P.counters && last_to_arrive(P.counters + (int64_t)i * P.n_heads + h, P.n_splits)) merge_splits(P, i, h);
 }
 
 __global__ void attn_reduce_kernel(AttnP P) {
@@ -350,14 +356,14 @@ __global__ void __launch_bounds__(32 * G) attn_group_kernel(AttnP P) {
     __shared__ __align__(16) KT ks[2][GT][D + 8];   /* rows padded: lanes reading 8 rows at once hit 8 bank groups */
     __shared__ __align__(16) KT vs[2][GT][D];
     __shared__ __align__(16) float qs[G][D];
-    __shared__ int last;
     const int split = blockIdx.x, kvh = blockIdx.y, i = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, h = kvh * G + warp;
     /* the pass's positions were written before the kernel ahead of this one started */
-    const int first_new = query_pos0(P), p = first_new + i, lo = first_key(P, p), nkeys = p - lo + 1;
-    const int chunk = ((nkeys + P.n_splits - 1) / P.n_splits + GT - 1) / GT * GT, nact = (nkeys + chunk - 1) / chunk;
+    const int first_new = query_pos0(P);
+    const KeyRange kr = key_range(P, i, split, GT);
+    const int nact = kr.n;
     if (split >= nact) return;
-    const int k0 = lo + split * chunk, k1 = min(p + 1, k0 + chunk), ntiles = (k1 - k0 + GT - 1) / GT;
+    const int k0 = kr.k0, k1 = kr.k1, ntiles = (k1 - k0 + GT - 1) / GT;
     const KT *K = (const KT *)P.k + (int64_t)kvh * D, *V = (const KT *)P.v + (int64_t)kvh * D;
     /* tile t into buffer t % 2: the rows of earlier passes (old 1), of this pass (old 0), or all (old -1);
      * rows past k1 repeat the last key, weighted 0 */
@@ -428,16 +434,7 @@ __global__ void __launch_bounds__(32 * G) attn_group_kernel(AttnP P) {
     if (lane == 0) { part[0] = m; part[1] = l; }
 #pragma unroll
     for (int j = 0; j < VL; j++) part[2 + lane * VL + j] = o[j];
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int *ctr = P.counters + (int64_t)i * (P.n_heads / P.group) + kvh;
-        last = atomicAdd(ctr, 1) == nact - 1;
-        if (last) *ctr = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!last_to_arrive(P.counters + (int64_t)i * (P.n_heads / P.group) + kvh, nact)) return;
     /* the warp merges its head over the splits (at most 64: splits lane and lane + 32), reading past L1 */
     const float *pp = part_at(P, i, h, 0);
     const int W = D + 2;
@@ -490,7 +487,7 @@ __global__ void __launch_bounds__(128 * HPB) attn_mma_kernel(AttnP P) {
     const int pos0 = query_pos0(P), i0 = qt * 64, kvh = h0 / P.group;
     const int p_hi = pos0 + min(i0 + 63, P.n_q - 1);
     const int kb = first_key(P, pos0 + i0);
-    const int chunk = ((p_hi + 1 - kb + P.n_splits - 1) / P.n_splits + BC - 1) / BC * BC;
+    const int chunk = split_chunk(p_hi + 1 - kb, P.n_splits, BC);
     const int k_begin = kb + split * chunk, k_end = min(p_hi + 1, k_begin + chunk);
 
     for (int idx = threadIdx.x; idx < HPB * 64 * D; idx += blockDim.x) {
