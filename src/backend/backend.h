@@ -143,6 +143,12 @@ typedef struct cf_backend_ops {
      * failure); CUDA walks the kept tokens in id order, so with truncation it picks from the same
      * distribution but not always the same token for a given u, and it gives NaN logits probability 0. */
     void (*sample)(cf_backend *be, cf_tensor ids, cf_tensor logits, cf_tensor u, const cf_sample_args *s);
+    /* Reading without waiting for everything queued: read_begin enqueues a copy of src (contiguous, at most
+     * 16 values) into slot (0 or 1) behind the ops queued so far; read_end waits for that copy only (ops
+     * queued after it keep running) and writes the values as f32, like read. A decoder can so queue step
+     * t + 1 before it reads step t's token. */
+    void (*read_begin)(cf_backend *be, cf_tensor src, int slot);
+    cinfer_status (*read_end)(cf_backend *be, int slot, float *host, cinfer_error *err);
     /* Recording a step (CUDA graphs): ops enqueued between graph_begin and graph_end are recorded, not
      * run; graph_launch runs the recording on the tensors' contents at launch time. Between begin and end
      * call no write, read, sync, alloc or free_tensor; host arguments (shapes, pos0) are frozen into the

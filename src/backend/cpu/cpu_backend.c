@@ -22,6 +22,8 @@ typedef struct cpu_backend {
     cf_sampler *smp;          /* op sample: a sampler with smp_args over smp_vocab tokens, kept between calls */
     cf_sample_args smp_args;
     int64_t smp_vocab;
+    float read_vals[2][16];   /* read_begin's slots (ops run when enqueued: the values are read at once) */
+    int read_n[2];
 } cpu_backend;
 
 static cpu_backend *CPU(cf_backend *be) { return (cpu_backend *)be; }
@@ -89,6 +91,24 @@ static cinfer_status cpu_read(cf_backend *be, float *host, cf_tensor src, cinfer
     for (int64_t r = 0; r < src.rows; r++)
         cf_to_f32(host + r * src.cols, (const char *)src.data + (size_t)(r * src.stride) * es, src.dtype, (size_t)src.cols);
     return report(CPU(be), err);
+}
+
+static void cpu_read_begin(cf_backend *be, cf_tensor src, int slot) {
+    cpu_backend *b = CPU(be);
+    const int64_t n = src.rows * src.cols;
+    if (slot < 0 || slot > 1 || n > 16 || (src.rows > 1 && src.stride != src.cols)) {
+        fail(b, CINFER_E_INVALID_ARGUMENT, "read_begin: slot 0 or 1, at most 16 contiguous values");
+        return;
+    }
+    cf_to_f32(b->read_vals[slot], src.data, src.dtype, (size_t)n);
+    b->read_n[slot] = (int)n;
+}
+
+static cinfer_status cpu_read_end(cf_backend *be, int slot, float *host, cinfer_error *err) {
+    cpu_backend *b = CPU(be);
+    if (slot < 0 || slot > 1) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "read_end: slot %d of 0..1", slot);
+    memcpy(host, b->read_vals[slot], (size_t)b->read_n[slot] * sizeof *host);
+    return report(b, err);
 }
 
 static cinfer_status cpu_sync(cf_backend *be, cinfer_error *err) { return report(CPU(be), err); }
@@ -320,11 +340,15 @@ static void cpu_sample(cf_backend *be, cf_tensor ids, cf_tensor logits, cf_tenso
     }
 }
 
+/* dst is f32 (activations) or of src's type (token ids) */
 static void cpu_copy(cf_backend *be, cf_tensor dst, cf_tensor src) {
     size_t es = cf_dtype_size(src.dtype);
     #pragma omp parallel for NT(be) if (dst.rows > 16)
-    for (int64_t r = 0; r < dst.rows; r++)
-        cf_to_f32(row(dst, r), (const char *)src.data + (size_t)(r * src.stride) * es, src.dtype, (size_t)dst.cols);
+    for (int64_t r = 0; r < dst.rows; r++) {
+        const char *from = (const char *)src.data + (size_t)(r * src.stride) * es;
+        if (dst.dtype == src.dtype) memcpy((char *)dst.data + (size_t)(r * dst.stride) * es, from, (size_t)dst.cols * es);
+        else cf_to_f32(row(dst, r), from, src.dtype, (size_t)dst.cols);
+    }
 }
 
 static const cf_backend_ops cpu_ops = {
@@ -336,6 +360,8 @@ static const cf_backend_ops cpu_ops = {
     .write = cpu_write,
     .fill = cpu_fill,
     .read = cpu_read,
+    .read_begin = cpu_read_begin,
+    .read_end = cpu_read_end,
     .sync = cpu_sync,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #define STAGING_BYTES ((size_t)4 << 20)
+#define READ_SLOT_BYTES 64   /* read_begin's slots: after the staging buffer, in the same pinned allocation */
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
@@ -58,6 +59,10 @@ typedef struct cuda_backend {
     /* pinned host memory for write(): small writes are queued without waiting for the stream */
     unsigned char *staging;
     size_t staging_used;
+    /* read_begin/read_end: each slot's type, count and event (its copy lands after the staging buffer) */
+    cudaEvent_t read_done[2];
+    cf_dtype read_dtype[2];
+    int read_n[2];
     int *attn_counters;   /* zeroed; attention's split merge leaves them zeroed */
     unsigned long long *pick_state;   /* zeroed; argmax leaves it zeroed */
     pending pend;
@@ -419,6 +424,39 @@ static void cuda_write(cf_backend *be, cf_tensor dst, const void *host) {
           "write");
 }
 
+static void cuda_read_begin(cf_backend *be, cf_tensor src, int slot) {
+    cuda_backend *b = CB(be);
+    flush(b);
+    const size_t n = (size_t)(src.rows * src.cols), bytes = n * cf_dtype_size(src.dtype);
+    if (b->capturing) { fail(b, CINFER_E_INVALID_ARGUMENT, "read_begin() while recording a graph"); return; }
+    if (slot < 0 || slot > 1 || bytes > READ_SLOT_BYTES || (src.rows > 1 && src.stride != src.cols)) {
+        fail(b, CINFER_E_INVALID_ARGUMENT, "read_begin: slot %d of 0..1, %zu bytes of at most %d, contiguous", slot, bytes, READ_SLOT_BYTES);
+        return;
+    }
+    b->read_dtype[slot] = src.dtype;
+    b->read_n[slot] = (int)n;
+    check(b, cudaMemcpyAsync(b->staging + STAGING_BYTES + slot * READ_SLOT_BYTES, src.data, bytes, cudaMemcpyDeviceToHost, b->stream),
+          "read_begin");
+    check(b, cudaEventRecord(b->read_done[slot], b->stream), "read_begin");
+}
+
+static cinfer_status cuda_read_end(cf_backend *be, int slot, float *host, cinfer_error *err) {
+    cuda_backend *b = CB(be);
+    if (slot < 0 || slot > 1) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "read_end: slot %d of 0..1", slot);
+    check(b, cudaEventSynchronize(b->read_done[slot]), "read_end");
+    const unsigned char *p = b->staging + STAGING_BYTES + slot * READ_SLOT_BYTES;
+    for (int i = 0; i < b->read_n[slot] && b->status == CINFER_OK; i++) {
+        switch (b->read_dtype[slot]) {
+        case CF_F32: memcpy(&host[i], p + 4 * i, 4); break;
+        case CF_I32: { int32_t v; memcpy(&v, p + 4 * i, 4); host[i] = (float)v; break; }
+        case CF_BF16: { uint16_t v; memcpy(&v, p + 2 * i, 2); host[i] = cf_bf16_to_f32(v); break; }
+        case CF_F16: { uint16_t v; memcpy(&v, p + 2 * i, 2); host[i] = cf_f16_to_f32(v); break; }
+        default: return cf_fail(err, CINFER_E_UNSUPPORTED, "read_end: %s values", cf_dtype_name(b->read_dtype[slot]));
+        }
+    }
+    return report(b, err);
+}
+
 static void ew(cuda_backend *b, cfk_ew op, cf_tensor out, cf_tensor a, cf_tensor c, float s, const char *what) {
     flush(b);
     if (!empty(out)) check(b, cfk_elementwise(b->stream, op, out, a, c, s), what);
@@ -679,6 +717,8 @@ static void cuda_destroy(cf_backend *be) {
     }
     free(b->retired);
     if (b->staging) cudaFreeHost(b->staging);
+    for (int i = 0; i < 2; i++)
+        if (b->read_done[i]) cudaEventDestroy(b->read_done[i]);
     if (b->stream) cudaStreamDestroy(b->stream);
     free(b);
 }
@@ -692,6 +732,8 @@ static const cf_backend_ops cuda_ops = {
     .write = cuda_write,
     .fill = cuda_fill,
     .read = cuda_read,
+    .read_begin = cuda_read_begin,
+    .read_end = cuda_read_end,
     .sync = cuda_sync,
     .embed = cuda_embed,
     .rmsnorm = cuda_rmsnorm,
@@ -723,7 +765,8 @@ static int env_int(const char *name, int dflt) {
 static cinfer_status setup(cuda_backend *b, const cf_backend_params *p, cinfer_error *err) {
     cudaError_t e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cfk_init();
-    if (e == cudaSuccess) e = cudaMallocHost((void **)&b->staging, STAGING_BYTES);
+    if (e == cudaSuccess) e = cudaMallocHost((void **)&b->staging, STAGING_BYTES + 2 * READ_SLOT_BYTES);
+    for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(&b->read_done[i], cudaEventDisableTiming);
     if (e != cudaSuccess) return cf_fail(err, CINFER_E_DEVICE, "CUDA setup: %s", cudaGetErrorString(e));
     b->direct = env_int("CINFER_CUDA_DIRECT_ALLOC", 0);
     if (!b->direct) {
