@@ -534,6 +534,7 @@ cinfer_status cf_model_eval(cf_model *m, cf_seq *s, const int32_t *ids, int n, f
         for (int i = 0; i < c; i++) s->pos_host[i] = pos0 + i;
         be->ops->write(be, cf_rows(s->ids, 0, c), ids + done);
         be->ops->write(be, cf_rows(s->pos, 0, c), s->pos_host);
+        s->id_staged = 0;
         int last_chunk = done + c == n;
         int out_rows = all_rows ? c : last_chunk ? 1 : 0;
         cinfer_status st = cf_forward_chunk(m, s, c, out_rows, 0, err);
@@ -591,15 +592,25 @@ static int same_pick(const cf_seq *s, const cf_sample_args *sa) {
     return is_greedy(sa) ? is_greedy(&s->graph_args) : cf_sample_args_equal(&s->graph_args, sa);
 }
 
-/* Records the step (forward pass of one token with the *_pos ops, then the pick) into s->graph. */
+/* The ops of a decode step: the forward pass of ids row 0 at position pos row 0 (from device memory where
+ * the backend has the *_pos ops), the pick into s->next, and a copy of the pick into ids row 0, so the
+ * step after it finds its input there. */
+static cinfer_status step_ops(cf_model *m, cf_seq *s, const cf_sample_args *sa, cinfer_error *err) {
+    const cf_backend_ops *op = m->be->ops;
+    CF_TRY(cf_forward_chunk(m, s, 1, 1, op->kv_store_pos && op->attention_pos, err));
+    pick(m, s, 0, sa);
+    op->copy(m->be, cf_rows(s->ids, 0, 1), s->next);
+    return CINFER_OK;
+}
+
+/* Records step_ops into s->graph. */
 static cinfer_status record_step(cf_model *m, cf_seq *s, const cf_sample_args *sa, cinfer_error *err) {
     const cf_backend_ops *op = m->be->ops;
     if (s->graph) op->graph_free(m->be, s->graph);
     s->graph = NULL;
     CF_TRY(op->graph_begin(m->be, err));
     cinfer_error ferr = {0};
-    cinfer_status st = cf_forward_chunk(m, s, 1, 1, 1, &ferr);  /* no MoE here: nothing can fail mid-pass */
-    if (st == CINFER_OK) pick(m, s, 0, sa);
+    cinfer_status st = step_ops(m, s, sa, &ferr);   /* no MoE here: nothing can fail mid-pass */
     cf_graph *g = NULL;
     cinfer_status end = op->graph_end(m->be, &g, err);
     if (st != CINFER_OK) {
@@ -613,6 +624,27 @@ static cinfer_status record_step(cf_model *m, cf_seq *s, const cf_sample_args *s
     return CINFER_OK;
 }
 
+/* Enqueues one decode step of token id (none: -1, ids row 0 holds it) at position pos: step_ops, replayed
+ * from the recording where the model records steps. */
+static cinfer_status enqueue_step(cf_model *m, cf_seq *s, int32_t id, int32_t pos, const cf_sample_args *sa, float u, cinfer_error *err) {
+    cf_backend *be = m->be;
+    const cf_backend_ops *op = be->ops;
+    if (id >= 0) op->write(be, cf_rows(s->ids, 0, 1), &id);
+    op->write(be, cf_rows(s->pos, 0, 1), &pos);
+    if (!is_greedy(sa)) op->write(be, s->u, &u);
+    if (!m->decode_graphs) return step_ops(m, s, sa, err);
+    if (!s->graph || !same_pick(s, sa)) CF_TRY(record_step(m, s, sa, err));
+    op->graph_launch(be, s->graph);
+    return CINFER_OK;
+}
+
+/* the token to write into ids row 0 for a step of id: none (-1) when the last step left it there */
+static int32_t id_to_write(cf_seq *s, int32_t id) {
+    const int32_t w = s->id_staged && s->staged_id == id ? -1 : id;
+    s->id_staged = 0;
+    return w;
+}
+
 cinfer_status cf_model_decode_step(cf_model *m, cf_seq *s, int32_t id, const cf_sample_args *sa, float u, int32_t *next,
                                    cinfer_error *err) {
     const cf_hparams *hp = &m->hp;
@@ -621,23 +653,70 @@ cinfer_status cf_model_decode_step(cf_model *m, cf_seq *s, int32_t id, const cf_
     if (s->kv->n + 1 > s->max_ctx)
         return cf_fail(err, CINFER_E_CONTEXT_OVERFLOW, "1 token after %d would exceed the context of %d", s->kv->n, s->max_ctx);
     CF_TRY(check_pick(m, sa, u, err));
-    cf_backend *be = m->be;
-    const cf_backend_ops *op = be->ops;
-    const int32_t pos = s->kv->n;
     s->last_row = -1;
-    op->write(be, cf_rows(s->ids, 0, 1), &id);
-    op->write(be, cf_rows(s->pos, 0, 1), &pos);
-    if (!is_greedy(sa)) op->write(be, s->u, &u);
-    if (m->decode_graphs) {
-        if (!s->graph || !same_pick(s, sa)) CF_TRY(record_step(m, s, sa, err));
-        op->graph_launch(be, s->graph);
-    } else {
-        CF_TRY(cf_forward_chunk(m, s, 1, 1, op->kv_store_pos && op->attention_pos, err));
-        pick(m, s, 0, sa);
-    }
-    CF_TRY(read_pick(m, s, next, err));
+    CF_TRY(enqueue_step(m, s, id_to_write(s, id), s->kv->n, sa, u, err));
+    cinfer_status st = read_pick(m, s, next, err);
+    s->id_staged = st == CINFER_OK;
+    s->staged_id = *next;
+    CF_TRY(st);
     cf_kv_advance(s->kv, 1);
     s->last_row = 0;
+    return CINFER_OK;
+}
+
+/* Reads back the pick of a step enqueued with read_begin into slot. */
+static cinfer_status end_pick(cf_model *m, int slot, int32_t *next, cinfer_error *err) {
+    float id = -1;
+    CF_TRY(m->be->ops->read_end(m->be, slot, &id, err));
+    if (!(id >= 0 && id < (float)m->hp.vocab))
+        return cf_fail(err, CINFER_E_INTERNAL, "the %s backend picked token %g, outside the vocabulary [0, %d)", m->be->ops->name,
+                       (double)id, m->hp.vocab);
+    *next = (int32_t)id;
+    return CINFER_OK;
+}
+
+cinfer_status cf_model_decode_run(cf_model *m, cf_seq *s, int32_t id, const cf_sample_args *sa, const float *u, int n,
+                                  int (*on_token)(void *ctx, int32_t token), void *ctx, int *n_done, cinfer_error *err) {
+    const cf_hparams *hp = &m->hp;
+    const cf_backend_ops *op = m->be->ops;
+    *n_done = 0;
+    if (n < 1) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "decode_run: %d steps; at least 1", n);
+    if (id < 0 || id >= hp->vocab)
+        return cf_fail(err, CINFER_E_TOKEN_OUT_OF_RANGE, "token id %d is outside the vocabulary [0, %d)", id, hp->vocab);
+    if (s->kv->n + n > s->max_ctx)
+        return cf_fail(err, CINFER_E_CONTEXT_OVERFLOW, "%d tokens after %d would exceed the context of %d", n, s->kv->n, s->max_ctx);
+    for (int t = 0; t < n; t++) CF_TRY(check_pick(m, sa, is_greedy(sa) ? 0.0f : u[t], err));
+    if (!op->read_begin || !op->read_end || !op->kv_store_pos || !op->attention_pos) {   /* one step at a time */
+        for (int t = 0; t < n; t++) {
+            CF_TRY(cf_model_decode_step(m, s, id, sa, is_greedy(sa) ? 0.0f : u[t], &id, err));
+            ++*n_done;
+            if (on_token(ctx, id)) break;
+        }
+        return CINFER_OK;
+    }
+    /* step t + 1 is queued (its input: step t's pick, copied on the device) before step t's pick is read */
+    const int32_t pos0 = s->kv->n;
+    s->last_row = -1;
+    CF_TRY(enqueue_step(m, s, id_to_write(s, id), pos0, sa, is_greedy(sa) ? 0.0f : u[0], err));
+    op->read_begin(m->be, s->next, 0);
+    for (int t = 0; t < n; t++) {
+        if (t + 1 < n) {
+            CF_TRY(enqueue_step(m, s, -1, pos0 + t + 1, sa, is_greedy(sa) ? 0.0f : u[t + 1], err));
+            op->read_begin(m->be, s->next, (t + 1) & 1);
+        }
+        int32_t tok = 0;
+        CF_TRY(end_pick(m, t & 1, &tok, err));
+        cf_kv_advance(s->kv, 1);
+        ++*n_done;
+        if (t + 1 == n) {   /* the last step's pick is in ids row 0, its logits in row 0 */
+            s->id_staged = 1;
+            s->staged_id = tok;
+            s->last_row = 0;
+        }
+        /* A stop leaves the step after it run as well (on the ids and position it found): its cache row
+         * lies past the sequence's end, where the next step writes again, and the logits are its own. */
+        if (on_token(ctx, tok)) break;
+    }
     return CINFER_OK;
 }
 

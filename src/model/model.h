@@ -102,6 +102,17 @@ int cf_model_can_pick_on_device(const cf_model *m, const cf_sample_args *sa);
 cinfer_status cf_model_decode_step(cf_model *m, cf_seq *s, int32_t id, const cf_sample_args *sa, float u, int32_t *next,
                                    cinfer_error *err);
 
+/* Up to n decode steps from id, as cf_model_decode_step n times, but one step ahead: step t + 1 is queued
+ * (its input is step t's pick, copied on the device) before step t's token is read back, so the device
+ * does not wait for the host between steps. on_token(ctx, token) gets each token in order (*n_done counts
+ * them); a nonzero return stops the run there. The step queued past a stop runs too: it writes the cache
+ * row past the sequence's end (the next step writes it again) and leaves no logits to pick from. u: n
+ * uniforms, one per step (NULL when greedy). Fails like cf_model_decode_step, before anything changes for
+ * bad arguments or n tokens past the context; a failure mid-run leaves the tokens of *n_done appended.
+ * Backends without read_begin or the *_pos ops run one step at a time. */
+cinfer_status cf_model_decode_run(cf_model *m, cf_seq *s, int32_t id, const cf_sample_args *sa, const float *u, int n,
+                                  int (*on_token)(void *ctx, int32_t token), void *ctx, int *n_done, cinfer_error *err);
+
 /* Picks, on the device, a token from the logits of the sequence's last token as the last cf_model_eval or
  * cf_model_decode_step left them there (cf_model_eval leaves them also when its logits argument is NULL):
  * the first token after a prefill. Changes nothing; fails with CINFER_E_INVALID_ARGUMENT when there are

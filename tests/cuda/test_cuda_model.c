@@ -31,6 +31,50 @@ static int top(const float *v, int n, float *margin) {
     return a;
 }
 
+typedef struct collected {
+    int32_t tok[N_GEN];
+    int n, stop_after;
+} collected;
+
+static int collect(void *ctx, int32_t token) {
+    collected *c = ctx;
+    if (c->n < N_GEN) c->tok[c->n] = token;
+    c->n++;
+    return c->n == c->stop_after;
+}
+
+/* On the GPU, greedy: cf_model_decode_run (one step ahead) against single cf_model_decode_steps, with a
+ * stop after 7 tokens, 3 single steps, and a run to the end. */
+static int check_run(const char *dir, cf_model *gpu, const int32_t *ids) {
+    const cf_sample_args greedy = {0.0f, 0, 1.0f, 0.0f};
+    cinfer_error e = {0};
+    cf_seq *a = NULL, *b = NULL;
+    int32_t want[N_GEN], got[N_GEN];
+    int done = 0, ok = cf_seq_create(gpu, 0, &a, &e) == CINFER_OK && cf_seq_create(gpu, 0, &b, &e) == CINFER_OK &&
+                       cf_model_eval(gpu, a, ids, N_PROMPT, NULL, 0, &e) == CINFER_OK &&
+                       cf_model_eval(gpu, b, ids, N_PROMPT, NULL, 0, &e) == CINFER_OK &&
+                       cf_model_pick_last(gpu, a, &greedy, 0, &want[0], &e) == CINFER_OK;
+    for (int i = 1; ok && i < N_GEN; i++) ok = cf_model_decode_step(gpu, a, want[i - 1], &greedy, 0, &want[i], &e) == CINFER_OK;
+    got[0] = want[0];
+    collected c = {.stop_after = 7};
+    ok = ok && cf_model_decode_run(gpu, b, got[0], &greedy, NULL, N_GEN - 1, collect, &c, &done, &e) == CINFER_OK && done == 7;
+    if (ok) memcpy(got + 1, c.tok, 7 * sizeof *got);
+    for (int i = 8; ok && i < 11; i++) ok = cf_model_decode_step(gpu, b, got[i - 1], &greedy, 0, &got[i], &e) == CINFER_OK;
+    c = (collected){.stop_after = 0};
+    ok = ok && cf_model_decode_run(gpu, b, got[10], &greedy, NULL, N_GEN - 11, collect, &c, &done, &e) == CINFER_OK &&
+         done == N_GEN - 11 && cf_seq_len(b) == cf_seq_len(a);
+    if (ok) memcpy(got + 11, c.tok, (size_t)(N_GEN - 11) * sizeof *got);
+    int d = -1;
+    for (int i = 0; ok && i < N_GEN && d < 0; i++)
+        if (got[i] != want[i]) d = i;
+    if (!ok) printf("FAIL %s: decode run: %s\n", dir, e.message);
+    else if (d >= 0) printf("FAIL %s: decode run: step %d gives %d, single steps %d\n", dir, d, got[d], want[d]);
+    else printf("ok   %s: decode run (one step ahead, a stop, steps, a run) = %d single steps\n", dir, N_GEN);
+    cf_seq_free(a);
+    cf_seq_free(b);
+    return !ok || d >= 0;
+}
+
 static int run(const char *dir, cf_model *cpu, int f32_act) {
     cinfer_error e = {0};
     cf_model_params p = cf_model_default_params();
@@ -87,6 +131,7 @@ static int run(const char *dir, cf_model *cpu, int f32_act) {
             }
         }
         printf("     greedy: %d/%d ids identical\n", agree, N_GEN);
+        if (check_run(dir, gpu, ids)) fail = 1;
     }
     cf_seq_free(sc);
     cf_seq_free(sg);

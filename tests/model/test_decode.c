@@ -4,6 +4,7 @@
  *     equals cf_sampler_sample with the same seed, the uniforms taken from cf_sampler_uniform;
  *   - sampling arguments changing from step to step, rollback (cf_seq_truncate) after device steps;
  *   - failures (bad ids, bad arguments, a full context, nothing to pick from) change nothing;
+ *   - cf_model_decode_run (one step ahead) gives the same tokens, stops where told, and goes on after;
  *   - only the picked id is read back (never a logits row).
  * Each check runs twice: on the CPU backend op by op, and on the CPU backend wrapped with a test recorder that implements the graph ops the way CUDA graphs behave: between graph_begin and
  * graph_end the ops are recorded with their host arguments frozen, and graph_launch replays them on the
@@ -151,6 +152,13 @@ static cinfer_status w_read(cf_backend *be, float *host, cf_tensor src, cinfer_e
     if (src.cols > widest_read) widest_read = src.cols;
     return base->read(be, host, src, err);
 }
+static void w_read_begin(cf_backend *be, cf_tensor src, int slot) {
+    misuse += recording;
+    n_reads++;
+    last_read_values = src.rows * src.cols;
+    if (src.cols > widest_read) widest_read = src.cols;
+    base->read_begin(be, src, slot);
+}
 static cinfer_status w_sync(cf_backend *be, cinfer_error *err) {
     misuse += recording;
     return base->sync(be, err);
@@ -219,6 +227,7 @@ static void wrap(cf_model *m, int with_graphs) {
     wrapped.sample = w_sample;
     wrapped.write = w_write;
     wrapped.read = w_read;
+    wrapped.read_begin = w_read_begin;
     wrapped.sync = w_sync;
     wrapped.alloc = w_alloc;
     wrapped.free_tensor = w_free_tensor;
@@ -422,6 +431,85 @@ static void check_rollback(cf_model *m, const int32_t *prompt, int np) {
     cf_seq_free(s);
 }
 
+typedef struct collected {
+    int32_t tok[N];
+    int n, stop_after;
+} collected;
+
+static int collect(void *ctx, int32_t token) {
+    collected *c = ctx;
+    if (c->n < N) c->tok[c->n] = token;
+    c->n++;
+    return c->n == c->stop_after;
+}
+
+/* cf_model_decode_run (one step ahead): the host path's tokens, greedy and sampled; a stop, then single
+ * steps and another run going on; bad arguments change nothing */
+static void check_run(cf_model *m, const int32_t *prompt, int np) {
+    int32_t want[N], t0 = -1;
+    cf_seq *s;
+    cinfer_error err = {0};
+    int done = -1;
+    if (!host_run(m, prompt, np, NULL, 0, N, want) || !prefilled(m, np + N - 1, prompt, np, &s)) { CHECK(0, "run setup"); return; }
+    CHECK(cf_model_pick_last(m, s, &GREEDY, 0, &t0, &err) == CINFER_OK && t0 == want[0], "run: first pick %d, want %d", t0, want[0]);
+    collected c = {.stop_after = 5};
+    int reads = n_reads;
+    widest_read = 0;
+    CHECK(cf_model_decode_run(m, s, t0, &GREEDY, NULL, N - 1, collect, &c, &done, &err) == CINFER_OK && done == 5 && c.n == 5,
+          "run with a stop after 5: %d done (%s)", done, err.message);
+    CHECK(m->hp.n_experts || (n_reads - reads == 6 && widest_read == 1), "run: %d reads (the step past the stop included), widest %lld", n_reads - reads,
+          (long long)widest_read);
+    CHECK(cf_seq_len(s) == np + 5, "run: length %d after 5 tokens, want %d", cf_seq_len(s), np + 5);
+    int32_t t = -1;
+    CHECK(cf_model_pick_last(m, s, &GREEDY, 0, &t, &err) == CINFER_E_INVALID_ARGUMENT, "picked the logits of the step past a stop");
+    int32_t got[N];
+    got[0] = t0;
+    memcpy(got + 1, c.tok, 5 * sizeof *got);
+    for (int i = 6; i < 9; i++) CHECK(cf_model_decode_step(m, s, got[i - 1], &GREEDY, 0, &got[i], &err) == CINFER_OK, "step after a run");
+    c = (collected){.stop_after = 0};
+    CHECK(cf_model_decode_run(m, s, got[8], &GREEDY, NULL, N - 9, collect, &c, &done, &err) == CINFER_OK && done == N - 9,
+          "run to the end: %d done (%s)", done, err.message);
+    memcpy(got + 9, c.tok, (size_t)(N - 9) * sizeof *got);
+    int d = same(want, got, N);
+    CHECK(d < 0, "run: step %d gives %d, cf_model_eval + argmax %d", d, d >= 0 ? got[d] : 0, d >= 0 ? want[d] : 0);
+    CHECK(cf_model_pick_last(m, s, &GREEDY, 0, &t, &err) == CINFER_OK, "pick_last after a run that was not stopped");
+    /* the context is full: nothing changes */
+    CHECK(cf_model_decode_run(m, s, got[N - 1], &GREEDY, NULL, 1, collect, &c, &done, &err) == CINFER_E_CONTEXT_OVERFLOW && done == 0 &&
+              cf_seq_len(s) == np + N - 1,
+          "a run past the context: %s", cinfer_status_name(err.code));
+    cf_seq_free(s);
+
+    /* sampled: uniforms as the host sampler draws them */
+    const cf_sample_args sa = {0.8f, 20, 1.0f, 0.0f};
+    cf_sampler *smp = NULL;
+    cf_sampling_params p = cf_sampling_default_params();
+    p.seed = 4242;
+    float u[N];
+    int ok = host_run(m, prompt, np, &sa, 4242, N, want) && prefilled(m, 0, prompt, np, &s) &&
+             cf_sampler_create(&p, V, &smp, &err) == CINFER_OK && cf_sampler_accept_many(smp, prompt, (size_t)np, &err) == CINFER_OK;
+    for (int i = 0; ok && i < N; i++) {   /* a step's uniform depends on the seed and the history's length */
+        u[i] = cf_sampler_uniform(smp);
+        ok = cf_sampler_accept(smp, 0, &err) == CINFER_OK;
+    }
+    cf_sampler_free(smp);
+    c = (collected){.stop_after = 0};
+    ok = ok && cf_model_pick_last(m, s, &sa, u[0], &got[0], &err) == CINFER_OK;
+    /* bad arguments first: a uniform out of range in the middle, a bad id, no steps */
+    float bad_u[N];
+    memcpy(bad_u, u, sizeof u);
+    bad_u[7] = 1.0f;
+    CHECK(cf_model_decode_run(m, s, got[0], &sa, bad_u + 1, N - 1, collect, &c, &done, &err) == CINFER_E_INVALID_ARGUMENT,
+          "a run with a uniform of 1: %s", cinfer_status_name(err.code));
+    CHECK(cf_model_decode_run(m, s, V, &sa, u + 1, N - 1, collect, &c, &done, &err) == CINFER_E_TOKEN_OUT_OF_RANGE, "a run of id V");
+    CHECK(cf_model_decode_run(m, s, got[0], &sa, u + 1, 0, collect, &c, &done, &err) == CINFER_E_INVALID_ARGUMENT, "a run of 0 steps");
+    CHECK(cf_seq_len(s) == np && c.n == 0, "refused runs changed the length to %d or gave %d tokens", cf_seq_len(s), c.n);
+    ok = ok && cf_model_decode_run(m, s, got[0], &sa, u + 1, N - 1, collect, &c, &done, &err) == CINFER_OK;
+    memcpy(got + 1, c.tok, (size_t)(N - 1) * sizeof *got);
+    d = same(want, got, N);
+    CHECK(ok && d < 0, "sampled run: step %d differs from the host sampler (%s)", d, err.message);
+    cf_seq_free(s);
+}
+
 static void check_errors(cf_model *m, const int32_t *prompt, int np) {
     cinfer_error err = {0};
     cf_seq *s;
@@ -506,6 +594,8 @@ static int run_model(const char *dir) {
         }
         check_mixed(m, prompts[1], lens[1]);
         check_rollback(m, prompts[2], lens[2]);
+        check_run(m, prompts[1], lens[1]);
+        check_run(m, prompts[2], lens[2]);
         check_errors(m, prompts[1], lens[1]);
         printf("%s, %s: %s\n", dir, graphs ? (m->hp.n_experts ? "recorder backend (MoE: op by op)" : "recorded steps replayed") : "op by op",
                failures == f0 ? "ok" : "FAIL");
