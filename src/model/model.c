@@ -681,6 +681,7 @@ cinfer_status cf_model_decode_run(cf_model *m, cf_seq *s, int32_t id, const cf_s
     const cf_backend_ops *op = m->be->ops;
     *n_done = 0;
     if (n < 1) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "decode_run: %d steps; at least 1", n);
+    if (!is_greedy(sa) && !u) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "decode_run: sampling needs a uniform per step");
     if (id < 0 || id >= hp->vocab)
         return cf_fail(err, CINFER_E_TOKEN_OUT_OF_RANGE, "token id %d is outside the vocabulary [0, %d)", id, hp->vocab);
     if (s->kv->n + n > s->max_ctx)

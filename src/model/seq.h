@@ -21,7 +21,7 @@ struct cf_seq {
     /* the device decode step (cf_model_decode_step) */
     cf_tensor u, next;        /* F32 [1, 1]: the draw's uniform; I32 [1, 1]: the token picked */
     cf_graph *graph;          /* the recorded step, or NULL */
-    int id_staged;            /* a recorded step ends by copying its pick into ids row 0: then staged_id is there */
+    int id_staged;            /* a decode step ends by copying its pick into ids row 0: set while staged_id is there */
     int32_t staged_id;
     cf_sample_args graph_args; /* how it picks */
     cf_tensor ple, ple_proj, ple_gate;                      /* per-layer inputs [C, L*P] x2, [C, P] */

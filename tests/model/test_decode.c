@@ -502,6 +502,8 @@ static void check_run(cf_model *m, const int32_t *prompt, int np) {
           "a run with a uniform of 1: %s", cinfer_status_name(err.code));
     CHECK(cf_model_decode_run(m, s, V, &sa, u + 1, N - 1, collect, &c, &done, &err) == CINFER_E_TOKEN_OUT_OF_RANGE, "a run of id V");
     CHECK(cf_model_decode_run(m, s, got[0], &sa, u + 1, 0, collect, &c, &done, &err) == CINFER_E_INVALID_ARGUMENT, "a run of 0 steps");
+    CHECK(cf_model_decode_run(m, s, got[0], &sa, NULL, N - 1, collect, &c, &done, &err) == CINFER_E_INVALID_ARGUMENT,
+          "a sampled run without uniforms");
     CHECK(cf_seq_len(s) == np && c.n == 0, "refused runs changed the length to %d or gave %d tokens", cf_seq_len(s), c.n);
     ok = ok && cf_model_decode_run(m, s, got[0], &sa, u + 1, N - 1, collect, &c, &done, &err) == CINFER_OK;
     memcpy(got + 1, c.tok, (size_t)(N - 1) * sizeof *got);
