@@ -1,7 +1,7 @@
 /* cmd_bench.c: `cinfer bench`: prefill and decode speed of one sequence, the memory bandwidth and GEMM
  * rate of the same backend measured in the same run, and decode as a fraction of the bandwidth roofline
  * (tokens/s <= bandwidth / bytes read per token). Decoding is greedy, with the token picked on the device
- * (cf_model_decode_run: one step ahead of the host, replayed as a graph where the backend records them)
+ * (cf_model_decode_run: replayed as a graph, one step ahead of the host, where the backend records steps)
  * when the backend can, else from logits read back to the host; the output names the path. The first
  * decode step (which records the graph) is not timed. */
 #include "cli/cli.h"
@@ -154,7 +154,7 @@ int cf_cmd_bench(int argc, char **argv) {
     const char *path = !on_device ? "host" : m->decode_graphs ? "device-graph" : "device-eager";
     const char *path_text = !on_device        ? "argmax on the host"
                             : m->decode_graphs ? "argmax on the device, step replayed as a graph, one step ahead"
-                                               : "argmax on the device, op by op, one step ahead";
+                                               : "argmax on the device, op by op";
     int used_chunk = 0;
     int rc = 0;
     double bw = 0, gemm = 0;

@@ -3,10 +3,11 @@
  * The loop runs one session at a time (the plan "text:serial"); continuous batching replaces the loop's
  * choice of what to step, not the step.
  *
- * Two ways to pick a token: on the device (cf_model_decode_step: only the id crosses to the host, and the
- * step replays as a graph where the backend records them) when the request needs nothing but temperature,
- * top-k, top-p and min-p and the backend has the op; otherwise the logits are read back and the host
- * sampler runs its processors and log-probabilities. Both draw with the sampler's seeded uniform
+ * Two ways to pick a token: on the device (cf_model_decode_run: only the id crosses to the host, the step
+ * replays as a graph where the backend records them, and the device runs one step ahead of the host, up
+ * to RUN_AHEAD tokens a loop step) when the request needs nothing but temperature, top-k, top-p and min-p
+ * and the backend has the op; otherwise the logits are read back and the host sampler runs its
+ * processors and log-probabilities. Both draw with the sampler's seeded uniform
  * (cf_sampler_uniform), so a seed repeats its output, and on the CPU both paths give the same tokens.
  * CINFER_DEVICE_SAMPLING=0 in the environment keeps every request on the host path. */
 #include "engine/engine.h"
@@ -134,43 +135,29 @@ static cinfer_status text_end(cinfer_session *s, int *stopped, cinfer_error *err
     return cf_session_publish_tail(s, r.text, r.len, err);
 }
 
-/* One decode step: evaluate the last committed token (if any), sample, commit. Returns 1 when
+/* Tokens a device-picking session decodes in one loop step (cancellation is seen after every token). */
+#define RUN_AHEAD 32
+
+/* Commits a picked token: stop ids, the sampler's history, the text, the output limit. Returns 1 when
  * generation is over (*end says how). */
-static int decode(cinfer_engine *e, cinfer_session *s, step_end *end) {
-    cf_model *m = e->model->m;
+static int commit(cinfer_engine *e, cinfer_session *s, const cf_sample_result *sr, step_end *end) {
     cinfer_error *err = &end->err;
-    cf_sample_result sr;
-    if (s->device_pick) {
-        /* the last prompt token's logits stay on the device after the prefill: the first pick reads them */
-        const float u = cf_sampler_uniform(s->smp);
-        memset(&sr, 0, sizeof sr);
-        cinfer_status st = s->pending ? cf_model_decode_step(m, s->seq, s->last, &s->pick_args, u, &sr.token, err)
-                                      : cf_model_pick_last(m, s->seq, &s->pick_args, u, &sr.token, err);
-        if (st != CINFER_OK) goto failed;
-        s->pending = 0;
-    } else {
-        if (s->pending) {
-            if (cf_model_eval(m, s->seq, &s->last, 1, s->logits, 0, err) != CINFER_OK) goto failed;
-            s->pending = 0;
-        }
-        if (cf_sampler_sample(s->smp, s->logits, &sr, err) != CINFER_OK) goto failed;
-    }
     double now = s->now(s->now_user);
     if (s->n_sampled++ == 0) s->t_first = now;
     s->t_last = now;
     end->outcome = CINFER_OUTCOME_COMPLETED;
     end->finish = CINFER_FINISH_STOP;
-    if (is_stop_id(e, s, sr.token)) goto text_end;
+    if (is_stop_id(e, s, sr->token)) goto text_end;
     cf_stop_result r;
-    if (cf_sampler_accept(s->smp, sr.token, err) != CINFER_OK || text_of(s, sr.token, &r, err) != CINFER_OK ||
-        cf_session_publish(s, sr.token, &sr, r.text, r.len, err) != CINFER_OK)
+    if (cf_sampler_accept(s->smp, sr->token, err) != CINFER_OK || text_of(s, sr->token, &r, err) != CINFER_OK ||
+        cf_session_publish(s, sr->token, sr, r.text, r.len, err) != CINFER_OK)
         goto failed;
     if (r.stopped) return 1;
     if ((int)s->n_tokens >= s->plan.output_limit) {
         end->finish = CINFER_FINISH_LENGTH;
         goto text_end;
     }
-    s->last = sr.token;
+    s->last = sr->token;
     s->pending = 1;
     return 0;
 text_end: {
@@ -179,6 +166,59 @@ text_end: {
         if (stopped) end->finish = CINFER_FINISH_STOP;
         return 1;
     }
+failed:
+    end->outcome = CINFER_OUTCOME_FAILED;
+    return 1;
+}
+
+typedef struct run_ctx {
+    cinfer_engine *e;
+    cinfer_session *s;
+    step_end *end;
+    int over;
+} run_ctx;
+
+/* cf_model_decode_run's callback: commits the token; stops the run when generation is over or cancelled */
+static int run_token(void *ctx, int32_t token) {
+    run_ctx *c = ctx;
+    cf_sample_result sr;
+    memset(&sr, 0, sizeof sr);
+    sr.token = token;
+    c->over = commit(c->e, c->s, &sr, c->end);
+    return c->over || atomic_load(&c->s->cancel) != CINFER_CANCEL_NONE;
+}
+
+/* Decodes: evaluates the last committed token (if any), picks, commits; on the device, a run of up to
+ * RUN_AHEAD such steps. Returns 1 when generation is over (*end says how). */
+static int decode(cinfer_engine *e, cinfer_session *s, step_end *end) {
+    cf_model *m = e->model->m;
+    cinfer_error *err = &end->err;
+    cf_sample_result sr;
+    memset(&sr, 0, sizeof sr);
+    if (s->device_pick && s->pending) {
+        /* no more steps than the context and the output limit leave (at least one: a full context fails) */
+        int n = RUN_AHEAD, room = cf_seq_max_ctx(s->seq) - cf_seq_len(s->seq), left = s->plan.output_limit - (int)s->n_tokens;
+        if (n > room) n = room;
+        if (n > left) n = left;
+        if (n < 1) n = 1;
+        float u[RUN_AHEAD];   /* the uniforms the sampler would draw for these steps one by one */
+        for (int k = 0; k < n; k++) u[k] = cf_sampler_uniform_ahead(s->smp, (size_t)k);
+        run_ctx c = {e, s, end, 0};
+        int done = 0;
+        if (cf_model_decode_run(m, s->seq, s->last, &s->pick_args, u, n, run_token, &c, &done, err) != CINFER_OK) goto failed;
+        return c.over;
+    }
+    if (s->device_pick) {
+        /* the last prompt token's logits stay on the device after the prefill: the first pick reads them */
+        if (cf_model_pick_last(m, s->seq, &s->pick_args, cf_sampler_uniform(s->smp), &sr.token, err) != CINFER_OK) goto failed;
+    } else {
+        if (s->pending) {
+            if (cf_model_eval(m, s->seq, &s->last, 1, s->logits, 0, err) != CINFER_OK) goto failed;
+            s->pending = 0;
+        }
+        if (cf_sampler_sample(s->smp, s->logits, &sr, err) != CINFER_OK) goto failed;
+    }
+    return commit(e, s, &sr, end);
 failed:
     end->outcome = CINFER_OUTCOME_FAILED;
     return 1;

@@ -687,7 +687,7 @@ cinfer_status cf_model_decode_run(cf_model *m, cf_seq *s, int32_t id, const cf_s
     if (s->kv->n + n > s->max_ctx)
         return cf_fail(err, CINFER_E_CONTEXT_OVERFLOW, "%d tokens after %d would exceed the context of %d", n, s->kv->n, s->max_ctx);
     for (int t = 0; t < n; t++) CF_TRY(check_pick(m, sa, is_greedy(sa) ? 0.0f : u[t], err));
-    if (!op->read_begin || !op->read_end || !op->kv_store_pos || !op->attention_pos) {   /* one step at a time */
+    if (!m->decode_graphs || !op->read_begin || !op->read_end) {   /* one step at a time */
         for (int t = 0; t < n; t++) {
             CF_TRY(cf_model_decode_step(m, s, id, sa, is_greedy(sa) ? 0.0f : u[t], &id, err));
             ++*n_done;

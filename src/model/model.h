@@ -109,7 +109,8 @@ cinfer_status cf_model_decode_step(cf_model *m, cf_seq *s, int32_t id, const cf_
  * row past the sequence's end (the next step writes it again) and leaves no logits to pick from. u: n
  * uniforms, one per step (NULL when greedy). Fails like cf_model_decode_step, before anything changes for
  * bad arguments or n tokens past the context; a failure mid-run leaves the tokens of *n_done appended.
- * Backends without read_begin or the *_pos ops run one step at a time. */
+ * Where the model does not record steps (CPU, MoE) or the backend lacks read_begin, it runs one step at a
+ * time: there the ops run as they are enqueued, so a step queued ahead would only delay each token. */
 cinfer_status cf_model_decode_run(cf_model *m, cf_seq *s, int32_t id, const cf_sample_args *sa, const float *u, int n,
                                   int (*on_token)(void *ctx, int32_t token), void *ctx, int *n_done, cinfer_error *err);
 

@@ -239,8 +239,10 @@ static int32_t draw(cf_sampler *s, const float *l, float lmax, double u) {
     return last;
 }
 
-float cf_sampler_uniform(const cf_sampler *s) {
-    rng r = rng_for_step(s->p.seed, s->n_hist);
+float cf_sampler_uniform(const cf_sampler *s) { return cf_sampler_uniform_ahead(s, 0); }
+
+float cf_sampler_uniform_ahead(const cf_sampler *s, size_t k) {
+    rng r = rng_for_step(s->p.seed, s->n_hist + k);
     return (float)rng_uniform(&r);
 }
 

@@ -126,6 +126,8 @@ cinfer_status cf_sampler_sample(cf_sampler *s, float *logits, cf_sample_result *
 /* The uniform in [0, 1) the next cf_sampler_sample draws with: a function of the seed and the history
  * length only (24 bits, exactly representable as a float). */
 float cf_sampler_uniform(const cf_sampler *s);
+/* The uniform of the draw k tokens later (k = 0: cf_sampler_uniform), for picks queued ahead. */
+float cf_sampler_uniform_ahead(const cf_sampler *s, size_t k);
 
 /* cf_sampler_sample drawing with u (in [0, 1), else CINFER_E_INVALID_ARGUMENT, NaN CINFER_E_NOT_A_NUMBER)
  * instead of cf_sampler_uniform(s): the reference for device-side sampling given the same u. */

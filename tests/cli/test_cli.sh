@@ -54,7 +54,7 @@ if [ -n "$model" ]; then
   out=$("$bin" bench $b --decode host --chunk 5)
   if [[ "$out" == *'"decode_path":"host"'* && "$out" == *'"prefill_chunk":5,'* ]]; then pass=$((pass+1)); else echo "FAIL bench --decode host: $out"; fails=$((fails+1)); fi
   out=$("$bin" bench ${b% --json} --decode device)
-  if [[ "$out" == *"decode       4 tokens (argmax on the device, op by op, one step ahead)"* && "$out" == *"12 tokens in passes of 12"* ]]; then pass=$((pass+1)); else echo "FAIL bench text: $out"; fails=$((fails+1)); fi
+  if [[ "$out" == *"decode       4 tokens (argmax on the device, op by op)"* && "$out" == *"12 tokens in passes of 12"* ]]; then pass=$((pass+1)); else echo "FAIL bench text: $out"; fails=$((fails+1)); fi
 fi
 rm -f /tmp/cinfer-cli-err.$$
 echo "$pass passed, $fails failed"
