@@ -135,8 +135,19 @@ static cinfer_status text_end(cinfer_session *s, int *stopped, cinfer_error *err
     return cf_session_publish_tail(s, r.text, r.len, err);
 }
 
-/* Tokens a device-picking session decodes in one loop step (cancellation is seen after every token). */
+/* Tokens a device-picking session decodes in one loop step (a cancellation or an idle consumer is seen
+ * after every token). */
 #define RUN_AHEAD 32
+
+/* A pull consumer that has left tokens unread longer than its idle timeout: the session is cancelled. */
+static int consumer_idle(cinfer_session *s) {
+    if (s->ctl.output != CINFER_OUTPUT_PULL || s->ctl.idle_timeout <= 0) return 0;
+    pthread_mutex_lock(&s->mu);
+    int idle = s->n_read < s->n_tokens && s->now(s->now_user) - s->t_unread > s->ctl.idle_timeout;
+    pthread_mutex_unlock(&s->mu);
+    if (idle) cf_session_request_cancel(s, CINFER_CANCEL_CONSUMER_IDLE);
+    return idle;
+}
 
 /* Commits a picked token: stop ids, the sampler's history, the text, the output limit. Returns 1 when
  * generation is over (*end says how). */
@@ -185,7 +196,7 @@ static int run_token(void *ctx, int32_t token) {
     memset(&sr, 0, sizeof sr);
     sr.token = token;
     c->over = commit(c->e, c->s, &sr, c->end);
-    return c->over || atomic_load(&c->s->cancel) != CINFER_CANCEL_NONE;
+    return c->over || atomic_load(&c->s->cancel) != CINFER_CANCEL_NONE || consumer_idle(c->s);
 }
 
 /* Decodes: evaluates the last committed token (if any), picks, commits; on the device, a run of up to
@@ -230,15 +241,9 @@ static int step(cinfer_engine *e, cinfer_session *s, step_end *end) {
         end->outcome = CINFER_OUTCOME_CANCELLED;
         return 1;
     }
-    if (s->ctl.output == CINFER_OUTPUT_PULL && s->ctl.idle_timeout > 0) {
-        pthread_mutex_lock(&s->mu);
-        int idle = s->n_read < s->n_tokens && s->now(s->now_user) - s->t_unread > s->ctl.idle_timeout;
-        pthread_mutex_unlock(&s->mu);
-        if (idle) {
-            cf_session_request_cancel(s, CINFER_CANCEL_CONSUMER_IDLE);
-            end->outcome = CINFER_OUTCOME_CANCELLED;
-            return 1;
-        }
+    if (consumer_idle(s)) {
+        end->outcome = CINFER_OUTCOME_CANCELLED;
+        return 1;
     }
     switch (atomic_load(&s->state)) {
     case CINFER_STATE_CREATED:
