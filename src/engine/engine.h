@@ -78,7 +78,7 @@ struct cinfer_session {
     /* the scheduler's: native resources and progress, touched by the engine thread only */
     cf_seq *seq;
     cf_sampler *smp;            /* the history and the seeded uniforms, on either path */
-    int device_pick;            /* tokens are picked on the device (cf_model_decode_step), not from host logits */
+    int device_pick;            /* tokens are picked on the device (cf_model_decode_run), not from host logits */
     cf_sample_args pick_args;
     cf_detok *detok;            /* NULL without a tokenizer: the output has no text */
     cf_stop *stop;              /* NULL without stop strings */

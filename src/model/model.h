@@ -114,10 +114,11 @@ cinfer_status cf_model_decode_step(cf_model *m, cf_seq *s, int32_t id, const cf_
 cinfer_status cf_model_decode_run(cf_model *m, cf_seq *s, int32_t id, const cf_sample_args *sa, const float *u, int n,
                                   int (*on_token)(void *ctx, int32_t token), void *ctx, int *n_done, cinfer_error *err);
 
-/* Picks, on the device, a token from the logits of the sequence's last token as the last cf_model_eval or
- * cf_model_decode_step left them there (cf_model_eval leaves them also when its logits argument is NULL):
- * the first token after a prefill. Changes nothing; fails with CINFER_E_INVALID_ARGUMENT when there are
- * none (a new sequence, after a truncation or a failed evaluation). */
+/* Picks, on the device, a token from the logits of the sequence's last token as the last cf_model_eval,
+ * cf_model_decode_step or cf_model_decode_run left them there (cf_model_eval leaves them also when its
+ * logits argument is NULL): the first token after a prefill. Changes nothing; fails with
+ * CINFER_E_INVALID_ARGUMENT when there are none (a new sequence, after a truncation, a failed evaluation,
+ * or a run stopped one step ahead). */
 cinfer_status cf_model_pick_last(cf_model *m, cf_seq *s, const cf_sample_args *sa, float u, int32_t *next, cinfer_error *err);
 
 #endif

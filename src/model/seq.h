@@ -18,7 +18,7 @@ struct cf_seq {
     int32_t *pos_host;        /* [chunk]: the positions written to pos */
     /* scratch for up to chunk rows (logits: logit_rows) */
     cf_tensor x, h, q, k, v, att, o, gate, up, ids, pos, logits;
-    /* the device decode step (cf_model_decode_step) */
+    /* the device decode step (cf_model_decode_step, cf_model_decode_run) */
     cf_tensor u, next;        /* F32 [1, 1]: the draw's uniform; I32 [1, 1]: the token picked */
     cf_graph *graph;          /* the recorded step, or NULL */
     int id_staged;            /* a decode step ends by copying its pick into ids row 0: set while staged_id is there */
