@@ -577,14 +577,19 @@ static void pick(cf_model *m, cf_seq *s, int row, const cf_sample_args *sa) {
     else be->ops->sample(be, s->next, lg, s->u, sa);
 }
 
-static cinfer_status read_pick(cf_model *m, cf_seq *s, int32_t *next, cinfer_error *err) {
-    float id = -1;
-    CF_TRY(m->be->ops->read(m->be, &id, s->next, err));
+/* *next = the picked id read back as id (read or read_end), which must be a token of the vocabulary */
+static cinfer_status picked(const cf_model *m, float id, int32_t *next, cinfer_error *err) {
     if (!(id >= 0 && id < (float)m->hp.vocab))
         return cf_fail(err, CINFER_E_INTERNAL, "the %s backend picked token %g, outside the vocabulary [0, %d)", m->be->ops->name,
                        (double)id, m->hp.vocab);
     *next = (int32_t)id;
     return CINFER_OK;
+}
+
+static cinfer_status read_pick(cf_model *m, cf_seq *s, int32_t *next, cinfer_error *err) {
+    float id = -1;
+    CF_TRY(m->be->ops->read(m->be, &id, s->next, err));
+    return picked(m, id, next, err);
 }
 
 /* whether the recorded step picks as sa asks: argmax both, or the same draw */
@@ -645,13 +650,19 @@ static int32_t id_to_write(cf_seq *s, int32_t id) {
     return w;
 }
 
+/* n decode steps from id fit: id is a token and the context has room for n more */
+static cinfer_status check_steps(const cf_model *m, const cf_seq *s, int32_t id, int n, cinfer_error *err) {
+    if (id < 0 || id >= m->hp.vocab)
+        return cf_fail(err, CINFER_E_TOKEN_OUT_OF_RANGE, "token id %d is outside the vocabulary [0, %d)", id, m->hp.vocab);
+    if (s->kv->n + n > s->max_ctx)
+        return cf_fail(err, CINFER_E_CONTEXT_OVERFLOW, "%d token%s after %d would exceed the context of %d", n, n == 1 ? "" : "s",
+                       s->kv->n, s->max_ctx);
+    return CINFER_OK;
+}
+
 cinfer_status cf_model_decode_step(cf_model *m, cf_seq *s, int32_t id, const cf_sample_args *sa, float u, int32_t *next,
                                    cinfer_error *err) {
-    const cf_hparams *hp = &m->hp;
-    if (id < 0 || id >= hp->vocab)
-        return cf_fail(err, CINFER_E_TOKEN_OUT_OF_RANGE, "token id %d is outside the vocabulary [0, %d)", id, hp->vocab);
-    if (s->kv->n + 1 > s->max_ctx)
-        return cf_fail(err, CINFER_E_CONTEXT_OVERFLOW, "1 token after %d would exceed the context of %d", s->kv->n, s->max_ctx);
+    CF_TRY(check_steps(m, s, id, 1, err));
     CF_TRY(check_pick(m, sa, u, err));
     s->last_row = -1;
     CF_TRY(enqueue_step(m, s, id_to_write(s, id), s->kv->n, sa, u, err));
@@ -668,24 +679,16 @@ cinfer_status cf_model_decode_step(cf_model *m, cf_seq *s, int32_t id, const cf_
 static cinfer_status end_pick(cf_model *m, int slot, int32_t *next, cinfer_error *err) {
     float id = -1;
     CF_TRY(m->be->ops->read_end(m->be, slot, &id, err));
-    if (!(id >= 0 && id < (float)m->hp.vocab))
-        return cf_fail(err, CINFER_E_INTERNAL, "the %s backend picked token %g, outside the vocabulary [0, %d)", m->be->ops->name,
-                       (double)id, m->hp.vocab);
-    *next = (int32_t)id;
-    return CINFER_OK;
+    return picked(m, id, next, err);
 }
 
 cinfer_status cf_model_decode_run(cf_model *m, cf_seq *s, int32_t id, const cf_sample_args *sa, const float *u, int n,
                                   int (*on_token)(void *ctx, int32_t token), void *ctx, int *n_done, cinfer_error *err) {
-    const cf_hparams *hp = &m->hp;
     const cf_backend_ops *op = m->be->ops;
     *n_done = 0;
     if (n < 1) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "decode_run: %d steps; at least 1", n);
     if (!is_greedy(sa) && !u) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "decode_run: sampling needs a uniform per step");
-    if (id < 0 || id >= hp->vocab)
-        return cf_fail(err, CINFER_E_TOKEN_OUT_OF_RANGE, "token id %d is outside the vocabulary [0, %d)", id, hp->vocab);
-    if (s->kv->n + n > s->max_ctx)
-        return cf_fail(err, CINFER_E_CONTEXT_OVERFLOW, "%d tokens after %d would exceed the context of %d", n, s->kv->n, s->max_ctx);
+    CF_TRY(check_steps(m, s, id, n, err));
     for (int t = 0; t < n; t++) CF_TRY(check_pick(m, sa, is_greedy(sa) ? 0.0f : u[t], err));
     if (!m->decode_graphs || !op->read_begin || !op->read_end) {   /* one step at a time */
         for (int t = 0; t < n; t++) {

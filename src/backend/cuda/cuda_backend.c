@@ -433,6 +433,10 @@ static void cuda_read_begin(cf_backend *be, cf_tensor src, int slot) {
         fail(b, CINFER_E_INVALID_ARGUMENT, "read_begin: slot %d of 0..1, %zu bytes of at most %d, contiguous", slot, bytes, READ_SLOT_BYTES);
         return;
     }
+    if (src.dtype != CF_F32 && src.dtype != CF_I32 && src.dtype != CF_BF16 && src.dtype != CF_F16) {
+        fail(b, CINFER_E_UNSUPPORTED, "read_begin: %s values", cf_dtype_name(src.dtype));
+        return;
+    }
     b->read_dtype[slot] = src.dtype;
     b->read_n[slot] = (int)n;
     check(b, cudaMemcpyAsync(b->staging + STAGING_BYTES + slot * READ_SLOT_BYTES, src.data, bytes, cudaMemcpyDeviceToHost, b->stream),
@@ -444,16 +448,7 @@ static cinfer_status cuda_read_end(cf_backend *be, int slot, float *host, cinfer
     cuda_backend *b = CB(be);
     if (slot < 0 || slot > 1) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "read_end: slot %d of 0..1", slot);
     check(b, cudaEventSynchronize(b->read_done[slot]), "read_end");
-    const unsigned char *p = b->staging + STAGING_BYTES + slot * READ_SLOT_BYTES;
-    for (int i = 0; i < b->read_n[slot] && b->status == CINFER_OK; i++) {
-        switch (b->read_dtype[slot]) {
-        case CF_F32: memcpy(&host[i], p + 4 * i, 4); break;
-        case CF_I32: { int32_t v; memcpy(&v, p + 4 * i, 4); host[i] = (float)v; break; }
-        case CF_BF16: { uint16_t v; memcpy(&v, p + 2 * i, 2); host[i] = cf_bf16_to_f32(v); break; }
-        case CF_F16: { uint16_t v; memcpy(&v, p + 2 * i, 2); host[i] = cf_f16_to_f32(v); break; }
-        default: return cf_fail(err, CINFER_E_UNSUPPORTED, "read_end: %s values", cf_dtype_name(b->read_dtype[slot]));
-        }
-    }
+    if (b->status == CINFER_OK) cf_to_f32(host, b->staging + STAGING_BYTES + slot * READ_SLOT_BYTES, b->read_dtype[slot], (size_t)b->read_n[slot]);
     return report(b, err);
 }
 
