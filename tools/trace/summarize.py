@@ -6,7 +6,8 @@ whose name holds the third argument, "embed" by default: the decode step's first
 a kernel that overlaps its predecessor (programmatic dependent launch) is charged only for what it adds.
 Prints, over the last replays, the median per kernel name summed over a step, and one step's kernels in
 order with their start, duration and exclusive time. With a period P (kernels per layer), also the mean
-exclusive time of each of a layer's kernels, over the kernels after the first that repeat every P.
+exclusive time of each of a layer's kernels, over the longest stretch of kernels whose names repeat
+every P.
 
   python3 tools/trace/summarize.py TRACE [REPLAYS [FIRST_KERNEL [PERIOD]]]"""
 import re
@@ -79,15 +80,23 @@ def main():
         print(f"{short(k):90s} {c:4d} {ex:9.1f} {du:9.1f} {ex / c:11.2f}")
     print(f"{'sum of exclusive times':90s} {'':4s} {tot:9.1f}")
     if period:
-        layers = (n - 1) // period
-        print(f"\nper layer ({layers} layers of {period} kernels): mean exclusive, mean duration, us")
+        # the layers: the longest stretch of kernels whose names repeat every period (the step's first
+        # and last kernels, and a first layer that differs, fall outside it)
+        names = [r[3] for r in steps[-1]]
+        start, best, run = 0, 0, 0
+        for i in range(n - period):
+            run = run + 1 if names[i] == names[i + period] else 0
+            if run > best:
+                best, start = run, i - run + 1
+        layers = (best + period) // period
+        print(f"\nper layer ({layers} layers of {period} kernels from kernel {start}): mean exclusive, mean duration, us")
         total = 0
         for k in range(period):
-            idx = [1 + layer * period + k for layer in range(layers)]
+            idx = [start + layer * period + k for layer in range(layers)]
             ex = statistics.mean(per_pos[i][r][2] for i in idx for r in range(len(steps))) / 1e3
             du = statistics.mean(per_pos[i][r][1] for i in idx for r in range(len(steps))) / 1e3
             total += ex
-            print(f"{k:4d} {ex:7.2f} {du:7.2f}  {short(steps[-1][1 + k][3])}")
+            print(f"{k:4d} {ex:7.2f} {du:7.2f}  {short(names[start + k])}")
         print(f"     {total:7.2f}          a layer")
     print("\none step in order (median over replays): start, duration, exclusive, us")
     names = [r[3] for r in steps[-1]]
