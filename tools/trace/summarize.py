@@ -79,10 +79,10 @@ def main():
         tot += ex
         print(f"{short(k):90s} {c:4d} {ex:9.1f} {du:9.1f} {ex / c:11.2f}")
     print(f"{'sum of exclusive times':90s} {'':4s} {tot:9.1f}")
+    names = [r[3] for r in steps[-1]]
     if period:
         # the layers: the longest stretch of kernels whose names repeat every period (the step's first
         # and last kernels, and a first layer that differs, fall outside it)
-        names = [r[3] for r in steps[-1]]
         start, best, run = 0, 0, 0
         for i in range(n - period):
             run = run + 1 if names[i] == names[i + period] else 0
@@ -99,7 +99,6 @@ def main():
             print(f"{k:4d} {ex:7.2f} {du:7.2f}  {short(names[start + k])}")
         print(f"     {total:7.2f}          a layer")
     print("\none step in order (median over replays): start, duration, exclusive, us")
-    names = [r[3] for r in steps[-1]]
     for i in range(n):
         st = statistics.median(p[0] for p in per_pos[i]) / 1e3
         du = statistics.median(p[1] for p in per_pos[i]) / 1e3
