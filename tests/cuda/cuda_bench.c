@@ -8,8 +8,8 @@
  * - decode step (32 layers, graph with the *_pos ops, then host reads the argmax id): tokens/s against
  *   copy bandwidth / (weight bytes without the embedding table + KV bytes), as cinfer bench counts.
  * - prefill: 4096 tokens in chunks (256 as the model does, and 4096), FLOPs 2 * params * tokens.
- * Usage: cuda_bench [--quick | --short]  (quick: a 4-layer model and small sweeps, a smoke run; short:
- * the full model, fewer sweep points) */
+ * Usage: cuda_bench [--quick | --short | --gemv]  (quick: a 4-layer model and small sweeps, a smoke run; short:
+ * the full model, fewer sweep points; gemv: the one-row GEMV table alone) */
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
@@ -420,7 +420,8 @@ static void bench_model(int quick, double gemm_tflops) {
 
 int main(int argc, char **argv) {
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
-    short_run = argc > 1 && !strcmp(argv[1], "--short");
+    const int gemv_only = argc > 1 && !strcmp(argv[1], "--gemv");
+    short_run = gemv_only || (argc > 1 && !strcmp(argv[1], "--short"));
     setvbuf(stdout, NULL, _IOLBF, 0);   /* every line out as it is made, should the run be cut short */
     cinfer_error e = {0};
     cf_backend_params p = cf_backend_default_params();
@@ -435,6 +436,11 @@ int main(int argc, char **argv) {
     op = be->ops;
     ok(cf_cuda_memcpy_bandwidth(be, (size_t)4 << 30, 20, &copy_bw, &e), &e, "copy bandwidth");
     printf("# cuda_bench%s\n\ndevice-to-device copy (4 GiB, read + write): %.0f GB/s\n", argc > 1 ? argv[1] : "", copy_bw);
+    if (gemv_only) {
+        bench_gemv(0);
+        cf_backend_destroy(be);
+        return 0;
+    }
     double g_big = bench_gemm(4096, 4096, 14336, quick ? 2 : 10), g_chunk = bench_gemm(256, 4096, 14336, quick ? 2 : 20);
     printf("bf16 GEMM (matmul op, cuBLAS): 4096x4096x14336 %.0f TFLOP/s; 256x4096x14336 %.0f TFLOP/s\n", g_big, g_chunk);
     fflush(stdout);
