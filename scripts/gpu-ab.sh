@@ -5,18 +5,19 @@
 # each SETTINGS is a space-separated list of VAR=value (X=0 for none); the bench is Llama-3-8B (or CONFIG),
 # 128-token prompt, 256 decoded, median of 3 reps. Prints one line per run: settings, tokens/s, % of roofline.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 rounds=2
 config=bench/configs/llama-3-8b.json
+usage() { echo "usage: $0 [-r ROUNDS] [-c CONFIG] SETTINGS..." >&2; exit 2; }
 while getopts "r:c:" o; do
   case $o in
   r) rounds=$OPTARG ;;
   c) config=$OPTARG ;;
-  *) echo "usage: $0 [-r ROUNDS] [-c CONFIG] SETTINGS..." >&2; exit 2 ;;
+  *) usage ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# -gt 0 ] || { echo "usage: $0 [-r ROUNDS] [-c CONFIG] SETTINGS..." >&2; exit 2; }
+[ $# -gt 0 ] || usage
 . .gpu/env.sh
 for round in $(seq "$rounds"); do
   for s in "$@"; do
