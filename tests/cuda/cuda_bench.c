@@ -107,11 +107,11 @@ static void bench_gemv(int quick) {
         {"q/o   4096x4096", 4096, 4096}, {"k/v   1024x4096", 1024, 4096}, {"gate 14336x4096", 14336, 4096},
         {"down 4096x14336", 4096, 14336}, {"lm_head 128256x4096", 128256, 4096},
     };
-    int rows[] = {1, 4, 8}, unrolls[] = {2, 4, 2}, warps[] = {32, 32, 16};
+    int rows[] = {1, 4, 8}, unrolls[] = {2, 1, 2}, warps[] = {8, 8, 32};
     const int dflt_u = cfk_cfg.gemv_unroll, dflt_w = cfk_cfg.gemv_warps;
-    printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth, by 16-byte loads per batch and lane\n"
+    printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth, by 16-byte chunks of each row per batch and lane\n"
            "## and the warps per SM a launch aims for before splitting rows over warps (the defaults are 2 and 8)\n");
-    printf("| shape | rows | 2, 32 | 4, 32 | 2, 16 |\n|---|---:|---:|---:|---:|\n");
+    printf("| shape | rows | 2, 8 | 1, 8 | 2, 32 |\n|---|---:|---:|---:|---:|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         gemv_ctx g;
         const double bytes = 2.0 * shapes[s].d * shapes[s].k;

@@ -814,10 +814,11 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     cfk_cfg.pdl = env_int("CINFER_CUDA_PDL", 1);
     cfk_cfg.gemv_unroll = env_int("CINFER_GEMV_UNROLL", 2);
     cfk_cfg.gemv_max_rows = env_int("CINFER_GEMV_MAX_ROWS", 8);
-    /* 8: every Llama-3-8B GEMV one warp a row (its step on the H200: 224.2-224.7 tokens/s, against
-     * 217.7-218.0 with 16 and 215.9-216.3 with 32) */
+    /* 8: every Llama-3-8B GEMV one warp a unit (its step on the H200: 239.2 tokens/s against 236.6 with 16,
+     * one chunk a batch; one-row units earlier: 224.2-224.7 against 217.7-218.0 with 16, 215.9-216.3 with 32) */
     cfk_cfg.gemv_warps = env_int("CINFER_GEMV_WARPS", 8);
-    /* 4: on the H200 the Llama-3-8B step ran at 219.2 tokens/s with 4 or 2, 217.6-218.3 with 8 */
+    /* 4: on the H200 the Llama-3-8B step ran at 240.7 tokens/s with 4, 239.2 with 2 (one-row units earlier:
+     * 219.2 with 4 or 2, 217.6-218.3 with 8) */
     cfk_cfg.gemv_block_warps = env_int("CINFER_GEMV_BLOCK_WARPS", 4);
     if (cfk_cfg.gemv_block_warps != 2 && cfk_cfg.gemv_block_warps != 8) cfk_cfg.gemv_block_warps = 4;
     cfk_cfg.fuse = env_int("CINFER_CUDA_FUSE", 1);

@@ -2,8 +2,8 @@
  * the products of a job map to block ranges, and the scalar fallback; bf16-weight instantiations. */
 #include "backend/cuda/k_gemv.cuh"
 
-cudaError_t gemv_launch_bf16(cudaStream_t st, const GemvArgs &g, int64_t blocks, cf_dtype xdt, bool pair) {
-    return gemv_launch<__nv_bfloat16>(st, g, blocks, xdt, pair);
+cudaError_t gemv_launch_bf16(cudaStream_t st, const GemvArgs &g, int64_t blocks, cf_dtype xdt) {
+    return gemv_launch<__nv_bfloat16>(st, g, blocks, xdt);
 }
 
 /* Any dtypes and alignment: one warp per weight row, scalar loads. */
@@ -66,18 +66,12 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
         return rope_and_store(st, j);
     }
     /* RoPE and stores in the kernel, else launches of their own after it */
-    bool fold = !glu && !j->add.data, any = false;
-    for (int s = 0; s < j->n_seg; s++) {
+    bool fold = !glu && !j->add.data;
+    for (int s = 0; s < j->n_seg; s++)
         if (j->rope[s]) fold = fold && j->head_dim % 2 == 0 && j->w[s].rows % j->head_dim == 0;
-        any = any || j->rope[s] || j->cache[s].data;
-    }
-    /* two rows a warp (the PAIR kernel): gate and up row j for the GLU, rows (i, i + half) of a head for a
-     * RoPE (and neighbours in the products it shares a launch with). It also halves the warps of q/k/v,
-     * which then fit on the GPU at once (Llama-3-8B: 6144 rows a warp would not). */
-    const bool pair = glu || (fold && any);
-    int64_t units[CFK_MAX_SEG], n_units = 0;   /* a warp's work: a row, or two */
+    int64_t units[CFK_MAX_SEG], n_units = 0;   /* a warp's work: two rows (see k_gemv.cuh) */
     for (int s = 0; s < j->n_seg; s++) {
-        units[s] = !pair || glu ? j->w[s].rows : j->rope[s] ? j->w[s].rows / 2 : ceil_div(j->w[s].rows, 2);
+        units[s] = glu ? j->w[s].rows : fold && j->rope[s] ? j->w[s].rows / 2 : ceil_div(j->w[s].rows, 2);
         n_units += glu && s ? 0 : units[s];
     }
     int wpr = 1;
@@ -121,7 +115,7 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
             g.pos0 = j->store_pos0 + (int)r0;
             g.cap = j->cap;
         }
-        cudaError_t e = w.dtype == CF_BF16 ? gemv_launch_bf16(st, g, blocks, x.dtype, pair) : gemv_launch_f16(st, g, blocks, x.dtype, pair);
+        cudaError_t e = w.dtype == CF_BF16 ? gemv_launch_bf16(st, g, blocks, x.dtype) : gemv_launch_f16(st, g, blocks, x.dtype);
         if (e != cudaSuccess) return e;
     }
     return fold ? cudaSuccess : rope_and_store(st, j);

@@ -1,25 +1,24 @@
 /* k_gemv.cuh: out[n, d] = x[n, k] . w[d, k]^T (+ bias) for few activation rows (decode), where the
- * product is bound by streaming the weights. Each weight row is read once with 16-byte loads that skip
- * L1 (two batches of U in flight per lane, the first two issued before waiting for the previous kernel),
- * and used for all n activation rows (read through L1). One warp, or wpr warps splitting k when the rows
- * are too few to fill the GPU or long, per weight row; f32 accumulation.
+ * product is bound by streaming the weights. Each warp takes a unit of two weight rows, reads both once
+ * with 16-byte loads that skip L1 (chunk c of both rows side by side, U chunks a row per batch, two batches
+ * in flight per lane, the first two issued before waiting for the previous kernel), and uses each chunk
+ * for all n activation rows, loading each x chunk (through L1) once for the two rows. One warp, or wpr
+ * warps splitting k when the units are too few to fill the GPU or long, per unit; f32 accumulation.
  *
  * One launch serves a cfk_gemv_job: up to 3 products sharing x (q, k, v) as consecutive block ranges,
  * with an optional residual add of one product's result (o_proj/down_proj + residual), or two products
  * paired row by row (gate, up) finished by the GLU. Unaligned shapes and f32 weights take a plain scalar
  * kernel, one product per launch.
  *
- * In the PAIR kernel each warp streams two rows as one row of length 2k: gate and up row j for the GLU;
- * for products that are rotated (RoPE over whole heads) and stored in a KV cache, rows i and i + half of
- * a head, which the warp turns together at the end, or two neighbours (q, k, v: the layer's RoPE and both
- * KV stores need no launch of their own).
+ * A unit's rows: gate and up row j for the GLU; for products that are rotated (RoPE over whole heads)
+ * and stored in a KV cache, rows i and i + half of a head, which the warp turns together at the end (q, k,
+ * v: the layer's RoPE and both KV stores need no launch of their own); else two neighbours.
  *
  * The weight prefetch before griddepcontrol.wait assumes weights are not written by the kernel that runs
  * right before (true of weights: uploaded once; the backend synchronizes after a kernel writes one). */
 #ifndef CF_BACKEND_CUDA_K_GEMV_CUH
 #define CF_BACKEND_CUDA_K_GEMV_CUH
 
-#include <type_traits>
 #include "backend/cuda/k_common.cuh"
 
 struct Seg {
@@ -89,58 +88,97 @@ __device__ __forceinline__ float act_fn(int act, float g) {
     return 0.5f * g * (1.0f + tanhf(k0 * (g + 0.044715f * g * g * g)));
 }
 
-template <int NX, int U, typename WT, typename XT, bool PAIR>
+/* The end of a two-row unit (rows j, j2 of segment S, sums a0, a1 without bias): the GLU, RoPE, stores, the
+ * residual add and the KV cache stores. */
+template <int NX>
+__device__ __forceinline__ void finish_pair(const GemvArgs &g, const Seg &S, int si, bool glu, int64_t j, int64_t j2, bool row2_ok,
+                                            const float (&a0)[NX], const float (&a1)[NX]) {
+    const float b0 = S.bias.p ? ld(S.bias, 0, j) : 0.0f;
+    const TV bias1 = glu ? g.s1.bias : S.bias;
+    const float b1 = bias1.p && row2_ok ? ld(bias1, 0, j2) : 0.0f;
+    const float f = S.rope ? g.inv_freq[j % (2 * g.half)] : 0.0f;
+#pragma unroll
+    for (int r = 0; r < NX; r++) {
+        if (r >= g.n) break;
+        float v0 = a0[r] + b0, v1 = a1[r] + b1;
+        if (glu) {
+            st(S.out, r, j, v0);
+            st(g.s1.out, r, j, v1);
+            st(g.glu, r, j, act_fn(g.act, v0) * v1);
+            continue;
+        }
+        if (S.rope) {   /* (x_j, x_j2) turned by pos * inv_freq */
+            float sn, cs;
+            sincosf((float)((const int32_t *)g.pos.p)[r * g.pos.stride] * f, &sn, &cs);
+            const float u = v0;
+            v0 = u * cs - v1 * sn;
+            v1 = v1 * cs + u * sn;
+        }
+        st(S.out, r, j, v0);
+        if (row2_ok) st(S.out, r, j2, v1);
+        if (g.add.p && si == g.add_seg) {
+            st(g.add, r, j, ld(g.add, r, j) + v0);
+            if (row2_ok) st(g.add, r, j2, ld(g.add, r, j2) + v1);
+        } else if (S.cache.p) {   /* the rounded values, as a store reading out would see them */
+            const int64_t slot = store_slot(g, r);
+            st(S.cache, slot, j, ld(S.out, r, j));
+            if (row2_ok) st(S.cache, slot, j2, ld(S.out, r, j2));
+        }
+    }
+}
+
+template <int NX, int U, typename WT, typename XT>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rpb = g.block_warps / g.wpr;
-    const bool glu = PAIR && g.glu.p;
+    const bool glu = g.glu.p;
     const int si = glu ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
     const Seg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
     const int t = warp / g.wpr, sub = warp % g.wpr;
-    /* the warp's unit: one row j, or (PAIR) rows j and j2: gate and up row j (GLU), rows i and i + half of
-     * a head (RoPE), else two neighbours */
+    /* the warp's unit and its rows j, j2 (see the top of the file) */
     const int64_t unit = ((int64_t)blockIdx.x - S.block0) * rpb + t;
-    const int64_t j = !PAIR || glu ? unit : S.rope ? unit / g.half * 2 * g.half + unit % g.half : 2 * unit;
+    const int64_t j = glu ? unit : S.rope ? unit / g.half * 2 * g.half + unit % g.half : 2 * unit;
     const int64_t j2 = glu ? j : S.rope ? j + g.half : j + 1;
-    const bool row_ok = j < S.d, row2_ok = PAIR && row_ok && j2 < (glu ? g.s1.d : S.d);
-    const int64_t nch = row_ok ? g.k / 8 : 0, total = row2_ok ? 2 * nch : nch, step = (int64_t)g.wpr * 32;
+    const bool row_ok = j < S.d, row2_ok = row_ok && j2 < (glu ? g.s1.d : S.d);
+    const int64_t total = row_ok ? g.k / 8 : 0, step = (int64_t)g.wpr * 32;
     const uint4 *w0 = reinterpret_cast<const uint4 *>((const WT *)S.w + (row_ok ? j : 0) * S.wstride);
-    const uint4 *w1 = !PAIR ? w0 : glu ? reinterpret_cast<const uint4 *>((const WT *)g.s1.w + (row_ok ? j : 0) * g.s1.wstride)
-                                       : reinterpret_cast<const uint4 *>((const WT *)S.w + (row2_ok ? j2 : 0) * S.wstride);
+    const uint4 *w1 = glu ? reinterpret_cast<const uint4 *>((const WT *)g.s1.w + (row_ok ? j : 0) * g.s1.wstride)
+                          : reinterpret_cast<const uint4 *>((const WT *)S.w + (row2_ok ? j2 : 0) * S.wstride);
     const XT *x = (const XT *)g.x;
     float a0[NX], a1[NX];
 #pragma unroll
     for (int r = 0; r < NX; r++) a0[r] = a1[r] = 0.0f;
 
     /* software-pipelined: batch A is in flight while batch B is used, and the other way round */
-    uint4 wa[U], wb[U];
-    auto fetch = [&](uint4 (&wv)[U], int64_t base) {
+    uint4 wa[U][2], wb[U][2];
+    auto fetch = [&](uint4 (&wv)[U][2], int64_t base) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t c = base + u * step;
-            wv[u] = c < total ? ld_stream(PAIR && c >= nch ? w1 + (c - nch) : w0 + c) : make_uint4(0, 0, 0, 0);
+            wv[u][0] = c < total ? ld_stream(w0 + c) : make_uint4(0, 0, 0, 0);
+            wv[u][1] = c < total && row2_ok ? ld_stream(w1 + c) : make_uint4(0, 0, 0, 0);
         }
     };
-    auto use = [&](const uint4 (&wv)[U], int64_t base) {
+    auto use = [&](const uint4 (&wv)[U][2], int64_t base) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t c = base + u * step;
-            if (c < total) {
-                const bool second = PAIR && c >= nch;
-                const int64_t xc = second ? c - nch : c;
-                float wf[8];
-                unpack(wv[u], wf, WT());
+            if (c >= total) continue;
+            float wf0[8], wf1[8];
+            unpack(wv[u][0], wf0, WT());
+            unpack(wv[u][1], wf1, WT());
 #pragma unroll
-                for (int r = 0; r < NX; r++) {
-                    if (r < g.n) {
-                        float xf[8];
-                        load8(x + r * g.xstride + xc * 8, xf);
-                        float s = 0.0f;
+            for (int r = 0; r < NX; r++) {
+                if (r >= g.n) break;
+                float xf[8];
+                load8(x + r * g.xstride + c * 8, xf);
+                float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
-                        for (int e = 0; e < 8; e++) s = fmaf(xf[e], wf[e], s);
-                        if (second) a1[r] += s;
-                        else a0[r] += s;
-                    }
+                for (int e = 0; e < 8; e++) {
+                    s0 = fmaf(xf[e], wf0[e], s0);
+                    s1 = fmaf(xf[e], wf1[e], s1);
                 }
+                a0[r] += s0;
+                a1[r] += s1;
             }
         }
     };
@@ -165,7 +203,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
 #pragma unroll
     for (int r = 0; r < NX; r++) {
         a0[r] = warp_sum(a0[r]);
-        if (PAIR) a1[r] = warp_sum(a1[r]);
+        a1[r] = warp_sum(a1[r]);
     }
     if (g.wpr > 1) {
         __shared__ float red[8][2 * NX];
@@ -183,87 +221,35 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
             }
     }
     if (sub != 0 || lane != 0 || !row_ok) return;   /* the lane that finishes the unit */
-    const float b0 = S.bias.p ? ld(S.bias, 0, j) : 0.0f;
-    if (!PAIR) {
-#pragma unroll
-        for (int r = 0; r < NX; r++) {
-            if (r >= g.n) break;
-            const float v0 = a0[r] + b0;
-            st(S.out, r, j, v0);
-            if (g.add.p && si == g.add_seg) st(g.add, r, j, ld(g.add, r, j) + v0);
-            else if (S.cache.p) st(S.cache, store_slot(g, r), j, ld(S.out, r, j));
-        }
-        return;
-    }
-    const TV bias1 = glu ? g.s1.bias : S.bias;
-    const float b1 = bias1.p && row2_ok ? ld(bias1, 0, j2) : 0.0f;
-    const float f = S.rope ? g.inv_freq[j % (2 * g.half)] : 0.0f;
-#pragma unroll
-    for (int r = 0; r < NX; r++) {
-        if (r >= g.n) break;
-        float v0 = a0[r] + b0, v1 = a1[r] + b1;
-        if (glu) {
-            st(S.out, r, j, v0);
-            st(g.s1.out, r, j, v1);
-            st(g.glu, r, j, act_fn(g.act, v0) * v1);
-            continue;
-        }
-        if (S.rope) {   /* (x_j, x_j2) turned by pos * inv_freq */
-            float sn, cs;
-            sincosf((float)((const int32_t *)g.pos.p)[r * g.pos.stride] * f, &sn, &cs);
-            const float u = v0;
-            v0 = u * cs - v1 * sn;
-            v1 = v1 * cs + u * sn;
-        }
-        st(S.out, r, j, v0);
-        if (row2_ok) st(S.out, r, j2, v1);
-        if (S.cache.p) {   /* the rounded values, as a store reading out would see them */
-            const int64_t slot = store_slot(g, r);
-            st(S.cache, slot, j, ld(S.out, r, j));
-            if (row2_ok) st(S.cache, slot, j2, ld(S.out, r, j2));
-        }
-    }
+    finish_pair<NX>(g, S, si, glu, j, j2, row2_ok, a0, a1);
 }
 
-template <int NX, int U, typename WT, typename XT, bool PAIR>
-static cudaError_t go(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
-    return launch(gemv_kernel<NX, U, WT, XT, PAIR>, dim3((unsigned)blocks), dim3((unsigned)g.block_warps * 32), 0, st, g);
-}
-
-/* Loads per batch (two batches in flight per lane): cfk_cfg.gemv_unroll (2, 4 or 8) for the common bf16
- * case, 2 otherwise. 2 is the default: on the H200 4 streams a lone 4096x4096 GEMV faster (78% of copy
- * bandwidth against 72%) but the Llama-3-8B decode step slower (208.7 against 218.8 tokens/s: 58 registers
- * against 43, fewer blocks resident beside the kernels around it). */
-template <int NX, typename WT, typename XT, bool PAIR>
+/* Chunks a row per batch (two batches in flight per lane): cfk_cfg.gemv_unroll, 2 (the default) or 1. On
+ * the H200 the Llama-3-8B decode step ran at 240.7 tokens/s with 2, 239.2 with 1 (64 and 44 registers);
+ * four rows a warp with 1 (76 registers) at 221.5. */
+template <int NX, typename WT, typename XT>
 static cudaError_t pick_unroll(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
-    if constexpr (std::is_same<WT, __nv_bfloat16>::value && std::is_same<XT, __nv_bfloat16>::value) {
-        switch (cfk_cfg.gemv_unroll) {
-        case 4: return go<NX, 4, WT, XT, PAIR>(st, g, blocks);
-        case 8: return go<NX, 8, WT, XT, PAIR>(st, g, blocks);
-        default: break;
-        }
-    }
-    return go<NX, 2, WT, XT, PAIR>(st, g, blocks);
+    const dim3 grid((unsigned)blocks), block((unsigned)g.block_warps * 32);
+    if (cfk_cfg.gemv_unroll == 1) return launch(gemv_kernel<NX, 1, WT, XT>, grid, block, 0, st, g);
+    return launch(gemv_kernel<NX, 2, WT, XT>, grid, block, 0, st, g);
 }
 
-template <typename WT, typename XT, bool PAIR>
+template <typename WT, typename XT>
 static cudaError_t pick_rows(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
-    if (g.n == 1) return pick_unroll<1, WT, XT, PAIR>(st, g, blocks);
-    if (g.n == 2) return pick_unroll<2, WT, XT, PAIR>(st, g, blocks);
-    if (g.n <= 4) return pick_unroll<4, WT, XT, PAIR>(st, g, blocks);
-    return pick_unroll<8, WT, XT, PAIR>(st, g, blocks);
+    if (g.n == 1) return pick_unroll<1, WT, XT>(st, g, blocks);
+    if (g.n == 2) return pick_unroll<2, WT, XT>(st, g, blocks);
+    if (g.n <= 4) return pick_unroll<4, WT, XT>(st, g, blocks);
+    return pick_unroll<8, WT, XT>(st, g, blocks);
 }
 
 /* Launches the kernel for weights of type WT and activations xdt (f32 or bf16); one instantiation set
  * per weight type, each in its own file so they compile in parallel. */
 template <typename WT>
-static cudaError_t gemv_launch(cudaStream_t st, const GemvArgs &g, int64_t blocks, cf_dtype xdt, bool pair) {
-    if (pair) return xdt == CF_F32 ? pick_rows<WT, float, true>(st, g, blocks) : pick_rows<WT, __nv_bfloat16, true>(st, g, blocks);
-    return xdt == CF_F32 ? pick_rows<WT, float, false>(st, g, blocks) : pick_rows<WT, __nv_bfloat16, false>(st, g, blocks);
+static cudaError_t gemv_launch(cudaStream_t st, const GemvArgs &g, int64_t blocks, cf_dtype xdt) {
+    return xdt == CF_F32 ? pick_rows<WT, float>(st, g, blocks) : pick_rows<WT, __nv_bfloat16>(st, g, blocks);
 }
 
-cudaError_t gemv_launch_bf16(cudaStream_t st, const GemvArgs &g, int64_t blocks, cf_dtype xdt, bool pair);
-cudaError_t gemv_launch_f16(cudaStream_t st, const GemvArgs &g, int64_t blocks, cf_dtype xdt, bool pair);
+cudaError_t gemv_launch_bf16(cudaStream_t st, const GemvArgs &g, int64_t blocks, cf_dtype xdt);
+cudaError_t gemv_launch_f16(cudaStream_t st, const GemvArgs &g, int64_t blocks, cf_dtype xdt);
 
 #endif
-
