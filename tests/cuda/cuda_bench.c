@@ -110,7 +110,7 @@ static void bench_gemv(int quick) {
     int rows[] = {1, 4, 8}, unrolls[] = {2, 1, 2}, warps[] = {8, 8, 32};
     const int dflt_u = cfk_cfg.gemv_unroll, dflt_w = cfk_cfg.gemv_warps;
     printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth, by 16-byte chunks of each row per batch and lane\n"
-           "## and the warps per SM a launch aims for before splitting rows over warps (the defaults are 2 and 8)\n");
+           "## and the warps per SM a launch aims for before splitting rows over warps (the defaults for these rows: 2 and 8)\n");
     printf("| shape | rows | 2, 8 | 1, 8 | 2, 32 |\n|---|---:|---:|---:|---:|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         gemv_ctx g;

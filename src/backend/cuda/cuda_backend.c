@@ -20,7 +20,7 @@
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
-cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 2, .gemv_max_rows = 8, .gemv_warps = 8, .gemv_block_warps = 4, .fuse = 1, .fuse_rope = 1,
+cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 8, .gemv_warps = 8, .gemv_block_warps = 4, .fuse = 1, .fuse_rope = 1,
                       .attn_bc = 32, .attn_hpb = 2, .attn_group = 1, .attn_group_splits = 64,
                       .n_sm = 132};
 
@@ -812,7 +812,7 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
                        prop.name, prop.major, prop.minor);
     cfk_cfg.n_sm = prop.multiProcessorCount;
     cfk_cfg.pdl = env_int("CINFER_CUDA_PDL", 1);
-    cfk_cfg.gemv_unroll = env_int("CINFER_GEMV_UNROLL", 2);
+    cfk_cfg.gemv_unroll = env_int("CINFER_GEMV_UNROLL", 0);
     cfk_cfg.gemv_max_rows = env_int("CINFER_GEMV_MAX_ROWS", 8);
     /* 8: every Llama-3-8B GEMV one warp a unit (its step on the H200: 239.2 tokens/s against 236.6 with 16,
      * one chunk a batch; one-row units earlier: 224.2-224.7 against 217.7-218.0 with 16, 215.9-216.3 with 32) */

@@ -18,7 +18,7 @@ extern "C" {
 /* Knobs read once by cf_cuda_backend_create (environment overrides for experiments and the sanitizer). */
 typedef struct cfk_config {
     int pdl;            /* launch with programmatic dependent launch (overlaps a kernel's start with the previous one's end) */
-    int gemv_unroll;    /* 16-byte chunks of each of a unit's two rows per batch and lane in the GEMV kernel (two batches in flight): 1 or 2 */
+    int gemv_unroll;    /* 16-byte chunks of each of a unit's two rows per batch and lane in the GEMV kernel (two batches in flight): 1, 2, or 0: by row length */
     int gemv_max_rows;  /* matmuls with at most this many activation rows use the GEMV kernel, the rest cuBLAS */
     int gemv_warps;     /* warps per SM a GEMV aims to keep busy: fewer weight rows than that are split over warps */
     int gemv_block_warps;   /* warps per GEMV block (2, 4 or 8): smaller blocks leave a shorter tail at the end of a launch */

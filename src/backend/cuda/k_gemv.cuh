@@ -224,13 +224,14 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
     finish_pair<NX>(g, S, si, glu, j, j2, row2_ok, a0, a1);
 }
 
-/* Chunks a row per batch (two batches in flight per lane): cfk_cfg.gemv_unroll, 2 (the default) or 1. On
- * the H200 the Llama-3-8B decode step ran at 240.7 tokens/s with 2, 239.2 with 1 (64 and 44 registers);
- * four rows a warp with 1 (76 registers) at 221.5. */
+/* Chunks a row per batch (two batches in flight per lane): cfk_cfg.gemv_unroll 1 or 2, or 0 (the default):
+ * 2 for rows of 4096 and more, else 1. H200, side by side: Llama-3-8B decode (k 4096 and 14336) 240.9
+ * tokens/s with 2, 236.8 with 1; Gemma-4-E4B (k 2560, 2048, 10240) 215.1 with the rule, 214.5 with 1, 209.1
+ * with 2. Four rows a warp (one chunk, 76 registers against 64) ran Llama-3-8B at 221.5. */
 template <int NX, typename WT, typename XT>
 static cudaError_t pick_unroll(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
     const dim3 grid((unsigned)blocks), block((unsigned)g.block_warps * 32);
-    if (cfk_cfg.gemv_unroll == 1) return launch(gemv_kernel<NX, 1, WT, XT>, grid, block, 0, st, g);
+    if (cfk_cfg.gemv_unroll == 1 || (cfk_cfg.gemv_unroll == 0 && g.k < 4096)) return launch(gemv_kernel<NX, 1, WT, XT>, grid, block, 0, st, g);
     return launch(gemv_kernel<NX, 2, WT, XT>, grid, block, 0, st, g);
 }
 
