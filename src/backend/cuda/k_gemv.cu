@@ -77,7 +77,7 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
     int wpr = 1;
     /* units are split over warps only while there are fewer than cfk_cfg.gemv_warps per SM (long rows:
      * four times that). A lone 4096x14336 GEMV streams faster split over 4 warps (92% of copy bandwidth
-     * against 81% with 2 on the H200), but inside the decode step one warp a row is faster. */
+     * against 81% with 2 on the H200), but inside the decode step one warp a unit is faster. */
     const int64_t warps = (int64_t)cfk_cfg.n_sm * cfk_cfg.gemv_warps * (k >= 8192 ? 4 : 1);
     while (wpr < 8 && n_units * wpr * 2 <= warps && k / 8 >= (int64_t)wpr * 64) wpr *= 2;
     const int bw = cfk_cfg.gemv_block_warps > wpr ? cfk_cfg.gemv_block_warps : wpr, rpb = bw / wpr;
