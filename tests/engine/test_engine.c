@@ -15,6 +15,7 @@
 #include "cinfer.h"
 #include "model/model.h"
 #include "tiny_model.h"
+#include "../check.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -25,9 +26,6 @@
 #include <string.h>
 #include <time.h>
 
-static int failures, checks;
-#define CHECK(cond, ...) do { checks++; if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-    fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
 
 static cinfer_model *M;
 static cinfer_engine *E;

@@ -10,17 +10,7 @@
 #include "sample/kernels.h"
 #include "sample/select.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-        }                                                                  \
-    } while (0)
+#include "../check.h"
 
 /* Test-side generator for logits, unrelated to the sampler's. */
 static uint64_t tstate = 88172645463325252ull;
@@ -710,10 +700,6 @@ int main(void) {
     test_kernels();
     test_distribution();
     test_support_large();
-    if (failures) {
-        fprintf(stderr, "%d failure(s)\n", failures);
-        return 1;
-    }
-    printf("sampler: all tests passed\n");
-    return 0;
+    printf("%d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
 }
