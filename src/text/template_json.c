@@ -282,7 +282,8 @@ static int key_cmp(tctx *c, const tv *a, const tv *b) { return tv_compare(c, *a,
 
 static void dump_value(tctx *c, tbuf *b, tv v, const char *indent, const char *isep, const char *ksep,
                        int sort_keys, int ascii, int level) {
-    if (level > 200) tv_throw(c, "value nested too deeply for tojson");
+    if (level > TV_MAX_NEST) tv_throw(c, "value nested too deeply for tojson");
+    if (v.k == TV_LIST || v.k == TV_DICT) te_step(c);
     char t[40];
     switch (v.k) {
     case TV_NONE: tb_put(c, b, "null", 4); return;
