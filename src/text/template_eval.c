@@ -477,12 +477,11 @@ cinfer_status cf_template_render(const cf_template *t, const cf_template_var *va
     }
     c->globals = tv_new_dict(c).u.d;
     for (int i = 0; i < n_vars; i++) {
-        char why[160];
+        char why[400];
         tv v;
         const char *js = vars[i].json ? vars[i].json : "null";
-        if (!tj_parse(c, js, strlen(js), &v, why, sizeof why)) {
-            cf_fail(err, CINFER_E_INVALID_ARGUMENT, "template variable %s: invalid JSON: %s",
-                    vars[i].name ? vars[i].name : "(object)", why);
+        if (!tj_parse(c, js, strlen(js), vars[i].name ? vars[i].name : "(variables)", &v, why, sizeof why)) {
+            cf_fail(err, CINFER_E_INVALID_ARGUMENT, "template variable %s", why);
             hp_free_all(&c->heap);
             free(c);
             return CINFER_E_INVALID_ARGUMENT;

@@ -211,7 +211,9 @@ tv_list *tv_iterate(tctx *c, tv v);
 int64_t tv_length(tctx *c, tv v);
 
 /* template_json.c */
-int tj_parse(tctx *c, const char *s, size_t n, tv *out, char *why, size_t why_cap);
+/* JSON text to a value. On bad input returns 0 with why = "NAME[2].content: invalid UTF-8 at byte 17" or
+ * "NAME: invalid JSON: expected ',' at byte 40": the path from NAME to the bad value, and what is wrong. */
+int tj_parse(tctx *c, const char *s, size_t n, const char *name, tv *out, char *why, size_t why_cap);
 /* json.dumps(v, ensure_ascii, indent=indent (NULL = None), separators=(item_sep, key_sep), sort_keys). */
 void tj_dump(tctx *c, tbuf *b, tv v, const char *indent, const char *item_sep, const char *key_sep,
              int sort_keys, int ensure_ascii);

@@ -146,6 +146,32 @@ static void test_deep(void) {
     free(tmp);
 }
 
+/* Bad message JSON names the message, the field and the byte. */
+static void test_bad_variables(void) {
+    cf_template *t = NULL;
+    cinfer_error err = {0};
+    CHECK(cf_template_compile("{{ messages }}", 14, &t, &err) == CINFER_OK, "compile: %s", err.message);
+    if (!t) return;
+    static const struct { const char *json, *want; } cases[] = {
+        {"[{\"role\": \"user\", \"content\": \"a\"}, {}, {\"role\": \"user\", \"content\": \"0123456789abcdefg\xff\"}]",
+         "template variable messages[2].content: invalid UTF-8 at byte 17"},
+        {"[{\"content\": [{\"type\": \"text\", \"text\": \"\\n\xc3\"}]}]",
+         "template variable messages[0].content[0].text: invalid UTF-8 at byte 1"},
+        {"[{\"a b\": \"\xed\xa0\x80\"}]", "template variable messages[0][\"a b\"]: invalid UTF-8 at byte 0"},
+        {"[{\"role\": \"user\"}, {\"role\" \"x\"}]", "template variable messages[1]: invalid JSON: expected ':' at byte 27"},
+        {"[1, 2", "template variable messages: invalid JSON: expected ',' or ']' at byte 5"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cf_template_var v = {"messages", cases[i].json};
+        char *out = NULL;
+        cinfer_status s = cf_template_render(t, &v, 1, NULL, &out, NULL, &err);
+        CHECK(s == CINFER_E_INVALID_ARGUMENT && !strcmp(err.message, cases[i].want), "case %zu: %d '%s', want '%s'", i, s,
+              err.message, cases[i].want);
+        free(out);
+    }
+    cf_template_free(t);
+}
+
 static void write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");
     if (!f) return;
@@ -215,6 +241,7 @@ int main(void) {
     test_errors();
     test_bounds();
     test_deep();
+    test_bad_variables();
     test_loading();
     printf("%d passed, %d failed\n", checks - failures, failures);
     return failures ? 1 : 0;
