@@ -70,6 +70,7 @@ static cinfer_status load(const char *dir, const cinfer_model_params *p, cinfer_
     CF_TRY(add_eos(m, ids, m->m->hp.n_eos, err));
     if (file_exists(dir, "tokenizer.json")) {
         CF_TRY(cf_tokenizer_load(dir, &m->tok, err));
+        cf_tokenizer_set_model_vocab(m->tok, m->m->hp.vocab);
         const int32_t *tok_eos;
         int n = cf_tokenizer_eos_ids(m->tok, &tok_eos);
         CF_TRY(add_eos(m, tok_eos, n, err));
