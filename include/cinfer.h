@@ -76,7 +76,7 @@ typedef struct cinfer_model_info {
     int vocab;                   /* rows of the logits; valid token ids are [0, vocab) */
     int context;                 /* the model's context length */
     int has_tokenizer;           /* tokenizer.json was found: text prompts work */
-    int has_chat_template;       /* chat messages work */
+    int has_chat_template;       /* the folder has a chat template (a broken one fails chat requests with its error) */
     int n_eos;                   /* ids that end generation unless ignore_eos */
     const int32_t *eos_ids;
 } cinfer_model_info;

@@ -20,7 +20,8 @@ typedef struct cf_stop cf_stop;
 struct cinfer_model {
     cf_model *m;
     cf_tokenizer *tok;          /* NULL when the folder has no tokenizer.json */
-    cf_chat_template *tmpl;     /* NULL when it has no chat template */
+    cf_chat_template *tmpl;     /* NULL when it has no chat template or a broken one */
+    cinfer_error tmpl_err;      /* code != CINFER_OK: the folder's template failed to load; chat requests get this */
     int32_t *eos;               /* config/generation_config EOS ids and the tokenizer's, deduplicated */
     int n_eos;
     cinfer_engine *engine;      /* the one engine on this model, or NULL */

@@ -70,12 +70,16 @@ static cinfer_status load(const char *dir, const cinfer_model_params *p, cinfer_
     CF_TRY(add_eos(m, ids, m->m->hp.n_eos, err));
     if (file_exists(dir, "tokenizer.json")) {
         CF_TRY(cf_tokenizer_load(dir, &m->tok, err));
+        cf_tokenizer_set_model_vocab(m->tok, m->m->hp.vocab);
         const int32_t *tok_eos;
         int n = cf_tokenizer_eos_ids(m->tok, &tok_eos);
         CF_TRY(add_eos(m, tok_eos, n, err));
     }
     CF_TRY(stage(p, 0.9f, dir, err));
-    if (m->tok && has_chat_template(dir)) CF_TRY(cf_chat_template_load(dir, NULL, &m->tmpl, err));
+    /* A broken template only breaks chat: its error is kept for the chat requests, and prompts given
+     * as text or token ids still work. */
+    if (m->tok && has_chat_template(dir) && cf_chat_template_load(dir, NULL, &m->tmpl, &m->tmpl_err) == CINFER_OK)
+        m->tmpl_err.code = CINFER_OK;
     return stage(p, 1.0f, dir, err);
 }
 
@@ -122,7 +126,7 @@ cinfer_model_info cinfer_model_get_info(const cinfer_model *m) {
     info.vocab = m->m->hp.vocab;
     info.context = m->m->hp.max_ctx;
     info.has_tokenizer = m->tok != NULL;
-    info.has_chat_template = m->tmpl != NULL;
+    info.has_chat_template = m->tmpl != NULL || m->tmpl_err.code != CINFER_OK;
     info.n_eos = m->n_eos;
     info.eos_ids = m->eos;
     return info;

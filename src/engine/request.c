@@ -122,6 +122,8 @@ static cinfer_status check_fields(const cinfer_model *m, const cinfer_request *r
     if ((r->prompt_text || r->messages) && !m->tok)
         return cf_fail(err, CINFER_E_TOKENIZER,
                        "this model folder has no tokenizer.json, so the prompt must be given as token ids");
+    if (r->messages && m->tmpl_err.code != CINFER_OK)
+        return cf_fail(err, m->tmpl_err.code, "the model's chat template cannot be used: %s", m->tmpl_err.message);
     if (r->messages && !m->tmpl)
         return cf_fail(err, CINFER_E_TEMPLATE,
                        "this model folder has no chat template (chat_template.jinja or tokenizer_config.json's "

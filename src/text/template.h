@@ -48,10 +48,6 @@ typedef struct cf_chat_template cf_chat_template;
  * additional_special_tokens) come from tokenizer_config.json, as transformers passes them. */
 cinfer_status cf_chat_template_load(const char *dir, const char *name, cf_chat_template **out,
                                     cinfer_error *err);
-/* A chat template from source text with explicit BOS/EOS strings (either may be NULL). */
-cinfer_status cf_chat_template_from_string(const char *src, size_t len, const char *bos_token,
-                                           const char *eos_token, cf_chat_template **out,
-                                           cinfer_error *err);
 void cf_chat_template_free(cf_chat_template *ct);
 /* Replaces the BOS/EOS text (e.g. with cf_tokenizer_bos_text/eos_text); a NULL argument keeps the
  * current value. */

@@ -613,7 +613,7 @@ static tv percent_format(tctx *c, tv fmt, tv args) {
             size_t st = ++i;
             while (i < n && s[i] != ')') i++;
             if (i >= n || args.k != TV_DICT) tv_throw(c, "format requires a mapping");
-            if (!td_get_str(args.u.d, s + st, i - st, &val)) tv_throw(c, "KeyError in format");
+            if (!td_get_str(c, args.u.d, s + st, i - st, &val)) tv_throw(c, "KeyError in format");
             have_key = 1;
             i++;
         }
@@ -784,7 +784,7 @@ static tv py_attr(tctx *c, tv obj, const char *name, size_t len, int *found) {
     }
     if (obj.k == TV_NS) {
         tv v;
-        if (td_get_str(obj.u.d, name, len, &v)) { *found = 1; return v; }
+        if (td_get_str(c, obj.u.d, name, len, &v)) { *found = 1; return v; }
     }
     if (obj.k == TV_LOOP) {
         tv_loop *l = obj.u.loop;
@@ -816,7 +816,7 @@ tv tb_getattr(tctx *c, tv obj, const char *name, size_t len) {
     int found;
     tv v = py_attr(c, obj, name, len, &found);
     if (found) return v;
-    if (obj.k == TV_DICT && td_get_str(obj.u.d, name, len, &v)) return v;
+    if (obj.k == TV_DICT && td_get_str(c, obj.u.d, name, len, &v)) return v;
     return tv_undef(name);
 }
 
@@ -824,7 +824,7 @@ tv tb_getitem(tctx *c, tv obj, tv key) {
     if (obj.k == TV_UNDEF) throw_undef(c, obj);
     tv v;
     if (obj.k == TV_DICT) {
-        if (td_get(obj.u.d, key, &v)) return v;
+        if (td_get(c, obj.u.d, key, &v)) return v;
     } else if ((obj.k == TV_LIST && !(obj.u.l->flags & TL_GEN)) || obj.k == TV_STR) {
         if (key.k == TV_INT || key.k == TV_BOOL) {
             int64_t i = as_i(key);
@@ -1011,7 +1011,7 @@ static tv call_method(tctx *c, const tv_func *fn, const targs *a) {
     case M_GET: {
         tv k, v;
         if (!arg_get(a, 0, NULL, &k)) tv_throw(c, "get expected at least 1 argument");
-        if (td_get(self.u.d, k, &v)) return v;
+        if (td_get(c, self.u.d, k, &v)) return v;
         return arg_or(a, 1, NULL, none);
     }
     case M_ITEMS: return items_of(c, self.u.d, 0, 0);
@@ -1027,7 +1027,7 @@ static tv call_method(tctx *c, const tv_func *fn, const targs *a) {
         if (!arg_get(a, 0, NULL, &x)) tv_throw(c, "%s() takes at least 1 argument", fn->name);
         int64_t k = 0;
         for (size_t i = 0; i < self.u.l->n; i++)
-            if (tv_equal(self.u.l->v[i], x)) {
+            if (tv_equal(c, self.u.l->v[i], x)) {
                 if (fn->id == M_LINDEX) return tv_int((int64_t)i);
                 k++;
             }
@@ -1490,7 +1490,7 @@ tv tb_apply_filter(tctx *c, int id, tv v, int argc, const tv *argv, const char *
             tv k = sort_key(c, attr.k == TV_NONE ? l->v[i] : get_path(c, l->v[i], attr), !cs), dummy;
             if (k.k == TV_LIST && !(k.u.l->flags & TL_TUPLE)) tv_throw(c, "unhashable type: 'list'");
             if (k.k == TV_DICT) tv_throw(c, "unhashable type: 'dict'");
-            if (td_get(seen.u.d, k, &dummy)) continue;
+            if (td_get(c, seen.u.d, k, &dummy)) continue;
             td_set(c, seen.u.d, k, none);
             tl_push(c, out.u.l, l->v[i]);
         }
@@ -1530,18 +1530,18 @@ int tb_apply_test(tctx *c, int id, tv v, int argc, const tv *argv) {
     case T_UNDEFINED: return v.k == TV_UNDEF;
     case T_DIVISIBLEBY: {
         tv r = tb_binop(c, OP_MOD, v, arg);
-        return tv_equal(r, tv_int(0));
+        return tv_equal(c, r, tv_int(0));
     }
-    case T_EQ: case T_EQUALTO: case T_EQ_OP: return tv_equal(v, arg);
-    case T_NE: case T_NE_OP: return !tv_equal(v, arg);
+    case T_EQ: case T_EQUALTO: case T_EQ_OP: return tv_equal(c, v, arg);
+    case T_NE: case T_NE_OP: return !tv_equal(c, v, arg);
     case T_LT: case T_LT_OP: case T_LESSTHAN: return tv_compare(c, v, arg) < 0;
-    case T_LE: case T_LE_OP: return tv_equal(v, arg) || tv_compare(c, v, arg) < 0;
+    case T_LE: case T_LE_OP: return tv_equal(c, v, arg) || tv_compare(c, v, arg) < 0;
     case T_GT: case T_GT_OP: case T_GREATERTHAN: return tv_compare(c, v, arg) > 0;
-    case T_GE: case T_GE_OP: return tv_equal(v, arg) || tv_compare(c, v, arg) > 0;
+    case T_GE: case T_GE_OP: return tv_equal(c, v, arg) || tv_compare(c, v, arg) > 0;
     case T_ESCAPED: return v.k == TV_STR && v.u.s->markup;
     case T_EVEN: case T_ODD: {
         tv r = tb_binop(c, OP_MOD, v, tv_int(2));
-        return tv_equal(r, tv_int(id == T_ODD ? 1 : 0));
+        return tv_equal(c, r, tv_int(id == T_ODD ? 1 : 0));
     }
     case T_FALSE: return v.k == TV_BOOL && !v.u.b;
     case T_TRUE: return v.k == TV_BOOL && v.u.b;
@@ -1555,10 +1555,10 @@ int tb_apply_test(tctx *c, int id, tv v, int argc, const tv *argv) {
             if (v.k != TV_STR) tv_throw(c, "'in <string>' requires string as left operand, not %s", tv_type_name(v));
             return memfind(arg.u.s->s, arg.u.s->len, v.u.s->s, v.u.s->len) != NULL;
         }
-        if (arg.k == TV_DICT) { tv d; return td_get(arg.u.d, v, &d); }
+        if (arg.k == TV_DICT) { tv d; return td_get(c, arg.u.d, v, &d); }
         tv_list *l = tv_iterate(c, arg);
         for (size_t i = 0; i < l->n; i++)
-            if (tv_equal(l->v[i], v)) return 1;
+            if (tv_equal(c, l->v[i], v)) return 1;
         return 0;
     }
     case T_ITERABLE: return v.k == TV_UNDEF || v.k == TV_STR || v.k == TV_LIST || v.k == TV_DICT || v.k == TV_LOOP;

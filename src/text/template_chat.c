@@ -115,20 +115,6 @@ cinfer_status cf_chat_template_set_tokens(cf_chat_template *ct, const char *bos_
     return set_token(ct, 1, eos_token, err);
 }
 
-cinfer_status cf_chat_template_from_string(const char *src, size_t len, const char *bos_token,
-                                           const char *eos_token, cf_chat_template **out, cinfer_error *err) {
-    *out = NULL;
-    cf_chat_template *ct = NULL;
-    CF_TRY(make(src, len, &ct, err));
-    cinfer_status s = cf_chat_template_set_tokens(ct, bos_token, eos_token, err);
-    if (s != CINFER_OK) {
-        cf_chat_template_free(ct);
-        return s;
-    }
-    *out = ct;
-    return CINFER_OK;
-}
-
 /* Picks the template source out of tokenizer_config.json's chat_template. */
 static cinfer_status pick_template(const cJSON *tmpl, const char *name, const char *path, const char **src,
                                    cinfer_error *err) {

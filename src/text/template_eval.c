@@ -11,6 +11,15 @@ enum { EX_NORMAL, EX_BREAK, EX_CONTINUE };
 static tv eval(tctx *c, tframe *f, const tnode *n);
 static int exec(tctx *c, tframe *f, const tnode *n);
 
+/* Every recursive step of the evaluator goes through enter/leave. A render error unwinds with longjmp,
+ * so leave runs only on normal returns. */
+static void enter(tctx *c) {
+    if (++c->nest > TE_MAX_NEST)
+        tv_throw(c, "expression or statement nested too deeply (more than %d levels)", TE_MAX_NEST);
+}
+
+static void leave(tctx *c) { c->nest--; }
+
 void te_step(tctx *c) {
     if (++c->steps > c->opt->max_steps)
         tv_throw(c, "template took more than %llu steps", (unsigned long long)c->opt->max_steps);
@@ -36,8 +45,8 @@ static void frame_set(tctx *c, tframe *f, const char *name, tv v) {
 static tv lookup(tctx *c, tframe *f, const char *name, size_t len) {
     tv v;
     for (; f; f = f->parent)
-        if (td_get_str(f->vars, name, len, &v)) return v;
-    if (td_get_str(c->globals, name, len, &v)) return v;
+        if (td_get_str(c, f->vars, name, len, &v)) return v;
+    if (td_get_str(c, c->globals, name, len, &v)) return v;
     int found = 0;
     v = tb_global(c, name, len, &found);
     return found ? v : tv_undef(name);
@@ -63,11 +72,14 @@ static void eval_args(tctx *c, tframe *f, const tnode *n, tv **argv) {
 /* A chain of filter nodes whose innermost operand is NULL applied to base ({% set x | f %}, {% filter %}). */
 static tv apply_chain(tctx *c, tframe *f, const tnode *n, tv base) {
     if (!n) return base;
+    enter(c);
     tv v = apply_chain(c, f, n->a, base);
     tv *argv;
     c->line = n->line;
     eval_args(c, f, n, &argv);
-    return tb_apply_filter(c, n->op, v, n->n, argv, n->names);
+    v = tb_apply_filter(c, n->op, v, n->n, argv, n->names);
+    leave(c);
+    return v;
 }
 
 /* Runs body with output captured; returns the captured text. */
@@ -92,12 +104,12 @@ static int contains(tctx *c, tv container, tv item) {
     }
     if (container.k == TV_DICT) {
         tv dummy;
-        return td_get(container.u.d, item, &dummy);
+        return td_get(c, container.u.d, item, &dummy);
     }
     if (container.k == TV_LIST || container.k == TV_UNDEF) {
         tv_list *l = tv_iterate(c, container);
         for (size_t i = 0; i < l->n; i++)
-            if (tv_equal(l->v[i], item)) return 1;
+            if (tv_equal(c, l->v[i], item)) return 1;
         return 0;
     }
     tv_throw(c, "argument of type '%s' is not iterable", tv_type_name(container));
@@ -105,12 +117,12 @@ static int contains(tctx *c, tv container, tv item) {
 
 static int compare(tctx *c, int op, tv a, tv b) {
     switch (op) {
-    case OP_EQ: return tv_equal(a, b);
-    case OP_NE: return !tv_equal(a, b);
+    case OP_EQ: return tv_equal(c, a, b);
+    case OP_NE: return !tv_equal(c, a, b);
     case OP_LT: return tv_compare(c, a, b) < 0;
-    case OP_LE: return tv_equal(a, b) || tv_compare(c, a, b) < 0;
+    case OP_LE: return tv_equal(c, a, b) || tv_compare(c, a, b) < 0;
     case OP_GT: return tv_compare(c, a, b) > 0;
-    case OP_GE: return tv_equal(a, b) || tv_compare(c, a, b) > 0;
+    case OP_GE: return tv_equal(c, a, b) || tv_compare(c, a, b) > 0;
     case OP_IN: return contains(c, b, a);
     default: return !contains(c, b, a);
     }
@@ -125,7 +137,16 @@ static tv call_value(tctx *c, tv callee, int argc, const tv *argv, const char **
     tv_throw(c, "'%s' object is not callable", tv_type_name(callee));
 }
 
+static tv eval_node(tctx *c, tframe *f, const tnode *n);
+
 static tv eval(tctx *c, tframe *f, const tnode *n) {
+    enter(c);
+    tv v = eval_node(c, f, n);
+    leave(c);
+    return v;
+}
+
+static tv eval_node(tctx *c, tframe *f, const tnode *n) {
     te_step(c);
     c->line = n->line;
     switch (n->kind) {
@@ -278,7 +299,16 @@ static void assign(tctx *c, tframe *f, const tnode *n, tv v) {
     unpack(c, f, n, v);
 }
 
+static int exec_node(tctx *c, tframe *f, const tnode *n);
+
 static int exec(tctx *c, tframe *f, const tnode *n) {
+    enter(c);
+    int r = exec_node(c, f, n);
+    leave(c);
+    return r;
+}
+
+static int exec_node(tctx *c, tframe *f, const tnode *n) {
     te_step(c);
     c->line = n->line;
     switch (n->kind) {
@@ -299,9 +329,15 @@ static int exec(tctx *c, tframe *f, const tnode *n) {
         }
         return EX_NORMAL;
     }
-    case N_IF:
-        if (tv_truthy(c, eval(c, f, n->a))) return exec(c, f, n->b);
-        return n->c ? exec(c, f, n->c) : EX_NORMAL;
+    case N_IF: /* an elif chain is a chain of N_IF in ->c: walked here, not recursed into */
+        for (;;) {
+            if (tv_truthy(c, eval(c, f, n->a))) return exec(c, f, n->b);
+            if (!n->c) return EX_NORMAL;
+            if (n->c->kind != N_IF) return exec(c, f, n->c);
+            n = n->c;
+            te_step(c);
+            c->line = n->line;
+        }
     case N_FOR: return exec_for(c, f, n);
     case N_SET: {
         tv v = eval(c, f, n->a);
@@ -441,12 +477,11 @@ cinfer_status cf_template_render(const cf_template *t, const cf_template_var *va
     }
     c->globals = tv_new_dict(c).u.d;
     for (int i = 0; i < n_vars; i++) {
-        char why[160];
+        char why[400];
         tv v;
         const char *js = vars[i].json ? vars[i].json : "null";
-        if (!tj_parse(c, js, strlen(js), &v, why, sizeof why)) {
-            cf_fail(err, CINFER_E_INVALID_ARGUMENT, "template variable %s: invalid JSON: %s",
-                    vars[i].name ? vars[i].name : "(object)", why);
+        if (!tj_parse(c, js, strlen(js), vars[i].name ? vars[i].name : "(variables)", &v, why, sizeof why)) {
+            cf_fail(err, CINFER_E_INVALID_ARGUMENT, "template variable %s", why);
             hp_free_all(&c->heap);
             free(c);
             return CINFER_E_INVALID_ARGUMENT;

@@ -45,15 +45,22 @@ struct tv_str {
 
 enum { TL_TUPLE = 1, TL_GEN = 2 }; /* TL_GEN: a Python generator/iterator (no len, always true, one pass) */
 
+/* Bounds that keep the C stack safe on hostile templates: the nesting of statements and expressions being
+ * evaluated (macro calls included), and of lists, tuples and dicts inside one value. */
+#define TE_MAX_NEST 1000
+#define TV_MAX_NEST 512
+
 struct tv_list {
     size_t n, cap;
     int flags;
+    int height;   /* 1 + the largest height among the items (0 for scalars and namespaces) */
     int consumed; /* TL_GEN: already iterated */
     tv *v;
 };
 
 struct tv_dict {
     size_t n, cap;
+    int height;
     tv *keys, *vals;
     uint32_t *index; /* open addressing over hashes, built once n > 8; 0 = empty, else slot+1 */
     size_t index_cap;
@@ -159,7 +166,8 @@ struct tctx {
     tv_dict *globals; /* render variables */
     struct tbuf *out; /* where output goes: the result, or a macro's / block set's capture */
     uint64_t steps;
-    int depth;
+    int depth; /* macro calls */
+    int nest;  /* eval/exec frames, bounded by TE_MAX_NEST */
     int64_t now;
 };
 
@@ -176,13 +184,12 @@ tv tv_new_list(tctx *c, int flags);
 tv tv_new_dict(tctx *c);
 void tl_push(tctx *c, tv_list *l, tv v);
 void td_set(tctx *c, tv_dict *d, tv key, tv val);
-int td_get(const tv_dict *d, tv key, tv *out);
-int td_get_str(const tv_dict *d, const char *key, size_t klen, tv *out);
+int td_get(tctx *c, const tv_dict *d, tv key, tv *out);
+int td_get_str(tctx *c, const tv_dict *d, const char *key, size_t klen, tv *out);
 int tv_truthy(tctx *c, tv v);
-int tv_equal(tv a, tv b);
+int tv_equal(tctx *c, tv a, tv b); /* Python ==; each container visited is a step */
 int tv_compare(tctx *c, tv a, tv b); /* <0, 0, >0; throws on unorderable */
 const char *tv_type_name(tv v);
-int tv_is_str(tv v);
 
 typedef struct tbuf { char *p; size_t n, cap; } tbuf;
 void te_write(tctx *c, const char *s, size_t n); /* to c->out, bounded by max_output */
@@ -204,7 +211,9 @@ tv_list *tv_iterate(tctx *c, tv v);
 int64_t tv_length(tctx *c, tv v);
 
 /* template_json.c */
-int tj_parse(tctx *c, const char *s, size_t n, tv *out, char *why, size_t why_cap);
+/* JSON text to a value. On bad input returns 0 with why = "NAME[2].content: invalid UTF-8 at byte 17" or
+ * "NAME: invalid JSON: expected ',' at byte 40": the path from NAME to the bad value, and what is wrong. */
+int tj_parse(tctx *c, const char *s, size_t n, const char *name, tv *out, char *why, size_t why_cap);
 /* json.dumps(v, ensure_ascii, indent=indent (NULL = None), separators=(item_sep, key_sep), sort_keys). */
 void tj_dump(tctx *c, tbuf *b, tv v, const char *indent, const char *item_sep, const char *key_sep,
              int sort_keys, int ensure_ascii);

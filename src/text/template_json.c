@@ -8,17 +8,57 @@
 #include <string.h>
 #include "text/template_impl.h"
 
+enum { J_MAX_DEPTH = 256 };
+
+/* One step of the path from the root to the value being read: an object key or an array index. */
+typedef struct {
+    const tv_str *key;
+    size_t index;
+} jstep;
+
 typedef struct {
     tctx *c;
     const char *s;
     size_t n, i;
+    const char *root; /* the variable's name, the start of every path in a message */
+    jstep path[J_MAX_DEPTH + 1];
+    int depth;        /* steps of path in use */
     char *why;
     size_t why_cap;
     int failed;
 } jparser;
 
+/* "root[2].content" (keys that are not identifiers as ["..."]), at most cap bytes. */
+static void write_path(const jparser *p, char *buf, size_t cap) {
+    size_t o = (size_t)snprintf(buf, cap, "%s", p->root);
+    for (int d = 0; d < p->depth && o < cap; d++) {
+        const tv_str *k = p->path[d].key;
+        int ident = k && k->len > 0 && k->len <= 40;
+        for (size_t j = 0; ident && j < k->len; j++) {
+            char ch = k->s[j];
+            ident = ch == '_' || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (j && ch >= '0' && ch <= '9');
+        }
+        if (!k) o += (size_t)snprintf(buf + o, cap - o, "[%zu]", p->path[d].index);
+        else if (ident) o += (size_t)snprintf(buf + o, cap - o, ".%s", k->s);
+        else o += (size_t)snprintf(buf + o, cap - o, "[\"%.40s\"%s]", k->s, k->len > 40 ? "..." : "");
+    }
+}
+
+/* A syntax error: the place is a byte offset in the JSON text. */
 static void jfail(jparser *p, const char *what) {
-    if (!p->failed) snprintf(p->why, p->why_cap, "%s at byte %zu", what, p->i);
+    if (p->failed) return;
+    char path[256];
+    write_path(p, path, sizeof path);
+    snprintf(p->why, p->why_cap, "%s: invalid JSON: %s at byte %zu", path, what, p->i);
+    p->failed = 1;
+}
+
+/* Bad text inside a well-formed string: the place is a byte offset in the string's value. */
+static void jfail_text(jparser *p, const char *what, size_t at) {
+    if (p->failed) return;
+    char path[256];
+    write_path(p, path, sizeof path);
+    snprintf(p->why, p->why_cap, "%s: %s at byte %zu", path, what, at);
     p->failed = 1;
 }
 
@@ -105,7 +145,7 @@ static int jstring(jparser *p, tv *out) {
         }
         uint32_t cp;
         size_t k = tv_utf8_next(p->s + p->i, p->n - p->i, &cp);
-        if (cp == 0xFFFD && k == 1 && ch >= 0x80) { jfail(p, "invalid UTF-8"); return 0; }
+        if (cp == 0xFFFD && k == 1 && ch >= 0x80) { jfail_text(p, "invalid UTF-8", b.n); return 0; }
         tb_put(p->c, &b, p->s + p->i, k);
         p->i += k;
     }
@@ -149,7 +189,7 @@ static int jnumber(jparser *p, tv *out) {
 }
 
 static int jvalue(jparser *p, tv *out, int depth) {
-    if (depth > 256) { jfail(p, "nested too deeply"); return 0; }
+    if (depth > J_MAX_DEPTH) { jfail(p, "nested too deeply"); return 0; }
     jws(p);
     if (p->i >= p->n) { jfail(p, "unexpected end"); return 0; }
     char ch = p->s[p->i];
@@ -166,7 +206,10 @@ static int jvalue(jparser *p, tv *out, int depth) {
             jws(p);
             if (p->i >= p->n || p->s[p->i] != ':') { jfail(p, "expected ':'"); return 0; }
             p->i++;
+            p->path[depth] = (jstep){k.u.s, 0};
+            p->depth = depth + 1;
             if (!jvalue(p, &v, depth + 1)) return 0;
+            p->depth = depth;
             td_set(p->c, d.u.d, k, v);
             jws(p);
             if (p->i < p->n && p->s[p->i] == ',') { p->i++; continue; }
@@ -182,7 +225,10 @@ static int jvalue(jparser *p, tv *out, int depth) {
         if (p->i < p->n && p->s[p->i] == ']') { p->i++; *out = l; return 1; }
         for (;;) {
             tv v;
+            p->path[depth] = (jstep){NULL, l.u.l->n};
+            p->depth = depth + 1;
             if (!jvalue(p, &v, depth + 1)) return 0;
+            p->depth = depth;
             tl_push(p->c, l.u.l, v);
             jws(p);
             if (p->i < p->n && p->s[p->i] == ',') { p->i++; continue; }
@@ -206,11 +252,12 @@ static int jvalue(jparser *p, tv *out, int depth) {
     return 0;
 }
 
-int tj_parse(tctx *c, const char *s, size_t n, tv *out, char *why, size_t why_cap) {
-    jparser p = {.c = c, .s = s, .n = n, .why = why, .why_cap = why_cap};
-    if (!jvalue(&p, out, 0)) return 0;
-    jws(&p);
-    if (p.i != p.n) { jfail(&p, "trailing characters"); return 0; }
+int tj_parse(tctx *c, const char *s, size_t n, const char *name, tv *out, char *why, size_t why_cap) {
+    jparser *p = hp_alloc(c, sizeof *p);
+    *p = (jparser){.c = c, .s = s, .n = n, .root = name, .why = why, .why_cap = why_cap};
+    if (!jvalue(p, out, 0)) return 0;
+    jws(p);
+    if (p->i != p->n) { jfail(p, "trailing characters"); return 0; }
     return 1;
 }
 
@@ -282,7 +329,8 @@ static int key_cmp(tctx *c, const tv *a, const tv *b) { return tv_compare(c, *a,
 
 static void dump_value(tctx *c, tbuf *b, tv v, const char *indent, const char *isep, const char *ksep,
                        int sort_keys, int ascii, int level) {
-    if (level > 200) tv_throw(c, "value nested too deeply for tojson");
+    if (level > TV_MAX_NEST) tv_throw(c, "value nested too deeply for tojson");
+    if (v.k == TV_LIST || v.k == TV_DICT) te_step(c);
     char t[40];
     switch (v.k) {
     case TV_NONE: tb_put(c, b, "null", 4); return;

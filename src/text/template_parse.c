@@ -1023,12 +1023,14 @@ static void parse_target(tparser *p, tnode *n, int with_namespace, const char *e
     n->op = 1;
 }
 
-static int mentions(const tnode *n, const char *name) {
+static int mentions(tparser *p, const tnode *n, const char *name, int depth) {
     if (!n) return 0;
+    if (depth > TE_MAX_NEST) pfail(p, n->line, "expression nested too deeply (more than %d levels)", TE_MAX_NEST);
     if (n->kind == N_NAME && strcmp(n->s, name) == 0) return 1;
-    if (mentions(n->a, name) || mentions(n->b, name) || mentions(n->c, name)) return 1;
+    if (mentions(p, n->a, name, depth + 1) || mentions(p, n->b, name, depth + 1) || mentions(p, n->c, name, depth + 1))
+        return 1;
     for (int i = 0; i < n->n; i++)
-        if (mentions(n->items[i], name)) return 1;
+        if (mentions(p, n->items[i], name, depth + 1)) return 1;
     return 0;
 }
 
@@ -1136,7 +1138,7 @@ static tnode *parse_statement(tparser *p) {
         n->items = params.v;
         n->names = params.names;
         n->n = params.n;
-        n->op = (mentions(n->a, "varargs") ? 1 : 0) | (mentions(n->a, "kwargs") ? 2 : 0);
+        n->op = (mentions(p, n->a, "varargs", 0) ? 1 : 0) | (mentions(p, n->a, "kwargs", 0) ? 2 : 0);
         return n;
     }
     if (is_name(p, "break") || is_name(p, "continue")) {

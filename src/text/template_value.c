@@ -93,8 +93,6 @@ tv tv_markup(tctx *c, const char *s, size_t n) {
     return v;
 }
 
-int tv_is_str(tv v) { return v.k == TV_STR; }
-
 tv tv_new_list(tctx *c, int flags) {
     tv_list *l = hp_alloc(c, sizeof *l);
     memset(l, 0, sizeof *l);
@@ -104,7 +102,20 @@ tv tv_new_list(tctx *c, int flags) {
     return v;
 }
 
+static int tv_height(tv v) {
+    return v.k == TV_LIST ? v.u.l->height : v.k == TV_DICT ? v.u.d->height : 0;
+}
+
+/* Values are immutable once built (namespaces, the one mutable kind, count as height 0 and compare by
+ * identity), so a bound checked here holds for every recursive walk over a value. */
+static int grow_height(tctx *c, int height, tv item) {
+    int h = tv_height(item) + 1;
+    if (h > TV_MAX_NEST) tv_throw(c, "value nested too deeply (more than %d levels of lists and dicts)", TV_MAX_NEST);
+    return h > height ? h : height;
+}
+
 void tl_push(tctx *c, tv_list *l, tv v) {
+    l->height = grow_height(c, l->height, v);
     if (l->n == l->cap) {
         l->cap = l->cap ? l->cap * 2 : 4;
         l->v = hp_realloc(c, l->v, l->cap * sizeof(tv));
@@ -153,23 +164,24 @@ static void td_reindex(tctx *c, tv_dict *d) {
     }
 }
 
-static long td_find(const tv_dict *d, tv key) {
+static long td_find(tctx *c, const tv_dict *d, tv key) {
     if (d->index) {
         size_t h = tv_hash(key) & (d->index_cap - 1);
         while (d->index[h]) {
             size_t i = d->index[h] - 1;
-            if (tv_equal(d->keys[i], key)) return (long)i;
+            if (tv_equal(c, d->keys[i], key)) return (long)i;
             h = (h + 1) & (d->index_cap - 1);
         }
         return -1;
     }
     for (size_t i = 0; i < d->n; i++)
-        if (tv_equal(d->keys[i], key)) return (long)i;
+        if (tv_equal(c, d->keys[i], key)) return (long)i;
     return -1;
 }
 
 void td_set(tctx *c, tv_dict *d, tv key, tv val) {
-    long i = td_find(d, key);
+    d->height = grow_height(c, grow_height(c, d->height, key), val);
+    long i = td_find(c, d, key);
     if (i >= 0) {
         d->vals[i] = val;
         return;
@@ -191,14 +203,14 @@ void td_set(tctx *c, tv_dict *d, tv key, tv val) {
     }
 }
 
-int td_get(const tv_dict *d, tv key, tv *out) {
-    long i = td_find(d, key);
+int td_get(tctx *c, const tv_dict *d, tv key, tv *out) {
+    long i = td_find(c, d, key);
     if (i < 0) return 0;
     *out = d->vals[i];
     return 1;
 }
 
-int td_get_str(const tv_dict *d, const char *key, size_t klen, tv *out) {
+int td_get_str(tctx *c, const tv_dict *d, const char *key, size_t klen, tv *out) {
     tv_str *tmp = malloc(sizeof(tv_str) + klen + 1);
     if (!tmp) return 0;
     tmp->len = klen;
@@ -207,7 +219,7 @@ int td_get_str(const tv_dict *d, const char *key, size_t klen, tv *out) {
     tmp->s[klen] = 0;
     tv k = {.k = TV_STR};
     k.u.s = tmp;
-    int r = td_get(d, k, out);
+    int r = td_get(c, d, k, out);
     free(tmp);
     return r;
 }
@@ -231,7 +243,7 @@ static int is_num(tv v) { return v.k == TV_BOOL || v.k == TV_INT || v.k == TV_FL
 static double num_f(tv v) { return v.k == TV_FLOAT ? v.u.f : v.k == TV_INT ? (double)v.u.i : (double)v.u.b; }
 static int64_t num_i(tv v) { return v.k == TV_INT ? v.u.i : (int64_t)v.u.b; }
 
-int tv_equal(tv a, tv b) {
+int tv_equal(tctx *c, tv a, tv b) {
     if (is_num(a) && is_num(b)) {
         if (a.k == TV_FLOAT || b.k == TV_FLOAT) return num_f(a) == num_f(b);
         return num_i(a) == num_i(b);
@@ -243,14 +255,16 @@ int tv_equal(tv a, tv b) {
     case TV_LIST:
         if ((a.u.l->flags | b.u.l->flags) & TL_GEN) return a.u.l == b.u.l;
         if ((a.u.l->flags & TL_TUPLE) != (b.u.l->flags & TL_TUPLE) || a.u.l->n != b.u.l->n) return 0;
+        te_step(c);
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!tv_equal(a.u.l->v[i], b.u.l->v[i])) return 0;
+            if (!tv_equal(c, a.u.l->v[i], b.u.l->v[i])) return 0;
         return 1;
     case TV_DICT:
         if (a.u.d->n != b.u.d->n) return 0;
+        te_step(c);
         for (size_t i = 0; i < a.u.d->n; i++) {
             tv o;
-            if (!td_get(b.u.d, a.u.d->keys[i], &o) || !tv_equal(a.u.d->vals[i], o)) return 0;
+            if (!td_get(c, b.u.d, a.u.d->keys[i], &o) || !tv_equal(c, a.u.d->vals[i], o)) return 0;
         }
         return 1;
     case TV_NS: return a.u.d == b.u.d;
@@ -282,8 +296,9 @@ int tv_compare(tctx *c, tv a, tv b) {
     if (a.k == TV_LIST && b.k == TV_LIST && !((a.u.l->flags | b.u.l->flags) & TL_GEN) &&
         (a.u.l->flags & TL_TUPLE) == (b.u.l->flags & TL_TUPLE)) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
+        te_step(c);
         for (size_t i = 0; i < n; i++)
-            if (!tv_equal(a.u.l->v[i], b.u.l->v[i])) return tv_compare(c, a.u.l->v[i], b.u.l->v[i]);
+            if (!tv_equal(c, a.u.l->v[i], b.u.l->v[i])) return tv_compare(c, a.u.l->v[i], b.u.l->v[i]);
         return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n ? 1 : 0;
     }
     tv_throw(c, "'<' not supported between instances of '%s' and '%s'", tv_type_name(a), tv_type_name(b));
@@ -437,7 +452,8 @@ static void write_str_repr(tctx *c, tbuf *b, const char *s, size_t n) {
 }
 
 static void write_value(tctx *c, tbuf *b, tv v, int repr, int depth) {
-    if (depth > 200) tv_throw(c, "value nested too deeply to print");
+    if (depth > TV_MAX_NEST) tv_throw(c, "value nested too deeply to print");
+    if (v.k == TV_LIST || v.k == TV_DICT || v.k == TV_NS) te_step(c);
     char t[40];
     switch (v.k) {
     case TV_UNDEF: if (repr) tb_puts(c, b, "Undefined"); return;

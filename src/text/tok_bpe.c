@@ -476,7 +476,7 @@ static void l1_put(tk_bpe_work *c, l1slot *slot, uint64_t h, const char *s, size
     slot->len = (uint8_t)n;
     slot->cnt = (uint8_t)cnt;
     memcpy(slot->word, s, n);
-    memcpy(slot->ids, ids, cnt * sizeof *ids);
+    if (cnt) memcpy(slot->ids, ids, cnt * sizeof *ids);
 }
 
 static int encode_word(const tk_bpe *b, tk_bpe_work *c, const char *s, size_t n, tk_ids *out) {
@@ -497,9 +497,11 @@ static int encode_word(const tk_bpe *b, tk_bpe_work *c, const char *s, size_t n,
         pthread_mutex_lock(&shared->lock);
         int64_t v = tk_strmap_get_h(&b->memo, s, n, h);
         size_t first = out->n;
-        if (v >= 0) tk_ids_append(out, b->memo_ids.v + (v >> 8), (size_t)(v & 0xFF));
+        /* a word may encode to no ids (characters without a token and no unk): no pointer arithmetic
+         * on the arrays then, which may still be NULL */
+        if (v >= 0 && (v & 0xFF)) tk_ids_append(out, b->memo_ids.v + (v >> 8), (size_t)(v & 0xFF));
         pthread_mutex_unlock(&shared->lock);
-        if (v >= 0 && !out->oom) l1_put(c, slot, h, s, n, out->v + first, out->n - first);
+        if (v >= 0 && !out->oom) l1_put(c, slot, h, s, n, out->n > first ? out->v + first : NULL, out->n - first);
         if (v >= 0) return out->oom ? -1 : 0;
     }
     if (n > INT32_MAX) return -1;
@@ -511,11 +513,12 @@ static int encode_word(const tk_bpe *b, tk_bpe_work *c, const char *s, size_t n,
     if (out->oom) return -1;
     size_t cnt = out->n - first;
     if (memo && cnt < 256) {
-        l1_put(c, slot, h, s, n, out->v + first, cnt);
+        const int32_t *got = cnt ? out->v + first : NULL;
+        l1_put(c, slot, h, s, n, got, cnt);
         pthread_mutex_lock(&shared->lock);
         if (b->memo.count < MEMO_MAX_ENTRIES && tk_strmap_get_h(&b->memo, s, n, h) < 0) {
             size_t off = b->memo_ids.n;
-            tk_ids_append(&shared->memo_ids, out->v + first, cnt);
+            if (cnt) tk_ids_append(&shared->memo_ids, got, cnt);
             if (shared->memo_ids.oom) shared->memo_ids.oom = 0, shared->memo_ids.n = off;
             else if (tk_strmap_put_h(&shared->memo, s, n, h, (int64_t)(off << 8 | cnt))) shared->memo_ids.n = off;
         }

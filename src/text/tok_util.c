@@ -286,12 +286,6 @@ int64_t tk_strmap_get_h(const tk_strmap *m, const char *k, size_t n, uint64_t h)
     return s->len == UINT32_MAX ? -1 : s->val;
 }
 
-void tk_strmap_clear(tk_strmap *m) {
-    for (size_t i = 0; i < m->cap; i++) m->slots[i].len = UINT32_MAX;
-    m->count = 0;
-    m->keys.n = 0;
-}
-
 void tk_strmap_free(tk_strmap *m) {
     free(m->slots);
     tk_buf_free(&m->keys);

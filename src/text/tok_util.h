@@ -103,7 +103,6 @@ int tk_strmap_put(tk_strmap *m, const char *k, size_t n, int64_t v); /* replaces
 int64_t tk_strmap_get(const tk_strmap *m, const char *k, size_t n); /* -1 when absent */
 int64_t tk_strmap_get_h(const tk_strmap *m, const char *k, size_t n, uint64_t h); /* h = tk_hash(k, n) */
 int tk_strmap_put_h(tk_strmap *m, const char *k, size_t n, uint64_t h, int64_t v);
-void tk_strmap_clear(tk_strmap *m);
 void tk_strmap_free(tk_strmap *m);
 
 /* uint64 -> uint64; the key UINT64_MAX is reserved. Key and value share a slot (one cache line). */

@@ -21,6 +21,7 @@ struct cf_tokenizer {
     tk_decoder *dec;
     tk_added *added_vocab;
     int32_t n_ids;    /* 1 + the largest id */
+    int32_t n_model;  /* ids decode() accepts: [0, max(n_ids, n_model)); those without text decode to nothing */
     uint8_t *special; /* per id: skipped by decode(skip_special) */
     int32_t *added;   /* per id: index of its added token, -1 */
     int32_t bos_id;
@@ -429,16 +430,17 @@ cinfer_status cf_tokenizer_decode(const cf_tokenizer *tok, const int32_t *ids, s
     *text = NULL;
     *len = 0;
     if (!ids && n_ids) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "decode: ids is NULL");
+    int32_t limit = tok->n_model > tok->n_ids ? tok->n_model : tok->n_ids;
+    for (size_t i = 0; i < n_ids; i++)
+        if (ids[i] < 0 || ids[i] >= limit)
+            return cf_fail(err, CINFER_E_TOKEN_OUT_OF_RANGE, "decode: id %d (position %zu) is outside the vocabulary [0, %d)",
+                           (int)ids[i], i, (int)limit);
     tk_strs toks = {0};
     tk_strs_reserve(&toks, n_ids, n_ids * 4);
     for (size_t i = 0; i < n_ids; i++) {
         size_t tl = 0;
-        const char *t = ids[i] >= 0 && ids[i] < tok->n_ids ? decode_text(tok, ids[i], &tl) : NULL;
-        if (!t) {
-            tk_strs_free(&toks);
-            return cf_fail(err, CINFER_E_TOKEN_OUT_OF_RANGE, "decode: id %d (position %zu) is not in the vocabulary",
-                           (int)ids[i], i);
-        }
+        const char *t = ids[i] < tok->n_ids ? decode_text(tok, ids[i], &tl) : NULL;
+        if (!t) continue; /* an id without text (a padded row of the model's embedding): nothing, as in HF */
         if (skip_special && tok->special[ids[i]]) continue;
         tk_strs_add(&toks, t, tl);
     }
@@ -466,6 +468,8 @@ cinfer_status cf_tokenizer_decode(const cf_tokenizer *tok, const int32_t *ids, s
 }
 
 int32_t cf_tokenizer_vocab_size(const cf_tokenizer *tok) { return tok->n_ids; }
+
+void cf_tokenizer_set_model_vocab(cf_tokenizer *tok, int32_t n) { tok->n_model = n; }
 int32_t cf_tokenizer_bos_id(const cf_tokenizer *tok) { return tok->bos_id; }
 
 int cf_tokenizer_eos_ids(const cf_tokenizer *tok, const int32_t **ids) {

@@ -43,11 +43,15 @@ cinfer_status cf_tokenizer_encode(const cf_tokenizer *tok, const char *text, siz
                                   int32_t **ids, size_t *n_ids, cinfer_error *err);
 
 /* Decodes ids to text (malloc'd, NUL-terminated, *len excludes the NUL) as HF decode() does,
- * skipping special tokens when skip_special is non-zero. An id outside the vocabulary is an error. */
+ * skipping special tokens when skip_special is non-zero. Ids without text decode to nothing; an id
+ * below 0 or at or above max(vocab size, the model's vocabulary) is an error. */
 cinfer_status cf_tokenizer_decode(const cf_tokenizer *tok, const int32_t *ids, size_t n_ids,
                                   int skip_special, char **text, size_t *len, cinfer_error *err);
 
 int32_t cf_tokenizer_vocab_size(const cf_tokenizer *tok);        /* 1 + the largest id, model or added */
+/* The model's vocabulary (rows of its embedding), when larger than the tokenizer's: the padding ids in
+ * between decode to nothing. Set once after loading, before the tokenizer is shared. */
+void cf_tokenizer_set_model_vocab(cf_tokenizer *tok, int32_t n);
 int32_t cf_tokenizer_bos_id(const cf_tokenizer *tok);            /* -1 when none */
 int cf_tokenizer_eos_ids(const cf_tokenizer *tok, const int32_t **ids); /* count; all EOS/stop ids */
 int cf_tokenizer_is_special(const cf_tokenizer *tok, int32_t id); /* what decode(skip_special) skips */

@@ -6,9 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "text/template.h"
-
-static int failures, checks;
-#define CHECK(cond, ...) do { checks++; if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+#include "../check.h"
 
 /* Renders src with vars (JSON object, may be NULL); returns the status, the output or error in *msg. */
 static cinfer_status render(const char *src, const char *vars, const cf_template_options *opt, char *msg, size_t cap) {
@@ -83,6 +81,98 @@ static void test_bounds(void) {
     CHECK(render("{{ 'x' * 500 }}", NULL, NULL, msg, sizeof msg) == CINFER_OK && strlen(msg) == 500, "within bounds renders");
 }
 
+/* head + n copies of unit + tail, malloc'd. */
+static char *repeat(const char *head, const char *unit, size_t n, const char *tail) {
+    size_t hl = strlen(head), ul = strlen(unit), tl = strlen(tail);
+    char *s = malloc(hl + n * ul + tl + 1);
+    memcpy(s, head, hl);
+    for (size_t i = 0; i < n; i++) memcpy(s + hl + i * ul, unit, ul);
+    memcpy(s + hl + n * ul, tail, tl + 1);
+    return s;
+}
+
+/* Hostile nesting that the parser cannot see (postfix and filter chains, elif chains, values built by
+ * loops) must give an error, never overflow the C stack. */
+static void test_deep(void) {
+    static const struct { const char *head, *unit, *tail; const char *needle; } chains[] = {
+        {"{{ x", ".a", " }}", "nested too deeply"},
+        {"{{ x", "[0]", " }}", "nested too deeply"},
+        {"{{ 'a'", "|upper", " }}", "nested too deeply"},
+        {"{{ 1", " + 1", " }}", "nested too deeply"},
+        {"{% macro m() %}{{ x", ".a", " }}{% endmacro %}", "nested too deeply"},
+        {"{{ f", "()", " }}", "nested too deeply"},
+        {"{% set x | upper", "|upper", " %}a{% endset %}{{ x }}", "nested too deeply"},
+        {"{% filter upper", "|upper", " %}a{% endfilter %}", "nested too deeply"},
+    };
+    for (size_t i = 0; i < sizeof chains / sizeof chains[0]; i++) {
+        char *src = repeat(chains[i].head, chains[i].unit, 100000, chains[i].tail);
+        expect_error(src, "{\"x\": {}}", NULL, CINFER_E_TEMPLATE, "line 1", chains[i].needle);
+        free(src);
+    }
+    char msg[600];
+    char *elifs = repeat("{% if x == 0 %}0", "{% elif x == 1 %}1", 100000, "{% else %}e{% endif %}");
+    CHECK(render(elifs, "{\"x\": 2}", NULL, msg, sizeof msg) == CINFER_OK && !strcmp(msg, "e"),
+          "a long elif chain renders: %s", msg);
+    free(elifs);
+    static const char *const ops[] = {
+        "{{ ns.x == ns.y }}", "{{ ns.x != ns.y }}", "{{ ns.x in [ns.y] }}", "{{ [ns.x, ns.y]|sort|length }}",
+        "{{ ns.x < ns.y }}", "{{ ns.x|tojson }}", "{{ ns.x|string }}", "{{ ns.x }}", "{{ {ns.t: 1}[ns.t] }}",
+        "{{ [ns.x]|unique|list|length }}", "{{ ns.x|max }}",
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        char src[600];
+        snprintf(src, sizeof src,
+                 "{%% set ns = namespace(x=[], y=[], t=()) %%}{%% for i in range(100000) %%}"
+                 "{%% set ns.x = [ns.x] %%}{%% set ns.y = [ns.y] %%}{%% set ns.t = (ns.t,) %%}{%% endfor %%}%s", ops[i]);
+        expect_error(src, NULL, NULL, CINFER_E_TEMPLATE, "line 1", "nested too deeply");
+    }
+    /* shared sub-values: small in memory, exponential to walk */
+    static const char *const wide[] = {"{{ ns.x == ns.y }}", "{{ ns.x|tojson|length }}", "{{ ns.x|string|length }}",
+                                       "{{ [ns.x, ns.y]|sort|length }}"};
+    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++) {
+        char src[600];
+        snprintf(src, sizeof src,
+                 "{%% set ns = namespace(x=0, y=0) %%}{%% for i in range(60) %%}"
+                 "{%% set ns.x = [ns.x, ns.x] %%}{%% set ns.y = [ns.y, ns.y] %%}{%% endfor %%}%s", wide[i]);
+        cf_template_options few = {.max_steps = 1000000};
+        cinfer_status s = render(src, NULL, &few, msg, sizeof msg);
+        CHECK(s == CINFER_E_TEMPLATE && (strstr(msg, "steps") || strstr(msg, "memory")), "'%s': %d %s", wide[i], s, msg);
+    }
+    /* JSON input as deep as the JSON reader allows still renders */
+    char *json = repeat("{\"x\": ", "[", 250, "");
+    char *tmp = repeat(json, "]", 250, "}");
+    CHECK(render("{{ x|tojson|length }} {{ x == x }}", tmp, NULL, msg, sizeof msg) == CINFER_OK && !strcmp(msg, "500 True"),
+          "250 levels of JSON: %s", msg);
+    free(json);
+    free(tmp);
+}
+
+/* Bad message JSON names the message, the field and the byte. */
+static void test_bad_variables(void) {
+    cf_template *t = NULL;
+    cinfer_error err = {0};
+    CHECK(cf_template_compile("{{ messages }}", 14, &t, &err) == CINFER_OK, "compile: %s", err.message);
+    if (!t) return;
+    static const struct { const char *json, *want; } cases[] = {
+        {"[{\"role\": \"user\", \"content\": \"a\"}, {}, {\"role\": \"user\", \"content\": \"0123456789abcdefg\xff\"}]",
+         "template variable messages[2].content: invalid UTF-8 at byte 17"},
+        {"[{\"content\": [{\"type\": \"text\", \"text\": \"\\n\xc3\"}]}]",
+         "template variable messages[0].content[0].text: invalid UTF-8 at byte 1"},
+        {"[{\"a b\": \"\xed\xa0\x80\"}]", "template variable messages[0][\"a b\"]: invalid UTF-8 at byte 0"},
+        {"[{\"role\": \"user\"}, {\"role\" \"x\"}]", "template variable messages[1]: invalid JSON: expected ':' at byte 27"},
+        {"[1, 2", "template variable messages: invalid JSON: expected ',' or ']' at byte 5"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cf_template_var v = {"messages", cases[i].json};
+        char *out = NULL;
+        cinfer_status s = cf_template_render(t, &v, 1, NULL, &out, NULL, &err);
+        CHECK(s == CINFER_E_INVALID_ARGUMENT && !strcmp(err.message, cases[i].want), "case %zu: %d '%s', want '%s'", i, s,
+              err.message, cases[i].want);
+        free(out);
+    }
+    cf_template_free(t);
+}
+
 static void write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");
     if (!f) return;
@@ -151,6 +241,8 @@ static void test_loading(void) {
 int main(void) {
     test_errors();
     test_bounds();
+    test_deep();
+    test_bad_variables();
     test_loading();
     printf("%d passed, %d failed\n", checks - failures, failures);
     return failures ? 1 : 0;
