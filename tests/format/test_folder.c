@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char fixture[2048], tmp[2048];
+static char fixture[4096], tmp[2048];
 
 static void rm_tree(const char *path) {
     struct stat sb;
@@ -176,7 +176,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: test_folder FIXTURE_MODEL_DIR TMPDIR\n");
         return 2;
     }
-    snprintf(fixture, sizeof fixture, "%s", argv[1]);
+    char cwd[2048] = "";
+    if (argv[1][0] != '/' && !getcwd(cwd, sizeof cwd)) return 2; /* the symlinks need an absolute target */
+    snprintf(fixture, sizeof fixture, "%s%s%s", cwd, cwd[0] ? "/" : "", argv[1]);
     snprintf(tmp, sizeof tmp, "%s", argv[2]);
     mkdir(tmp, 0755);
     alarm(120);
