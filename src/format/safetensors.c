@@ -187,8 +187,9 @@ static cinfer_status parse_entry(const cJSON *e, const st_file *f, const unsigne
 
 /* The tensors of one file, from first on in set, must not share a byte. */
 static cinfer_status check_overlap(cf_st_set *set, size_t first, const st_file *f, cinfer_error *err) {
-    cf_st_tensor *t = set->tensors + first;
     size_t n = set->n_tensors - first;
+    if (n < 2) return CINFER_OK;
+    cf_st_tensor *t = set->tensors + first;
     qsort(t, n, sizeof *t, cmp_tensor_data);
     const cf_st_tensor *prev = NULL;
     for (size_t i = 0; i < n; i++) {
@@ -263,7 +264,7 @@ static cinfer_status add_file(cf_st_set *set, const char *path, cinfer_error *er
 }
 
 static cinfer_status finish(cf_st_set *set, cinfer_error *err) {
-    qsort(set->tensors, set->n_tensors, sizeof *set->tensors, cmp_tensor);
+    if (set->n_tensors > 1) qsort(set->tensors, set->n_tensors, sizeof *set->tensors, cmp_tensor);
     for (size_t i = 1; i < set->n_tensors; i++)
         if (!strcmp(set->tensors[i].name, set->tensors[i - 1].name))
             return cf_fail(err, CINFER_E_FORMAT, "tensor '%s' appears twice (%s and %s)", set->tensors[i].name,
@@ -327,7 +328,7 @@ static cinfer_status open_sharded(cf_st_set *set, const char *dir, const char *i
         names[n_names++] = e->valuestring;
     }
     if (st == CINFER_OK) {
-        qsort(names, (size_t)n_names, sizeof *names, cmp_str);
+        if (n_names > 1) qsort(names, (size_t)n_names, sizeof *names, cmp_str);
         for (int i = 0; i < n_names && st == CINFER_OK; i++) {
             if (i > 0 && !strcmp(names[i], names[i - 1])) continue;
             char path[4096];
@@ -338,10 +339,10 @@ static cinfer_status open_sharded(cf_st_set *set, const char *dir, const char *i
         }
     }
     if (st == CINFER_OK) {
-        qsort(set->tensors, set->n_tensors, sizeof *set->tensors, cmp_tensor);
+        if (set->n_tensors > 1) qsort(set->tensors, set->n_tensors, sizeof *set->tensors, cmp_tensor);
         for (cJSON *e = map->child; e && st == CINFER_OK; e = e->next) {
             cf_st_tensor key = {.name = e->string};
-            if (!bsearch(&key, set->tensors, set->n_tensors, sizeof key, cmp_tensor))
+            if (!set->n_tensors || !bsearch(&key, set->tensors, set->n_tensors, sizeof key, cmp_tensor))
                 st = cf_fail(err, CINFER_E_FORMAT, "%s: tensor '%s' is listed in the index but missing from shard %s",
                              index_path, e->string, e->valuestring);
         }
@@ -380,6 +381,7 @@ cinfer_status cf_st_open_dir(const char *dir, cf_st_set **out, cinfer_error *err
 
 const cf_st_tensor *cf_st_find(const cf_st_set *set, const char *name) {
     cf_st_tensor key = {.name = (char *)name};
+    if (!set->n_tensors) return NULL;
     return bsearch(&key, set->tensors, set->n_tensors, sizeof key, cmp_tensor);
 }
 
