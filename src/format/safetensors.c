@@ -15,10 +15,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* HF's limit on the JSON header (safetensors MAX_HEADER_SIZE). */
+#define ST_MAX_HEADER 100000000u
+/* The largest integer a double holds exactly together with its neighbours: shape dims and offsets above it
+ * cannot have been read exactly. */
+#define ST_MAX_EXACT 9007199254740991.0
+
 typedef struct st_file {
     char *path;
     void *map;
     size_t size;
+    int borrowed; /* map is the caller's memory (cf_st_open_memory), not an mmap */
 } st_file;
 
 struct cf_st_set {
@@ -50,10 +57,15 @@ static int cmp_tensor(const void *a, const void *b) {
     return strcmp(((const cf_st_tensor *)a)->name, ((const cf_st_tensor *)b)->name);
 }
 
+static int cmp_tensor_data(const void *a, const void *b) {
+    const char *x = ((const cf_st_tensor *)a)->data, *y = ((const cf_st_tensor *)b)->data;
+    return x < y ? -1 : x > y;
+}
+
 void cf_st_close(cf_st_set *set) {
     if (!set) return;
     for (size_t i = 0; i < set->n_files; i++) {
-        if (set->files[i].map) munmap(set->files[i].map, set->files[i].size);
+        if (set->files[i].map && !set->files[i].borrowed) munmap(set->files[i].map, set->files[i].size);
         free(set->files[i].path);
     }
     for (size_t i = 0; i < set->n_tensors; i++) free(set->tensors[i].name);
@@ -63,12 +75,17 @@ void cf_st_close(cf_st_set *set) {
 }
 
 static cinfer_status map_file(const char *path, st_file *f, cinfer_error *err) {
-    int fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: a FIFO must fail below instead of waiting here for a writer. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return cf_fail(err, CINFER_E_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         close(fd);
         return cf_fail(err, CINFER_E_IO, "%s: cannot stat: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return cf_fail(err, CINFER_E_IO, "%s: not a regular file (a directory, FIFO or device)", path);
     }
     f->size = (size_t)sb.st_size;
     if (f->size < 8) {
@@ -97,85 +114,146 @@ static cinfer_status push_tensor(cf_st_set *set, cf_st_tensor *t, cinfer_error *
     return CINFER_OK;
 }
 
+/* v as an exact integer in [0, max], checked before any conversion (a double at or above 2^64 converts
+ * to nonsense). */
+static int exact_uint(const cJSON *v, uint64_t max, uint64_t *out) {
+    if (!cJSON_IsNumber(v)) return 0;
+    double d = v->valuedouble;
+    if (!(d >= 0 && d <= ST_MAX_EXACT) || (double)(uint64_t)d != d || (uint64_t)d > max) return 0;
+    *out = (uint64_t)d;
+    return 1;
+}
+
+/* __metadata__: null or an object of strings, as HF's Option<HashMap<String, String>>. */
+static int valid_metadata(const cJSON *m) {
+    if (cJSON_IsNull(m)) return 1;
+    if (!cJSON_IsObject(m)) return 0;
+    for (const cJSON *e = m->child; e; e = e->next)
+        if (!cJSON_IsString(e)) return 0;
+    return 1;
+}
+
+/* One header entry: dtype, shape and data_offsets, all checked against the data section. */
+static cinfer_status parse_entry(const cJSON *e, const st_file *f, const unsigned char *data, size_t data_size,
+                                 cf_st_tensor *t, cinfer_error *err) {
+    const char *name = e->string;
+    if (!cJSON_IsObject(e))
+        return cf_fail(err, CINFER_E_FORMAT, "%s: header entry '%s' is not an object", f->path, name);
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(shape) || !cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
+        return cf_fail(err, CINFER_E_FORMAT, "%s: tensor '%s': header entry lacks dtype, shape or data_offsets (a pair)", f->path, name);
+    size_t esz = raw_dtype_size(dt->valuestring);
+    if (!esz)
+        return cf_fail(err, CINFER_E_FORMAT, "%s: tensor '%s': unknown dtype '%s'", f->path, name, dt->valuestring);
+    int n_dims = cJSON_GetArraySize(shape);
+    if (n_dims > CF_MAX_DIMS)
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "%s: tensor '%s' has %d dimensions (at most %d supported)", f->path, name, n_dims, CF_MAX_DIMS);
+    uint64_t count = 1;
+    for (int i = 0; i < n_dims; i++) {
+        uint64_t d;
+        if (!exact_uint(cJSON_GetArrayItem(shape, i), (uint64_t)ST_MAX_EXACT, &d))
+            return cf_fail(err, CINFER_E_FORMAT, "%s: tensor '%s': shape[%d] is not a non-negative integer below 2^53", f->path, name, i);
+        if (d && count > UINT64_MAX / d)
+            return cf_fail(err, CINFER_E_FORMAT, "%s: tensor '%s': the element count of its shape overflows 64 bits", f->path, name);
+        t->shape[i] = (int64_t)d;
+        count *= d;
+    }
+    uint64_t begin, end;
+    if (!exact_uint(cJSON_GetArrayItem(offs, 0), UINT64_MAX, &begin) || !exact_uint(cJSON_GetArrayItem(offs, 1), UINT64_MAX, &end))
+        return cf_fail(err, CINFER_E_FORMAT, "%s: tensor '%s': data_offsets are not non-negative integers below 2^53", f->path, name);
+    if (begin > end)
+        return cf_fail(err, CINFER_E_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin", f->path, name,
+                       (unsigned long long)begin, (unsigned long long)end);
+    if (end > data_size)
+        return cf_fail(err, CINFER_E_FORMAT, "%s: tensor '%s': data ends at byte %llu but the file holds %zu data bytes (truncated file?)",
+                       f->path, name, (unsigned long long)end, data_size);
+    if (count > UINT64_MAX / esz || end - begin != count * esz)
+        return cf_fail(err, CINFER_E_FORMAT, "%s: tensor '%s': %llu data bytes for %llu elements of %s", f->path, name,
+                       (unsigned long long)(end - begin), (unsigned long long)count, dt->valuestring);
+    if ((uintptr_t)(data + begin) % esz)
+        return cf_fail(err, CINFER_E_FORMAT, "%s: tensor '%s': data at byte %llu of the file is not aligned to its %zu-byte elements",
+                       f->path, name, (unsigned long long)((size_t)(data - (const unsigned char *)f->map) + begin), esz);
+    snprintf(t->dtype_name, sizeof t->dtype_name, "%s", dt->valuestring);
+    t->dtype = dtype_from_name(dt->valuestring);
+    t->n_dims = n_dims;
+    t->data = data + begin;
+    t->nbytes = (size_t)(end - begin);
+    t->file = f->path;
+    t->name = strdup(name);
+    return t->name ? CINFER_OK : cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+}
+
+/* The tensors of one file, from first on in set, must not share a byte. */
+static cinfer_status check_overlap(cf_st_set *set, size_t first, const st_file *f, cinfer_error *err) {
+    size_t n = set->n_tensors - first;
+    if (n < 2) return CINFER_OK;
+    cf_st_tensor *t = set->tensors + first;
+    qsort(t, n, sizeof *t, cmp_tensor_data);
+    const cf_st_tensor *prev = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!t[i].nbytes) continue;
+        if (prev && (const char *)t[i].data < (const char *)prev->data + prev->nbytes)
+            return cf_fail(err, CINFER_E_FORMAT, "%s: tensors '%s' and '%s' share data bytes (overlapping data_offsets)", f->path,
+                           prev->name, t[i].name);
+        prev = &t[i];
+    }
+    return CINFER_OK;
+}
+
 /* Parses the header of the mapped file f and appends its tensors to set. */
 static cinfer_status parse_file(cf_st_set *set, st_file *f, cinfer_error *err) {
     const unsigned char *p = f->map;
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | p[i];
-    if (hlen == 0 || hlen > f->size - 8)
+    if (hlen < 2 || hlen > f->size - 8)
         return cf_fail(err, CINFER_E_FORMAT, "%s: header length %llu does not fit the file (%zu bytes): truncated or not a safetensors file",
                        f->path, (unsigned long long)hlen, f->size);
-    cJSON *root = cJSON_ParseWithLength((const char *)p + 8, (size_t)hlen);
-    if (!root || !cJSON_IsObject(root)) {
+    if (hlen > ST_MAX_HEADER)
+        return cf_fail(err, CINFER_E_FORMAT, "%s: header length %llu is above the safetensors limit of %u bytes", f->path,
+                       (unsigned long long)hlen, ST_MAX_HEADER);
+    const char *text = (const char *)p + 8, *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen, &end, 0);
+    size_t used = root && end ? (size_t)(end - text) : 0;
+    while (root && used < hlen && text[used] && strchr(" \t\r\n", text[used])) used++;
+    if (!cJSON_IsObject(root) || used != hlen) {
         cJSON_Delete(root);
-        return cf_fail(err, CINFER_E_FORMAT, "%s: the safetensors header is not a valid JSON object", f->path);
+        return cf_fail(err, CINFER_E_FORMAT, "%s: the safetensors header is not one valid JSON object", f->path);
     }
     const unsigned char *data = p + 8 + hlen;
-    size_t data_size = f->size - 8 - (size_t)hlen;
+    size_t data_size = f->size - 8 - (size_t)hlen, first = set->n_tensors;
+    int n_meta = 0;
     cinfer_status st = CINFER_OK;
     for (cJSON *e = root->child; e && st == CINFER_OK; e = e->next) {
-        if (!strcmp(e->string, "__metadata__")) continue;
-        cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-        cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
-        cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-        if (!cJSON_IsString(dt) || !cJSON_IsArray(shape) || !cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2) {
-            st = cf_fail(err, CINFER_E_FORMAT, "%s: tensor '%s': header entry lacks dtype, shape or data_offsets", f->path, e->string);
-            break;
+        if (!strcmp(e->string, "__metadata__")) {
+            if (n_meta++ || !valid_metadata(e))
+                st = cf_fail(err, CINFER_E_FORMAT, "%s: __metadata__ must appear once, as an object of strings", f->path);
+            continue;
         }
         cf_st_tensor t = {0};
-        size_t esz = raw_dtype_size(dt->valuestring);
-        if (!esz || strlen(dt->valuestring) >= sizeof t.dtype_name) {
-            st = cf_fail(err, CINFER_E_FORMAT, "%s: tensor '%s': unknown dtype '%s'", f->path, e->string, dt->valuestring);
-            break;
-        }
-        t.n_dims = cJSON_GetArraySize(shape);
-        if (t.n_dims > CF_MAX_DIMS) {
-            st = cf_fail(err, CINFER_E_UNSUPPORTED, "%s: tensor '%s' has %d dimensions (at most %d supported)", f->path, e->string, t.n_dims, CF_MAX_DIMS);
-            break;
-        }
-        uint64_t count = 1;
-        int bad = 0;
-        for (int i = 0; i < t.n_dims; i++) {
-            cJSON *d = cJSON_GetArrayItem(shape, i);
-            if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 1e12) { bad = 1; break; }
-            t.shape[i] = (int64_t)d->valuedouble;
-            count *= (uint64_t)t.shape[i];
-        }
-        double o0 = cJSON_GetArrayItem(offs, 0)->valuedouble, o1 = cJSON_GetArrayItem(offs, 1)->valuedouble;
-        if (bad || !cJSON_IsNumber(cJSON_GetArrayItem(offs, 0)) || !cJSON_IsNumber(cJSON_GetArrayItem(offs, 1)) || o0 < 0 || o1 < o0) {
-            st = cf_fail(err, CINFER_E_FORMAT, "%s: tensor '%s': malformed shape or data_offsets", f->path, e->string);
-            break;
-        }
-        if ((uint64_t)o1 > data_size) {
-            st = cf_fail(err, CINFER_E_FORMAT, "%s: tensor '%s': data ends at byte %.0f but the file holds %zu data bytes (truncated file?)",
-                         f->path, e->string, o1, data_size);
-            break;
-        }
-        if ((uint64_t)(o1 - o0) != count * esz) {
-            st = cf_fail(err, CINFER_E_FORMAT, "%s: tensor '%s': %.0f data bytes for %llu elements of %s",
-                         f->path, e->string, o1 - o0, (unsigned long long)count, dt->valuestring);
-            break;
-        }
-        strcpy(t.dtype_name, dt->valuestring);
-        t.dtype = dtype_from_name(dt->valuestring);
-        t.data = data + (size_t)o0;
-        t.nbytes = (size_t)(o1 - o0);
-        t.file = f->path;
-        t.name = strdup(e->string);
-        if (!t.name) { st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory"); break; }
-        st = push_tensor(set, &t, err);
+        st = parse_entry(e, f, data, data_size, &t, err);
+        if (st == CINFER_OK) st = push_tensor(set, &t, err);
         if (st != CINFER_OK) free(t.name);
     }
     cJSON_Delete(root);
-    return st;
+    return st == CINFER_OK ? check_overlap(set, first, f, err) : st;
+}
+
+static st_file *new_file(cf_st_set *set, cinfer_error *err) {
+    st_file *nf = realloc(set->files, (set->n_files + 1) * sizeof *nf);
+    if (!nf) {
+        cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+        return NULL;
+    }
+    set->files = nf;
+    memset(&nf[set->n_files], 0, sizeof *nf);
+    return &nf[set->n_files];
 }
 
 static cinfer_status add_file(cf_st_set *set, const char *path, cinfer_error *err) {
-    st_file *nf = realloc(set->files, (set->n_files + 1) * sizeof *nf);
-    if (!nf) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
-    set->files = nf;
-    st_file *f = &set->files[set->n_files];
-    memset(f, 0, sizeof *f);
+    st_file *f = new_file(set, err);
+    if (!f) return CINFER_E_OUT_OF_MEMORY;
     cinfer_status st = map_file(path, f, err);
     if (st != CINFER_OK) {
         if (f->map) munmap(f->map, f->size);
@@ -186,7 +264,7 @@ static cinfer_status add_file(cf_st_set *set, const char *path, cinfer_error *er
 }
 
 static cinfer_status finish(cf_st_set *set, cinfer_error *err) {
-    qsort(set->tensors, set->n_tensors, sizeof *set->tensors, cmp_tensor);
+    if (set->n_tensors > 1) qsort(set->tensors, set->n_tensors, sizeof *set->tensors, cmp_tensor);
     for (size_t i = 1; i < set->n_tensors; i++)
         if (!strcmp(set->tensors[i].name, set->tensors[i - 1].name))
             return cf_fail(err, CINFER_E_FORMAT, "tensor '%s' appears twice (%s and %s)", set->tensors[i].name,
@@ -205,12 +283,31 @@ cinfer_status cf_st_open_file(const char *path, cf_st_set **out, cinfer_error *e
     return CINFER_OK;
 }
 
+cinfer_status cf_st_open_memory(const void *bytes, size_t size, const char *name, cf_st_set **out, cinfer_error *err) {
+    *out = NULL;
+    if (size < 8)
+        return cf_fail(err, CINFER_E_FORMAT, "%s: truncated safetensors file (%zu bytes, header length missing)", name, size);
+    cf_st_set *set = calloc(1, sizeof *set);
+    if (!set) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    st_file *f = new_file(set, err);
+    cinfer_status st = f ? CINFER_OK : CINFER_E_OUT_OF_MEMORY;
+    if (f) {
+        *f = (st_file){.path = strdup(name), .map = (void *)bytes, .size = size, .borrowed = 1};
+        set->n_files++;
+        st = f->path ? parse_file(set, f, err) : cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    }
+    if (st == CINFER_OK) st = finish(set, err);
+    if (st != CINFER_OK) { cf_st_close(set); return st; }
+    *out = set;
+    return CINFER_OK;
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* Reads model.safetensors.index.json: the distinct shard names of its weight_map, sorted. */
 static cinfer_status open_sharded(cf_st_set *set, const char *dir, const char *index_path, cinfer_error *err) {
-    char *text = cf_read_file(index_path, NULL);
-    if (!text) return cf_fail(err, CINFER_E_IO, "%s: cannot read", index_path);
+    char *text;
+    CF_TRY(cf_file_read(index_path, CF_FILE_MAX_CONFIG, 0, &text, NULL, err));
     cJSON *root = cJSON_Parse(text);
     free(text);
     cJSON *map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
@@ -223,26 +320,29 @@ static cinfer_status open_sharded(cf_st_set *set, const char *dir, const char *i
     int n_names = 0;
     cinfer_status st = names ? CINFER_OK : cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
     for (cJSON *e = map->child; e && st == CINFER_OK; e = e->next) {
-        if (!cJSON_IsString(e) || strchr(e->valuestring, '/') || !strcmp(e->valuestring, "..")) {
+        const char *v = cJSON_IsString(e) ? e->valuestring : NULL;
+        if (!v || !*v || strchr(v, '/') || !strcmp(v, ".") || !strcmp(v, "..")) {
             st = cf_fail(err, CINFER_E_FORMAT, "%s: weight_map entry '%s' does not name a shard file in the folder", index_path, e->string);
             break;
         }
         names[n_names++] = e->valuestring;
     }
     if (st == CINFER_OK) {
-        qsort(names, (size_t)n_names, sizeof *names, cmp_str);
+        if (n_names > 1) qsort(names, (size_t)n_names, sizeof *names, cmp_str);
         for (int i = 0; i < n_names && st == CINFER_OK; i++) {
             if (i > 0 && !strcmp(names[i], names[i - 1])) continue;
             char path[4096];
-            snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-            st = add_file(set, path, err);
+            if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path)
+                st = cf_fail(err, CINFER_E_INVALID_ARGUMENT, "%s: the path of shard %s is too long", index_path, names[i]);
+            else if ((st = add_file(set, path, err)) != CINFER_OK)
+                cf_wrap(err, st, "%s names shard %s", index_path, names[i]);
         }
     }
     if (st == CINFER_OK) {
-        qsort(set->tensors, set->n_tensors, sizeof *set->tensors, cmp_tensor);
+        if (set->n_tensors > 1) qsort(set->tensors, set->n_tensors, sizeof *set->tensors, cmp_tensor);
         for (cJSON *e = map->child; e && st == CINFER_OK; e = e->next) {
             cf_st_tensor key = {.name = e->string};
-            if (!bsearch(&key, set->tensors, set->n_tensors, sizeof key, cmp_tensor))
+            if (!set->n_tensors || !bsearch(&key, set->tensors, set->n_tensors, sizeof key, cmp_tensor))
                 st = cf_fail(err, CINFER_E_FORMAT, "%s: tensor '%s' is listed in the index but missing from shard %s",
                              index_path, e->string, e->valuestring);
         }
@@ -259,6 +359,10 @@ cinfer_status cf_st_open_dir(const char *dir, cf_st_set **out, cinfer_error *err
     cf_st_set *set = calloc(1, sizeof *set);
     if (!set) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
     cinfer_status st;
+    if (snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir) >= (int)sizeof path) {
+        free(set);
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "model folder path is too long");
+    }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (stat(path, &sb) == 0) {
         st = add_file(set, path, err);
@@ -277,6 +381,7 @@ cinfer_status cf_st_open_dir(const char *dir, cf_st_set **out, cinfer_error *err
 
 const cf_st_tensor *cf_st_find(const cf_st_set *set, const char *name) {
     cf_st_tensor key = {.name = (char *)name};
+    if (!set->n_tensors) return NULL;
     return bsearch(&key, set->tensors, set->n_tensors, sizeof key, cmp_tensor);
 }
 

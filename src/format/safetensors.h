@@ -27,6 +27,9 @@ typedef struct cf_st_set cf_st_set;
 cinfer_status cf_st_open_dir(const char *dir, cf_st_set **out, cinfer_error *err);
 /* Opens one .safetensors file. */
 cinfer_status cf_st_open_file(const char *path, cf_st_set **out, cinfer_error *err);
+/* Parses size bytes laid out as a .safetensors file, named name in messages; the set borrows bytes, which
+ * must outlive it (the fuzzer's entry point). */
+cinfer_status cf_st_open_memory(const void *bytes, size_t size, const char *name, cf_st_set **out, cinfer_error *err);
 void cf_st_close(cf_st_set *set);
 
 const cf_st_tensor *cf_st_find(const cf_st_set *set, const char *name);

@@ -162,8 +162,8 @@ static cinfer_status load_llama_family(const cJSON *cfg, cf_hparams *hp, const c
 
 cinfer_status cf_hparams_load_file(const char *path, cf_hparams *hp, cinfer_error *err) {
     memset(hp, 0, sizeof *hp);
-    char *text = cf_read_file(path, NULL);
-    if (!text) return cf_fail(err, CINFER_E_IO, "%s: cannot read (is this a Hugging Face model folder?)", path);
+    char *text;
+    CF_TRY(cf_file_read(path, CF_FILE_MAX_CONFIG, 0, &text, NULL, err));
     cJSON *cfg = cJSON_Parse(text);
     free(text);
     if (!cJSON_IsObject(cfg)) {
@@ -214,7 +214,12 @@ cinfer_status cf_hparams_load(const char *dir, cf_hparams *hp, cinfer_error *err
     snprintf(path, sizeof path, "%s/config.json", dir);
     CF_TRY(cf_hparams_load_file(path, hp, err));
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    char *text = cf_read_file(path, NULL);
+    char *text;
+    cinfer_status st = cf_file_read(path, CF_FILE_MAX_CONFIG, 1, &text, NULL, err);
+    if (st != CINFER_OK) {
+        cf_hparams_free(hp);
+        return st;
+    }
     cJSON *gen = text ? cJSON_Parse(text) : NULL;
     free(text);
     if (cJSON_IsObject(gen)) {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "base/file.h"
 #include "text/template_impl.h"
 
 enum { SPECIAL_COUNT = 8 };
@@ -17,43 +18,9 @@ struct cf_chat_template {
     char *special_json[SPECIAL_COUNT]; /* JSON text of each special token value, or NULL when absent */
 };
 
-static cinfer_status read_file(const char *path, char **out, size_t *len, int *missing, cinfer_error *err) {
-    *out = NULL;
-    *missing = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *missing = 1;
-        return cf_fail(err, CINFER_E_IO, "cannot open %s", path);
-    }
-    size_t cap = 65536, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) {
-            fclose(f);
-            return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory reading %s", path);
-        }
-        n += fread(buf + n, 1, cap - n - 1, f);
-        if (n < cap - 1) break;
-        if (cap > ((size_t)256 << 20)) {
-            free(buf);
-            fclose(f);
-            return cf_fail(err, CINFER_E_FORMAT, "%s is larger than 256 MiB", path);
-        }
-        cap *= 2;
-        char *nb = realloc(buf, cap);
-        if (!nb) free(buf);
-        buf = nb;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return cf_fail(err, CINFER_E_IO, "error reading %s", path);
-    }
-    buf[n] = 0;
-    *out = buf;
-    if (len) *len = n;
-    return CINFER_OK;
+/* A missing file gives CINFER_OK with *out NULL. */
+static cinfer_status read_file(const char *path, char **out, size_t *len, cinfer_error *err) {
+    return cf_file_read(path, CF_FILE_MAX_CONFIG, 1, out, len, err);
 }
 
 /* A token as written in tokenizer_config.json: a string or {"content": ...}. NULL when absent/null. */
@@ -148,19 +115,18 @@ cinfer_status cf_chat_template_load(const char *dir, const char *name, cf_chat_t
     snprintf(jpath, sizeof jpath, "%s/chat_template.jinja", dir);
     char *cfg_text = NULL, *jinja = NULL;
     size_t jlen = 0;
-    int missing;
-    cinfer_status s = read_file(path, &cfg_text, NULL, &missing, NULL);
-    if (s != CINFER_OK && !missing) return cf_fail(err, s, "cannot read %s", path);
+    cinfer_status s = read_file(path, &cfg_text, NULL, err);
+    if (s != CINFER_OK) return s;
     cJSON *cfg = NULL;
     if (cfg_text) {
         cfg = cJSON_Parse(cfg_text);
         free(cfg_text);
         if (!cfg) return cf_fail(err, CINFER_E_FORMAT, "%s is not valid JSON", path);
     }
-    s = read_file(jpath, &jinja, &jlen, &missing, NULL);
-    if (s != CINFER_OK && !missing) {
+    s = read_file(jpath, &jinja, &jlen, err);
+    if (s != CINFER_OK) {
         cJSON_Delete(cfg);
-        return cf_fail(err, s, "cannot read %s", jpath);
+        return s;
     }
     cf_chat_template *ct = NULL;
     if (jinja && (!name || strcmp(name, "default") == 0)) {

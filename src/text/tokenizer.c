@@ -5,11 +5,11 @@
  * runs the decoder. Input that is not valid UTF-8 is first repaired as described in tokenizer.h. */
 #include "text/tokenizer.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "base/status.h"
 #include "text/tok_impl.h"
 
@@ -48,37 +48,7 @@ void cf_tokenizer_free(cf_tokenizer *tok) {
 
 /* Reads a whole file. A missing optional file gives CINFER_OK with *data NULL. */
 static cinfer_status read_file(const char *path, int optional, char **data, size_t *len, cinfer_error *err) {
-    *data = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (optional && errno == ENOENT) return CINFER_OK;
-        return cf_fail(err, CINFER_E_IO, "%s: %s", path, strerror(errno));
-    }
-    tk_buf b = {0};
-    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    rewind(f);
-    tk_buf_reserve(&b, size > 0 ? (size_t)size + 1 : 65536); /* + 1: the read that sees the end needs room */
-    while (!b.oom) {
-        if (b.cap - b.n - 1 == 0 && tk_buf_reserve(&b, 65536)) break;
-        size_t k = fread(b.p + b.n, 1, b.cap - b.n - 1, f);
-        if (k == 0) break;
-        b.n += k;
-        b.p[b.n] = 0;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        tk_buf_free(&b);
-        return cf_fail(err, CINFER_E_IO, "%s: read error", path);
-    }
-    if (b.oom) {
-        tk_buf_free(&b);
-        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "%s: out of memory reading the file", path);
-    }
-    *len = b.n;
-    *data = tk_buf_take(&b);
-    return CINFER_OK;
+    return cf_file_read(path, CF_FILE_MAX_CONFIG, optional, data, len, err);
 }
 
 static cinfer_status parse_text(const char *data, size_t len, cJSON **out, cinfer_error *err) {
