@@ -97,6 +97,32 @@ static void expect_fail(const char *what, const char *dir, cinfer_status code, c
     if (st == CINFER_OK) cinfer_model_free(m);
 }
 
+/* A broken chat template only breaks chat: dir loads, and a chat request fails with code naming want and want2. */
+static void expect_chat_fail(const char *what, const char *dir, cinfer_status code, const char *want, const char *want2) {
+    fprintf(stderr, "loading: %s\n", what);
+    cinfer_model *m = NULL;
+    cinfer_engine *e = NULL;
+    cinfer_session *s = NULL;
+    cinfer_error err = {0};
+    CHECK(cinfer_model_load(dir, NULL, &m, &err) == CINFER_OK, "%s: the model does not load: %s", what, err.message);
+    if (!m) return;
+    CHECK(cinfer_model_get_info(m).has_chat_template, "%s: no chat template reported", what);
+    CHECK(cinfer_engine_create(m, NULL, &e, &err) == CINFER_OK, "%s: engine: %s", what, err.message);
+    const cinfer_message msg = {.role = "user", .content = "hi"};
+    cinfer_request r = cinfer_request_default();
+    r.messages = &msg;
+    r.n_messages = 1;
+    r.max_tokens = 1;
+    cinfer_status st = e ? cinfer_session_open(e, &r, NULL, &s, &err) : CINFER_E_INTERNAL;
+    CHECK(st == code && !s, "%s: chat request status %s (want %s): %s", what, cinfer_status_name(st), cinfer_status_name(code),
+          err.message);
+    CHECK(strstr(err.message, want) && (!want2 || strstr(err.message, want2)), "%s: message '%s' lacks '%s'", what,
+          err.message, want);
+    if (s) cinfer_session_free(s);
+    cinfer_engine_free(e);
+    cinfer_model_free(m);
+}
+
 static void check_files(void) {
     static const char *const files[] = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                                         "special_tokens_map.json", "chat_template.jinja", "model.safetensors"};
@@ -107,8 +133,8 @@ static void check_files(void) {
             snprintf(what, sizeof what, "%s as %s", files[i], kind_names[k]);
             const char *dir = make_folder("case");
             replace(dir, files[i], (enum kind)k);
-            expect_fail(what, dir, k == AS_HUGE ? CINFER_E_FORMAT : CINFER_E_IO, files[i],
-                        k == AS_HUGE ? "more than" : "not a regular file");
+            (strcmp(files[i], "chat_template.jinja") ? expect_fail : expect_chat_fail)(
+                what, dir, k == AS_HUGE ? CINFER_E_FORMAT : CINFER_E_IO, files[i], k == AS_HUGE ? "more than" : "not a regular file");
         }
     }
 }
