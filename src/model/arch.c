@@ -206,6 +206,8 @@ static cinfer_status load_llama_family(const cJSON *cfg, cf_hparams *hp, const c
     return CINFER_OK;
 }
 
+static double count_params(const cf_hparams *hp, int experts, int with_tables);
+
 /* What every architecture's hyper-parameters must satisfy, however they were read: the per-layer shapes
  * the decoder and the KV cache are sized from. */
 static cinfer_status check_layers(const cf_hparams *hp, const char *path, cinfer_error *err) {
@@ -223,6 +225,9 @@ static cinfer_status check_layers(const cf_hparams *hp, const char *path, cinfer
         if (L->ffn_dim < 1 || L->kv_source < 0 || L->kv_source > l)
             return cf_fail(err, CINFER_E_FORMAT, "%s: layer %d has an invalid feed-forward size or cache source", path, l);
     }
+    const double n = count_params(hp, hp->n_experts, 1);
+    if (n > CF_MAX_PARAMS)
+        return cf_fail(err, CINFER_E_FORMAT, "%s: the config describes %.3g parameters, more than %.3g", path, n, CF_MAX_PARAMS);
     return CINFER_OK;
 }
 
@@ -230,8 +235,14 @@ cinfer_status cf_hparams_load_file(const char *path, cf_hparams *hp, cinfer_erro
     memset(hp, 0, sizeof *hp);
     char *text = cf_read_file(path, NULL);
     if (!text) return cf_fail(err, CINFER_E_IO, "%s: cannot read (is this a Hugging Face model folder?)", path);
-    cJSON *cfg = cJSON_Parse(text);
+    cinfer_status st = cf_hparams_parse(text, path, hp, err);
     free(text);
+    return st;
+}
+
+cinfer_status cf_hparams_parse(const char *text, const char *path, cf_hparams *hp, cinfer_error *err) {
+    memset(hp, 0, sizeof *hp);
+    cJSON *cfg = cJSON_Parse(text);
     if (!cJSON_IsObject(cfg)) {
         cJSON_Delete(cfg);
         return cf_fail(err, CINFER_E_FORMAT, "%s: not a valid JSON object", path);
@@ -297,15 +308,16 @@ void cf_hparams_free(cf_hparams *hp) {
     hp->layers = NULL;
 }
 
-/* Parameters of the decoder with experts counted `experts` at a time (all of them, or the routed ones). */
-static int64_t count_params(const cf_hparams *hp, int experts, int with_tables) {
-    const int64_t D = hp->dim, LP = (int64_t)hp->n_layers * hp->ple_dim;
-    int64_t n = (with_tables ? (int64_t)hp->vocab * D : 0) + (hp->tied && with_tables ? 0 : (int64_t)hp->vocab * D) + D;
-    if (hp->ple_dim) n += (with_tables ? (int64_t)hp->ple_vocab * LP : 0) + D * LP + hp->ple_dim;
+/* Parameters of the decoder with experts counted `experts` at a time (all of them, or the routed ones); in
+ * double, exact for every config cf_hparams_load_file accepts (at most CF_MAX_PARAMS). */
+static double count_params(const cf_hparams *hp, int experts, int with_tables) {
+    const double D = hp->dim, LP = (double)hp->n_layers * hp->ple_dim;
+    double n = (with_tables ? (double)hp->vocab * D : 0) + (hp->tied && with_tables ? 0 : (double)hp->vocab * D) + D;
+    if (hp->ple_dim) n += (with_tables ? (double)hp->ple_vocab * LP : 0) + D * LP + hp->ple_dim;
     for (int l = 0; l < hp->n_layers; l++) {
         const cf_layer_hp *L = &hp->layers[l];
-        int64_t q = (int64_t)L->n_heads * L->head_dim, kv = (int64_t)L->n_kv_heads * L->head_dim;
-        int64_t v = L->k_eq_v ? 0 : (int64_t)L->n_kv_heads * L->v_head_dim, o = (int64_t)L->n_heads * L->v_head_dim;
+        double q = (double)L->n_heads * L->head_dim, kv = (double)L->n_kv_heads * L->head_dim;
+        double v = L->k_eq_v ? 0 : (double)L->n_kv_heads * L->v_head_dim, o = (double)L->n_heads * L->v_head_dim;
         int own_kv = L->kv_source == l;
         n += D * q + o * D + 3 * D * L->ffn_dim + 2 * D;
         if (own_kv) n += D * (kv + v);
@@ -315,15 +327,15 @@ static int64_t count_params(const cf_hparams *hp, int experts, int with_tables) 
         if (hp->layer_scalar) n += 1;
         if (hp->ple_dim) n += 2 * D * hp->ple_dim + D;
         if (hp->n_experts)
-            n += (int64_t)hp->n_experts * D + D + hp->n_experts + 3 * D +
-                 (int64_t)experts * 3 * D * hp->expert_ffn_dim;
+            n += (double)hp->n_experts * D + D + hp->n_experts + 3 * D +
+                 (double)experts * 3 * D * hp->expert_ffn_dim;
     }
     return n;
 }
 
-int64_t cf_hparams_n_params(const cf_hparams *hp) { return count_params(hp, hp->n_experts, 1); }
+int64_t cf_hparams_n_params(const cf_hparams *hp) { return (int64_t)count_params(hp, hp->n_experts, 1); }
 
-int64_t cf_hparams_active_params(const cf_hparams *hp) { return count_params(hp, hp->n_experts_used, 0); }
+int64_t cf_hparams_active_params(const cf_hparams *hp) { return (int64_t)count_params(hp, hp->n_experts_used, 0); }
 
 int64_t cf_hparams_kv_bytes_per_token(const cf_hparams *hp, size_t elem_size) {
     int64_t b = 0;
