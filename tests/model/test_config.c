@@ -144,7 +144,7 @@ static void test_sizes(void) {
         good(base, "\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8,\"low_freq_factor\":1,\"high_freq_factor\":4}");
     }
     bad(llama, "\"head_dim\":null,\"num_attention_heads\":5,\"num_key_value_heads\":5", F, "not a multiple");
-    bad(llama, "\"hidden_size\":1048576,\"num_hidden_layers\":4096,\"intermediate_size\":1048576,\"head_dim\":null", F, "parameters");
+    bad(llama, "\"hidden_size\":1048576,\"num_hidden_layers\":4096,\"intermediate_size\":1048576", F, "parameters");
     bad(mistral, "\"sliding_window\":2147483647", F, "sliding_window");
     bad(mistral, "\"sliding_window\":512", F, "larger than max_position_embeddings");
     bad(mistral, "\"sliding_window\":-1", F, "sliding_window");
