@@ -189,6 +189,7 @@ static cinfer_status load_llama_family(const cJSON *cfg, cf_hparams *hp, const c
     int window = 0;   /* null or 0: none */
     if (hp->arch == CF_ARCH_MISTRAL || (hp->arch == CF_ARCH_QWEN2 && cf_cfg_flag(cfg, "use_sliding_window", 0)))
         CF_TRY(cf_cfg_int(cfg, "sliding_window", 0, 0, CF_MAX_CTX, &window, path, err));
+    if (window > hp->max_ctx) window = hp->max_ctx;   /* a window over the whole context: the same attention */
     hp->n_rope = 1;
     CF_TRY(rope_from_config(&hp->rope[0], cfg, hp->head_dim, path, err));
     hp->layers = calloc((size_t)hp->n_layers, sizeof *hp->layers);

@@ -189,8 +189,7 @@ cinfer_status cf_gemma_hparams(const cJSON *cfg, const char *name, cf_hparams *h
     CF_TRY(cf_check_head_dim(hp->head_dim, "head_dim", path, err));
     CF_TRY(size_field(tc, "max_position_embeddings", d->max_ctx, CF_MAX_CTX, &hp->max_ctx, path, err));
     CF_TRY(size_field(tc, "sliding_window", d->window, CF_MAX_CTX, &window, path, err));
-    if (window > hp->max_ctx)
-        return cf_fail(err, CINFER_E_FORMAT, "%s: sliding_window %d is larger than max_position_embeddings %d", path, window, hp->max_ctx);
+    if (window > hp->max_ctx) window = hp->max_ctx;   /* a window over the whole context: the same attention */
     CF_TRY(size_field(tc, "query_pre_attn_scalar", 256, CF_MAX_WIDTH, &qpas, path, err));
     hp->ffn_dim = ffn;
     CF_TRY(cf_cfg_positive(tc, "rms_norm_eps", 1e-6, &hp->norm_eps, path, err));
