@@ -250,6 +250,25 @@ static void test_kv(void) {
     memset(&err, 0, sizeof err);
     st = cf_kv_create(be, specs, 2, -1, 16, &kv, &err);
     CHECK(st == CINFER_E_INVALID_ARGUMENT && !kv, "a context of -1: %s '%s'", cinfer_status_name(st), err.message);
+
+    /* the argmax's -1, copied into a queued step's input, embeds as zeros instead of reading before the table */
+    cf_tensor table, ids, out;
+    const int32_t bad_ids[2] = {-1, 4};
+    float got[16];
+    if (be->ops->alloc(be, CF_F32, 4, 8, &table, &err) == CINFER_OK && be->ops->alloc(be, CF_I32, 2, 1, &ids, &err) == CINFER_OK &&
+        be->ops->alloc(be, CF_F32, 2, 8, &out, &err) == CINFER_OK) {
+        be->ops->fill(be, table, 1.0f);
+        be->ops->fill(be, out, 7.0f);
+        be->ops->write(be, ids, bad_ids);
+        be->ops->embed(be, out, table, ids, 1.0f);
+        CHECK(be->ops->read(be, got, out, &err) == CINFER_OK, "read: %s", err.message);
+        int zeros = 0;
+        for (int i = 0; i < 16; i++) zeros += got[i] == 0.0f;
+        CHECK(zeros == 16, "embedding ids -1 and 4 of a 4-row table: %d of 16 values are 0", zeros);
+        be->ops->free_tensor(be, &table);
+        be->ops->free_tensor(be, &ids);
+        be->ops->free_tensor(be, &out);
+    }
     cf_backend_destroy(be);
 }
 
