@@ -133,7 +133,8 @@ typedef struct cf_backend_ops {
     void (*kv_store_pos)(cf_backend *be, cf_tensor cache, cf_tensor src, cf_tensor pos, int cap);
     void (*attention_pos)(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k_cache, cf_tensor v_cache,
                           const cf_attn_args *a, cf_tensor pos);
-    /* ids[i] = index of the largest value of logits row i, ties to the lowest index; ids: I32 [n, 1] */
+    /* ids[i] = index of the largest value of logits row i, ties to the lowest index; -1 when the row holds a
+     * NaN or +inf (the caller reports non-finite logits); ids: I32 [n, 1] */
     void (*argmax)(cf_backend *be, cf_tensor ids, cf_tensor logits);
     /* ids[i] = a draw from softmax(logits row i / temperature) truncated by top-k, top-p, min-p in the
      * order and with the tie rules of sample/sampler.h (no processors, no log-probabilities); u: F32 [n, 1]

@@ -141,8 +141,9 @@ int cf_cmd_bench(int argc, char **argv) {
     double load_s = now_s() - t0;
     const cf_hparams *hp = &m->hp;
     if (n_prompt + n_gen + 1 > hp->max_ctx) {
+        const int max_ctx = hp->max_ctx;
         cf_model_free(m);
-        return cf_usage_error(verb, "--prompt + --gen + 1 (%ld) exceeds the model's context of %d", n_prompt + n_gen + 1, hp->max_ctx);
+        return cf_usage_error(verb, "--prompt + --gen + 1 (%ld) exceeds the model's context of %d", n_prompt + n_gen + 1, max_ctx);
     }
     const cf_sample_args greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f};
     const int on_device = strcmp(decode_opt, "host") && cf_model_can_pick_on_device(m, &greedy);
@@ -199,8 +200,13 @@ int cf_cmd_bench(int argc, char **argv) {
                 d = now_s();
             }
             next = 0;
-            for (int k = 1; k < hp->vocab; k++) if (logits[k] > logits[next]) next = k;
-            st = cf_model_eval(m, s, &next, 1, logits, 0, &err);
+            for (int k = 0; k < hp->vocab && st == CINFER_OK; k++) {
+                if (isnan(logits[k]) || logits[k] == INFINITY)
+                    st = cf_fail(&err, CINFER_E_NOT_A_NUMBER, "the model produced non-finite logits (NaN/inf) at position %ld",
+                                 n_prompt - 1 + t);
+                else if (logits[k] > logits[next]) next = k;
+            }
+            if (st == CINFER_OK) st = cf_model_eval(m, s, &next, 1, logits, 0, &err);
         }
         double c = now_s();
         cf_seq_free(s);

@@ -2,11 +2,14 @@
 #include "kv/kv_cache.h"
 #include "base/status.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 cinfer_status cf_kv_create(cf_backend *be, const cf_kv_spec *specs, int n_layers, int max_ctx, int chunk,
                            cf_kv_cache **out, cinfer_error *err) {
     *out = NULL;
+    if (n_layers < 1 || max_ctx < 1 || chunk < 1)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a KV cache of %d layers, %d positions and passes of %d", n_layers, max_ctx, chunk);
     cf_kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
     kv->be = be;
@@ -19,15 +22,21 @@ cinfer_status cf_kv_create(cf_backend *be, const cf_kv_spec *specs, int n_layers
         const cf_kv_spec *s = &specs[l];
         cf_kv_layer *L = &kv->layers[l];
         L->window = s->window;
-        L->cap = s->window > 0 && s->window + chunk < max_ctx ? s->window + chunk : max_ctx;
+        L->cap = s->window > 0 && (int64_t)s->window + chunk < max_ctx ? s->window + chunk : max_ctx;
         if (s->shared) continue;
-        cinfer_status st = be->ops->alloc(be, be->act_dtype == CF_F32 ? CF_F32 : be->act_dtype, L->cap,
-                                          (int64_t)s->n_kv_heads * s->head_dim, &L->k, err);
-        if (st == CINFER_OK)
-            st = be->ops->alloc(be, be->act_dtype, L->cap, (int64_t)s->n_kv_heads * s->v_head_dim, &L->v, err);
+        const int cap = L->cap;
+        const int64_t kcols = (int64_t)s->n_kv_heads * s->head_dim, vcols = (int64_t)s->n_kv_heads * s->v_head_dim;
+        cinfer_status st = CINFER_OK;
+        if (kcols < 1 || vcols < 1 || kcols > INT32_MAX || vcols > INT32_MAX || cap < 1)
+            st = cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a KV cache layer of %d slots of %lld and %lld values", cap, (long long)kcols,
+                         (long long)vcols);
+        else if ((kcols + vcols) * (int64_t)cf_dtype_size(be->act_dtype) > (int64_t)(SIZE_MAX / 2) / cap)
+            st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "%d slots of %lld values do not fit in memory", cap, (long long)(kcols + vcols));
+        if (st == CINFER_OK) st = be->ops->alloc(be, be->act_dtype, cap, kcols, &L->k, err);
+        if (st == CINFER_OK) st = be->ops->alloc(be, be->act_dtype, cap, vcols, &L->v, err);
         if (st != CINFER_OK) {
             cf_kv_free(kv);
-            return cf_wrap(err, st, "allocating the KV cache (layer %d, %d slots)", l, L->cap);
+            return cf_wrap(err, st, "allocating the KV cache (layer %d of %d, %d slots)", l, n_layers, cap);
         }
     }
     *out = kv;

@@ -20,6 +20,17 @@ typedef enum cf_arch {
 #define CF_MAX_ROPE_SETS 2
 #define CF_MAX_EXPERTS_USED 64  /* experts routed per token at most */
 
+/* Bounds on config.json sizes: far above any released model, low enough that every size computed from
+ * them fits int64 and ids stay exact as float32 (picked ids are read back as floats). */
+#define CF_MAX_LAYERS 4096
+#define CF_MAX_WIDTH (1 << 20)      /* hidden, intermediate and per-layer input sizes */
+#define CF_MAX_HEADS 4096
+#define CF_MAX_HEAD_DIM 1024        /* rotary tables hold 512 frequencies */
+#define CF_MAX_VOCAB (1 << 24)
+#define CF_MAX_CTX (1 << 24)
+#define CF_MAX_EXPERTS 4096
+#define CF_MAX_PARAMS 1e15           /* parameters in all (exact as a double) */
+
 /* One rotary table: inv_freq[rot_dim/2], computed from theta and the scaling rule. */
 typedef struct cf_rope_set {
     int rot_dim;
@@ -67,6 +78,8 @@ typedef struct cf_hparams {
 cinfer_status cf_hparams_load(const char *dir, cf_hparams *hp, cinfer_error *err);
 /* Reads a config.json file (or any path). */
 cinfer_status cf_hparams_load_file(const char *path, cf_hparams *hp, cinfer_error *err);
+/* Reads config.json text; path only names it in messages. On failure *hp holds nothing to free. */
+cinfer_status cf_hparams_parse(const char *text, const char *path, cf_hparams *hp, cinfer_error *err);
 void cf_hparams_free(cf_hparams *hp);
 
 /* Total parameters (every expert, the per-layer embedding tables included). */

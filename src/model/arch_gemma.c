@@ -51,21 +51,19 @@ int cf_gemma_known(const char *name) { return find_defaults(name) != NULL; }
 
 static const cJSON *get(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key); }
 
-/* A size field: the file's value (a positive integer) or the class default when absent or null. */
-static cinfer_status size_field(const cJSON *o, const char *key, int dflt, int *out, const char *path, cinfer_error *err) {
-    const cJSON *v = get(o, key);
-    if (!v || cJSON_IsNull(v)) { *out = dflt; return CINFER_OK; }
-    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e9 || v->valuedouble != floor(v->valuedouble))
-        return cf_fail(err, CINFER_E_FORMAT, "%s: \"%s\" must be a positive integer", path, key);
-    *out = v->valueint;
-    return CINFER_OK;
+/* A size field: the file's value (an integer in [1, hi]) or the class default when absent or null. */
+static cinfer_status size_field(const cJSON *o, const char *key, int dflt, int hi, int *out, const char *path, cinfer_error *err) {
+    return cf_cfg_int(o, key, dflt, 1, hi, out, path, err);
 }
 
-/* Soft-capping: absent = the class default, null = none. */
-static float softcap_field(const cJSON *o, const char *key, double dflt) {
+/* Soft-capping: absent = the class default, null or <= 0 = none; else a finite float32. */
+static cinfer_status softcap_field(const cJSON *o, const char *key, double dflt, float *out, const char *path, cinfer_error *err) {
     const cJSON *v = get(o, key);
-    if (!v) return (float)dflt;
-    return cJSON_IsNumber(v) && v->valuedouble > 0 ? (float)v->valuedouble : 0.0f;
+    if (v && !cJSON_IsNull(v) && !cJSON_IsNumber(v)) return cf_fail(err, CINFER_E_FORMAT, "%s: \"%s\" must be a number", path, key);
+    const double d = !v ? dflt : cJSON_IsNull(v) ? 0.0 : v->valuedouble;
+    if (!isfinite((float)d)) return cf_fail(err, CINFER_E_FORMAT, "%s: \"%s\" is %g; it must be a finite number", path, key, d);
+    *out = d > 0 ? (float)d : 0.0f;
+    return CINFER_OK;
 }
 
 /* Gemma 2: one table from rope_parameters (5.x) or rope_theta + rope_scaling (4.x). */
@@ -74,8 +72,10 @@ static cinfer_status rope_single(cf_rope_set *r, const cJSON *tc, const gemma_de
     const cJSON *rp = get(tc, "rope_parameters"), *rs = get(tc, "rope_scaling");
     if (!cJSON_IsObject(rp)) rp = NULL;
     if (!cJSON_IsObject(rs)) rs = NULL;
-    double theta = cf_cfg_num(rp, "rope_theta", cf_cfg_num(tc, "rope_theta", d->theta));
-    return cf_rope_init(r, rp ? rp : rs, (float)theta, rot_dim, path, err);
+    float theta = 0;
+    CF_TRY(cf_cfg_positive(tc, "rope_theta", d->theta, &theta, path, err));
+    if (rp) CF_TRY(cf_cfg_positive(rp, "rope_theta", theta, &theta, path, err));
+    return cf_rope_init(r, rp ? rp : rs, theta, rot_dim, path, err);
 }
 
 /* Gemma 3/4: the table of one layer type, from rope_parameters[type] (5.x), or for Gemma 3 from
@@ -85,8 +85,11 @@ static cinfer_status rope_for_type(cf_rope_set *r, const cJSON *tc, const gemma_
     const char *type = sliding ? "sliding_attention" : "full_attention";
     const cJSON *rp = get(tc, "rope_parameters");
     const cJSON *p = cJSON_IsObject(rp) ? get(rp, type) : NULL;
-    if (cJSON_IsObject(p))
-        return cf_rope_init(r, p, (float)cf_cfg_num(p, "rope_theta", sliding ? d->local_theta : d->theta), rot_dim, path, err);
+    float theta = 0;
+    if (cJSON_IsObject(p)) {
+        CF_TRY(cf_cfg_positive(p, "rope_theta", sliding ? d->local_theta : d->theta, &theta, path, err));
+        return cf_rope_init(r, p, theta, rot_dim, path, err);
+    }
     if (d->version == 4) {
         if (cJSON_IsObject(rp))
             return cf_fail(err, CINFER_E_FORMAT, "%s: rope_parameters has no \"%s\" entry", path, type);
@@ -96,10 +99,14 @@ static cinfer_status rope_for_type(cf_rope_set *r, const cJSON *tc, const gemma_
         cJSON_Delete(dflt);
         return st;
     }
-    if (sliding) return cf_rope_init(r, NULL, (float)cf_cfg_num(tc, "rope_local_base_freq", d->local_theta), rot_dim, path, err);
+    if (sliding) {
+        CF_TRY(cf_cfg_positive(tc, "rope_local_base_freq", d->local_theta, &theta, path, err));
+        return cf_rope_init(r, NULL, theta, rot_dim, path, err);
+    }
     const cJSON *rs = cJSON_IsObject(rp) ? rp : get(tc, "rope_scaling");
-    double theta = cf_cfg_num(cJSON_IsObject(rp) ? rp : tc, "rope_theta", cf_cfg_num(tc, "rope_theta", d->theta));
-    return cf_rope_init(r, cJSON_IsObject(rs) ? rs : NULL, (float)theta, rot_dim, path, err);
+    CF_TRY(cf_cfg_positive(tc, "rope_theta", d->theta, &theta, path, err));
+    if (cJSON_IsObject(rp)) CF_TRY(cf_cfg_positive(rp, "rope_theta", theta, &theta, path, err));
+    return cf_rope_init(r, cJSON_IsObject(rs) ? rs : NULL, theta, rot_dim, path, err);
 }
 
 /* sliding[l] from layer_types, or from the older sliding_window_pattern (every pattern-th layer full). */
@@ -116,9 +123,11 @@ static cinfer_status layer_types(const cJSON *tc, const gemma_defaults *d, int n
             else if (!strcmp(s, "full_attention")) sliding[l] = 0;
             else return cf_fail(err, CINFER_E_UNSUPPORTED, "%s: layer type '%s' of layer %d is not supported (sliding_attention, full_attention)", path, s, l);
         }
+    } else if (lt && !cJSON_IsNull(lt)) {
+        return cf_fail(err, CINFER_E_FORMAT, "%s: layer_types must be a list", path);
     } else {
-        int pattern = (int)cf_cfg_num(tc, "sliding_window_pattern", d->pattern);
-        if (pattern < 1) return cf_fail(err, CINFER_E_FORMAT, "%s: sliding_window_pattern must be positive", path);
+        int pattern = 0;
+        CF_TRY(cf_cfg_int(tc, "sliding_window_pattern", d->pattern, 1, CF_MAX_LAYERS, &pattern, path, err));
         for (int l = 0; l < n_layers; l++) sliding[l] = (l + 1) % pattern != 0;
     }
     if (d->version == 4) sliding[n_layers - 1] = 0; /* Gemma4TextConfig forces the last layer to full attention */
@@ -148,10 +157,11 @@ static cinfer_status per_layer_overrides(const cJSON *tc, cf_hparams *hp, const 
         for (const cJSON *f = e->child; f; f = f->next) {
             int v = 0;
             if (!strcmp(f->string, "head_dim")) {
-                CF_TRY(size_field(e, "head_dim", L->head_dim, &v, path, err));
+                CF_TRY(size_field(e, "head_dim", L->head_dim, CF_MAX_WIDTH, &v, path, err));
+                CF_TRY(cf_check_head_dim(v, "per_layer_config head_dim", path, err));
                 L->head_dim = L->v_head_dim = v;
             } else if (!strcmp(f->string, "num_key_value_heads")) {
-                CF_TRY(size_field(e, "num_key_value_heads", L->n_kv_heads, &v, path, err));
+                CF_TRY(size_field(e, "num_key_value_heads", L->n_kv_heads, CF_MAX_HEADS, &v, path, err));
                 L->n_kv_heads = v;
             } else {
                 return cf_fail(err, CINFER_E_UNSUPPORTED, "%s: per_layer_config field '%s' (layer %d) is not supported", path, f->string, l);
@@ -169,22 +179,28 @@ cinfer_status cf_gemma_hparams(const cJSON *cfg, const char *name, cf_hparams *h
     hp->arch = d->version == 2 ? CF_ARCH_GEMMA2 : d->version == 3 ? CF_ARCH_GEMMA3 : CF_ARCH_GEMMA4;
 
     int ffn = 0, window = 0, qpas = 0;
-    CF_TRY(size_field(tc, "vocab_size", d->vocab, &hp->vocab, path, err));
-    CF_TRY(size_field(tc, "hidden_size", d->dim, &hp->dim, path, err));
-    CF_TRY(size_field(tc, "intermediate_size", d->ffn, &ffn, path, err));
-    CF_TRY(size_field(tc, "num_hidden_layers", d->layers, &hp->n_layers, path, err));
-    CF_TRY(size_field(tc, "num_attention_heads", d->heads, &hp->n_heads, path, err));
-    CF_TRY(size_field(tc, "num_key_value_heads", d->kv_heads, &hp->n_kv_heads, path, err));
-    CF_TRY(size_field(tc, "head_dim", d->head_dim, &hp->head_dim, path, err));
-    CF_TRY(size_field(tc, "max_position_embeddings", d->max_ctx, &hp->max_ctx, path, err));
-    CF_TRY(size_field(tc, "sliding_window", d->window, &window, path, err));
-    CF_TRY(size_field(tc, "query_pre_attn_scalar", 256, &qpas, path, err));
+    CF_TRY(size_field(tc, "vocab_size", d->vocab, CF_MAX_VOCAB, &hp->vocab, path, err));
+    CF_TRY(size_field(tc, "hidden_size", d->dim, CF_MAX_WIDTH, &hp->dim, path, err));
+    CF_TRY(size_field(tc, "intermediate_size", d->ffn, CF_MAX_WIDTH / 2, &ffn, path, err));   /* doubled on some Gemma 4 layers */
+    CF_TRY(size_field(tc, "num_hidden_layers", d->layers, CF_MAX_LAYERS, &hp->n_layers, path, err));
+    CF_TRY(size_field(tc, "num_attention_heads", d->heads, CF_MAX_HEADS, &hp->n_heads, path, err));
+    CF_TRY(size_field(tc, "num_key_value_heads", d->kv_heads, CF_MAX_HEADS, &hp->n_kv_heads, path, err));
+    CF_TRY(size_field(tc, "head_dim", d->head_dim, CF_MAX_WIDTH, &hp->head_dim, path, err));
+    CF_TRY(cf_check_head_dim(hp->head_dim, "head_dim", path, err));
+    CF_TRY(size_field(tc, "max_position_embeddings", d->max_ctx, CF_MAX_CTX, &hp->max_ctx, path, err));
+    CF_TRY(size_field(tc, "sliding_window", d->window, CF_MAX_CTX, &window, path, err));
+    if (window > hp->max_ctx) window = hp->max_ctx;   /* a window over the whole context: the same attention */
+    CF_TRY(size_field(tc, "query_pre_attn_scalar", 256, CF_MAX_WIDTH, &qpas, path, err));
     hp->ffn_dim = ffn;
-    hp->norm_eps = (float)cf_cfg_num(tc, "rms_norm_eps", 1e-6);
+    CF_TRY(cf_cfg_positive(tc, "rms_norm_eps", 1e-6, &hp->norm_eps, path, err));
 
-    const cJSON *act = get(tc, "hidden_activation");
+    /* transformers reads hidden_activation (hidden_act in older Gemma configs) */
+    const char *act_key = cf_cfg_has(tc, "hidden_activation") ? "hidden_activation" : "hidden_act";
+    const cJSON *act = get(tc, act_key);
+    if (act && !cJSON_IsNull(act) && !cJSON_IsString(act))
+        return cf_fail(err, CINFER_E_FORMAT, "%s: \"%s\" must be a string", path, act_key);
     if (cJSON_IsString(act) && strcmp(act->valuestring, "gelu_pytorch_tanh") && strcmp(act->valuestring, "gelu_new"))
-        return cf_fail(err, CINFER_E_UNSUPPORTED, "%s: hidden_activation '%s' is not supported for %s (gelu_pytorch_tanh)", path,
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "%s: %s '%s' is not supported for %s (gelu_pytorch_tanh, gelu_new)", path, act_key,
                        act->valuestring, name);
     hp->act = CF_ACT_GELU_TANH;
     if (cf_cfg_flag(tc, "attention_bias", 0))
@@ -201,32 +217,36 @@ cinfer_status cf_gemma_hparams(const cJSON *cfg, const char *name, cf_hparams *h
     hp->v_norm = d->version == 4;
     hp->layer_scalar = d->version == 4;
     /* Gemma 3 keeps attn_logit_softcapping in its config but transformers never applies it */
-    hp->attn_softcap = d->version == 2 ? softcap_field(tc, "attn_logit_softcapping", d->attn_softcap) : 0.0f;
-    hp->final_softcap = softcap_field(tc, "final_logit_softcapping", d->final_softcap);
+    if (d->version == 2) CF_TRY(softcap_field(tc, "attn_logit_softcapping", d->attn_softcap, &hp->attn_softcap, path, err));
+    CF_TRY(softcap_field(tc, "final_logit_softcapping", d->final_softcap, &hp->final_softcap, path, err));
     if (hp->n_kv_heads > hp->n_heads || hp->n_heads % hp->n_kv_heads)
         return cf_fail(err, CINFER_E_FORMAT, "%s: %d attention heads cannot be grouped over %d key/value heads", path, hp->n_heads, hp->n_kv_heads);
 
     /* Gemma 4 extras */
     int full_hd = hp->head_dim, full_kv = hp->n_kv_heads, k_eq_v = 0, n_shared = 0, double_wide = 0;
     if (d->version == 4) {
-        CF_TRY(size_field(tc, "global_head_dim", 512, &full_hd, path, err));
+        CF_TRY(size_field(tc, "global_head_dim", 512, CF_MAX_WIDTH, &full_hd, path, err));
+        CF_TRY(cf_check_head_dim(full_hd, "global_head_dim", path, err));
         k_eq_v = cf_cfg_flag(tc, "attention_k_eq_v", 0);
-        if (k_eq_v) CF_TRY(size_field(tc, "num_global_key_value_heads", hp->n_kv_heads, &full_kv, path, err));
-        n_shared = (int)cf_cfg_num(tc, "num_kv_shared_layers", 0);
+        if (k_eq_v) CF_TRY(size_field(tc, "num_global_key_value_heads", hp->n_kv_heads, CF_MAX_HEADS, &full_kv, path, err));
+        CF_TRY(cf_cfg_int(tc, "num_kv_shared_layers", 0, 0, hp->n_layers, &n_shared, path, err));
         double_wide = cf_cfg_flag(tc, "use_double_wide_mlp", 0);
-        const cJSON *ple = get(tc, "hidden_size_per_layer_input");
-        if (!ple) hp->ple_dim = 256;
-        else if (cJSON_IsNumber(ple) && ple->valueint > 0) hp->ple_dim = ple->valueint;
+        /* absent: the class default 256; null or 0: no per-layer inputs */
+        if (!get(tc, "hidden_size_per_layer_input")) hp->ple_dim = 256;
+        else CF_TRY(cf_cfg_int(tc, "hidden_size_per_layer_input", 0, 0, CF_MAX_WIDTH, &hp->ple_dim, path, err));
+        if ((int64_t)hp->ple_dim * hp->n_layers > CF_MAX_WIDTH)
+            return cf_fail(err, CINFER_E_FORMAT, "%s: hidden_size_per_layer_input %d times %d layers is more than %d", path, hp->ple_dim,
+                           hp->n_layers, CF_MAX_WIDTH);
         if (hp->ple_dim) {
-            CF_TRY(size_field(tc, "vocab_size_per_layer_input", 262144, &hp->ple_vocab, path, err));
+            CF_TRY(size_field(tc, "vocab_size_per_layer_input", 262144, CF_MAX_VOCAB, &hp->ple_vocab, path, err));
             if (hp->ple_vocab < hp->vocab)
                 return cf_fail(err, CINFER_E_UNSUPPORTED, "%s: vocab_size_per_layer_input %d is smaller than vocab_size %d", path,
                                hp->ple_vocab, hp->vocab);
         }
         if (cf_cfg_flag(tc, "enable_moe_block", 0)) {
-            CF_TRY(size_field(tc, "num_experts", 0, &hp->n_experts, path, err));
-            CF_TRY(size_field(tc, "top_k_experts", 0, &hp->n_experts_used, path, err));
-            CF_TRY(size_field(tc, "moe_intermediate_size", 0, &hp->expert_ffn_dim, path, err));
+            CF_TRY(size_field(tc, "num_experts", 0, CF_MAX_EXPERTS, &hp->n_experts, path, err));
+            CF_TRY(size_field(tc, "top_k_experts", 0, CF_MAX_EXPERTS, &hp->n_experts_used, path, err));
+            CF_TRY(size_field(tc, "moe_intermediate_size", 0, CF_MAX_WIDTH, &hp->expert_ffn_dim, path, err));
             if (!hp->n_experts || !hp->n_experts_used || !hp->expert_ffn_dim || hp->n_experts_used > hp->n_experts)
                 return cf_fail(err, CINFER_E_FORMAT, "%s: enable_moe_block needs num_experts, top_k_experts <= num_experts and moe_intermediate_size", path);
             if (hp->n_experts_used > CF_MAX_EXPERTS_USED)
@@ -239,7 +259,7 @@ cinfer_status cf_gemma_hparams(const cJSON *cfg, const char *name, cf_hparams *h
     if (!hp->layers || !sliding) { free(sliding); return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory"); }
     cinfer_status st = layer_types(tc, d, hp->n_layers, sliding, path, err);
     const int first_shared = hp->n_layers - n_shared;
-    if (st == CINFER_OK && n_shared > 0 && first_shared <= 0)
+    if (st == CINFER_OK && first_shared <= 0)
         st = cf_fail(err, CINFER_E_FORMAT, "%s: num_kv_shared_layers %d leaves no layer with its own cache", path, n_shared);
     for (int l = 0; st == CINFER_OK && l < hp->n_layers; l++) {
         cf_layer_hp *L = &hp->layers[l];

@@ -4,14 +4,25 @@
 
 #include "model/arch.h"
 
+#include <limits.h>
+
 struct cJSON;
 
-/* o[key] if it is a number, else dflt */
-double cf_cfg_num(const struct cJSON *o, const char *key, double dflt);
 /* o[key] is present and not null */
 int cf_cfg_has(const struct cJSON *o, const char *key);
 /* o[key] if it is a boolean, else dflt */
 int cf_cfg_flag(const struct cJSON *o, const char *key, int dflt);
+
+#define CF_CFG_REQUIRED INT_MIN   /* a dflt of cf_cfg_int: absent or null is an error */
+/* *out = o[key], an integer in [lo, hi]; absent or null: dflt. Anything else (not a number, a fraction,
+ * out of range) is a CINFER_E_FORMAT error that names the key, the value and the range. */
+cinfer_status cf_cfg_int(const struct cJSON *o, const char *key, int dflt, int lo, int hi, int *out, const char *path,
+                         cinfer_error *err);
+/* *out = o[key] as a finite float32 > 0; absent or null: dflt. Else a CINFER_E_FORMAT error naming key. */
+cinfer_status cf_cfg_positive(const struct cJSON *o, const char *key, double dflt, float *out, const char *path,
+                              cinfer_error *err);
+/* head_dim values rotary embeddings support: even and at most CF_MAX_HEAD_DIM (key names the field). */
+cinfer_status cf_check_head_dim(int head_dim, const char *key, const char *path, cinfer_error *err);
 
 /* One rotary table for heads of rot_dim dimensions rotated in the rotate-half layout, from theta and
  * a transformers rope parameter object (rope_type / type, factor, ...; NULL = default). */

@@ -577,8 +577,10 @@ static void pick(cf_model *m, cf_seq *s, int row, const cf_sample_args *sa) {
     else be->ops->sample(be, s->next, lg, s->u, sa);
 }
 
-/* *next = the picked id read back as id (read or read_end), which must be a token of the vocabulary */
-static cinfer_status picked(const cf_model *m, float id, int32_t *next, cinfer_error *err) {
+/* *next = the picked id read back as id (read or read_end), which must be a token of the vocabulary; -1 is
+ * the argmax's report of a NaN or +inf among the logits of position pos */
+static cinfer_status picked(const cf_model *m, float id, int pos, int32_t *next, cinfer_error *err) {
+    if (id == -1) return cf_fail(err, CINFER_E_NOT_A_NUMBER, "the model produced non-finite logits (NaN/inf) at position %d", pos);
     if (!(id >= 0 && id < (float)m->hp.vocab))
         return cf_fail(err, CINFER_E_INTERNAL, "the %s backend picked token %g, outside the vocabulary [0, %d)", m->be->ops->name,
                        (double)id, m->hp.vocab);
@@ -586,10 +588,10 @@ static cinfer_status picked(const cf_model *m, float id, int32_t *next, cinfer_e
     return CINFER_OK;
 }
 
-static cinfer_status read_pick(cf_model *m, cf_seq *s, int32_t *next, cinfer_error *err) {
+static cinfer_status read_pick(cf_model *m, cf_seq *s, int pos, int32_t *next, cinfer_error *err) {
     float id = -1;
     CF_TRY(m->be->ops->read(m->be, &id, s->next, err));
-    return picked(m, id, next, err);
+    return picked(m, id, pos, next, err);
 }
 
 /* whether the recorded step picks as sa asks: argmax both, or the same draw */
@@ -666,7 +668,7 @@ cinfer_status cf_model_decode_step(cf_model *m, cf_seq *s, int32_t id, const cf_
     CF_TRY(check_pick(m, sa, u, err));
     s->last_row = -1;
     CF_TRY(enqueue_step(m, s, id_to_write(s, id), s->kv->n, sa, u, err));
-    cinfer_status st = read_pick(m, s, next, err);
+    cinfer_status st = read_pick(m, s, s->kv->n, next, err);
     s->id_staged = st == CINFER_OK;
     s->staged_id = *next;
     CF_TRY(st);
@@ -676,10 +678,10 @@ cinfer_status cf_model_decode_step(cf_model *m, cf_seq *s, int32_t id, const cf_
 }
 
 /* Reads back the pick of a step enqueued with read_begin into slot. */
-static cinfer_status end_pick(cf_model *m, int slot, int32_t *next, cinfer_error *err) {
+static cinfer_status end_pick(cf_model *m, int slot, int pos, int32_t *next, cinfer_error *err) {
     float id = -1;
     CF_TRY(m->be->ops->read_end(m->be, slot, &id, err));
-    return picked(m, id, next, err);
+    return picked(m, id, pos, next, err);
 }
 
 cinfer_status cf_model_decode_run(cf_model *m, cf_seq *s, int32_t id, const cf_sample_args *sa, const float *u, int n,
@@ -709,7 +711,7 @@ cinfer_status cf_model_decode_run(cf_model *m, cf_seq *s, int32_t id, const cf_s
             op->read_begin(m->be, s->next, (t + 1) & 1);
         }
         int32_t tok = 0;
-        CF_TRY(end_pick(m, t & 1, &tok, err));
+        CF_TRY(end_pick(m, t & 1, pos0 + t, &tok, err));
         cf_kv_advance(s->kv, 1);
         ++*n_done;
         if (t + 1 == n) {   /* the last step's pick is in ids row 0, its logits in row 0 */
@@ -730,5 +732,5 @@ cinfer_status cf_model_pick_last(cf_model *m, cf_seq *s, const cf_sample_args *s
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "no logits to pick from: evaluate a token first (after a truncation too)");
     if (!is_greedy(sa)) m->be->ops->write(m->be, s->u, &u);
     pick(m, s, s->last_row, sa);
-    return read_pick(m, s, next, err);
+    return read_pick(m, s, s->kv->n - 1, next, err);
 }

@@ -118,13 +118,13 @@ static void test_argmax(void) {
     const float rows[R][V] = {
         {0, 1, 2, 3, 4, 5, 6, 7, 8},
         {3, 9, 1, 9, 0, 9, 2, 2, 2},                      /* ties: lowest index */
-        {nan, 1, nan, 5, 5, nan, 0, 0, 0},                /* NaN never wins */
+        {0, 1, 0, 5, 5, nan, 0, 0, 0},                    /* a NaN: -1 (non-finite logits) */
         {-inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf},
-        {nan, nan, nan, nan, nan, nan, nan, nan, nan},    /* nothing wins: 0 */
-        {1, inf, 3, inf, 0, 0, 0, 0, 0},                  /* the first +inf */
+        {nan, nan, nan, nan, nan, nan, nan, nan, nan},
+        {1, inf, 3, inf, 0, 0, 0, 0, 0},                  /* +inf: -1 */
         {-5, -4, -3, -2, -1, -2, -3, -1, -6},
     };
-    const int32_t want[R] = {8, 1, 3, 0, 0, 1, 4};
+    const int32_t want[R] = {8, 1, -1, 0, -1, -1, 4};
     cf_tensor lg = alloc(CF_F32, R, V), ids = alloc(CF_I32, R, 1);
     op->write(be, lg, rows);
     op->argmax(be, ids, lg);

@@ -113,11 +113,17 @@ static cinfer_status cpu_read_end(cf_backend *be, int slot, float *host, cinfer_
 
 static cinfer_status cpu_sync(cf_backend *be, cinfer_error *err) { return report(CPU(be), err); }
 
+/* An id outside the table (an argmax's -1 for non-finite logits, copied into a queued step's input) gathers
+ * zeros, as on CUDA. */
 static void cpu_embed(cf_backend *be, cf_tensor out, cf_tensor table, cf_tensor ids, float scale) {
     const int32_t *id = ids.data;
     size_t es = cf_dtype_size(table.dtype);
     for (int64_t i = 0; i < out.rows; i++) {
         float *o = row(out, i);
+        if (id[i] < 0 || id[i] >= table.rows) {
+            memset(o, 0, (size_t)out.cols * sizeof *o);
+            continue;
+        }
         cf_to_f32(o, (const char *)table.data + (size_t)((int64_t)id[i] * table.stride) * es, table.dtype, (size_t)out.cols);
         if (scale != 1.0f)
             for (int64_t c = 0; c < out.cols; c++) o[c] *= scale;
@@ -300,14 +306,16 @@ static void cpu_attention_pos(cf_backend *be, cf_tensor out, cf_tensor q, cf_ten
     cpu_attention(be, out, q, kc, vc, &at);
 }
 
-/* Largest value, ties to the lowest index; NaN never wins (a row of NaN gives 0), as on CUDA. */
+/* Largest value, ties to the lowest index; -1 for a row holding a NaN or +inf, as on CUDA. */
 static void cpu_argmax(cf_backend *be, cf_tensor ids, cf_tensor logits) {
     for (int64_t r = 0; r < logits.rows; r++) {
         const float *l = row(logits, r);
-        int64_t best = -1;
-        for (int64_t i = 0; i < logits.cols; i++)
-            if (best < 0 ? l[i] == l[i] : l[i] > l[best]) best = i;
-        ((int32_t *)ids.data)[r * ids.stride] = (int32_t)(best < 0 ? 0 : best);
+        int64_t best = 0;
+        for (int64_t i = 0; i < logits.cols && best >= 0; i++) {
+            if (isnan(l[i]) || l[i] == INFINITY) best = -1;
+            else if (l[i] > l[best]) best = i;
+        }
+        ((int32_t *)ids.data)[r * ids.stride] = (int32_t)best;
     }
 }
 

@@ -62,18 +62,21 @@ static unsigned col_blocks(int64_t cols, int threads) {
     return (unsigned)(b < 32 ? b : 32);
 }
 
-__global__ void embed_kernel(TV out, TV table, TV ids, int64_t cols, float scale) {
+/* An id outside the table (the -1 of an argmax over non-finite logits, copied on the device into the next
+ * step's input) gathers zeros: the host reports that pick before it uses the step after it. */
+__global__ void embed_kernel(TV out, TV table, TV ids, int64_t cols, int64_t n_ids, float scale) {
     pdl_wait();
     pdl_launch_next();
     const int64_t i = blockIdx.x;
     const int64_t id = ((const int32_t *)ids.p)[i * ids.stride];
+    const bool valid = id >= 0 && id < n_ids;
     for (int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; c < cols; c += (int64_t)gridDim.y * blockDim.x)
-        st(out, i, c, ld(table, id, c) * scale);
+        st(out, i, c, valid ? ld(table, id, c) * scale : 0.0f);
 }
 
 extern "C" cudaError_t cfk_embed(cudaStream_t st, cf_tensor out, cf_tensor table, cf_tensor ids, float scale) {
     return launch(embed_kernel, dim3((unsigned)out.rows, col_blocks(out.cols, 256)), dim3(256), 0, st, tv(out), tv(table), tv(ids),
-                  out.cols, scale);
+                  out.cols, table.rows, scale);
 }
 
 __global__ void rmsnorm_kernel(TV out, TV x, TV w, int64_t rows, int64_t cols, float eps, float w_offset) {

@@ -1,7 +1,8 @@
 /* k_sample.cu: choosing tokens on the device so that only ids cross to the host. One block of 1024
  * threads per logits row, except argmax over up to CFK_PICK_ROWS rows: many blocks a row.
  *
- * argmax: largest value, ties to the lowest index (NaN never wins; -0 equals +0).
+ * argmax: largest value, ties to the lowest index (-0 equals +0); -1 for a row holding a NaN or +inf, which
+ * the host reports as non-finite logits.
  * sample: p_i = exp((l_i - max) / T) (unnormalized). top-k, top-p and min-p each keep a prefix of the
  * total order (p desc, id asc), so together they keep its first N = min(N_k, N_p, N_min) tokens. The
  * boundaries are found without sorting by radix descent over the bits of p (non-negative floats order
@@ -38,29 +39,37 @@ __device__ ArgMax block_argmax(ArgMax m) {
     return m;
 }
 
-__device__ ArgMax row_argmax(TV lg, int64_t r, int64_t V) {
+/* NaN never wins here; *nonfinite (where given, the same for every thread) says whether the row holds a
+ * NaN or +inf. */
+__device__ ArgMax row_argmax(TV lg, int64_t r, int64_t V, bool *nonfinite = nullptr) {
     ArgMax m = {-INFINITY, V};
+    bool nf = false;
     for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
         const float v = ld(lg, r, i);
+        nf |= !(v < INFINITY);
         if (v > m.v || (m.i == V && v == -INFINITY)) { m.v = v; m.i = i; }
     }
     m = block_argmax(m);
+    if (nonfinite) *nonfinite = __syncthreads_or(nf) != 0;
     return m.i == V ? ArgMax{-INFINITY, 0} : m;
 }
 
 __global__ void __launch_bounds__(NT) argmax_kernel(TV lg, TV ids, int64_t V) {
     pdl_wait();
     pdl_launch_next();
-    const ArgMax m = row_argmax(lg, blockIdx.x, V);
-    if (threadIdx.x == 0) ((int32_t *)ids.p)[blockIdx.x * ids.stride] = (int32_t)m.i;
+    bool nonfinite;
+    const ArgMax m = row_argmax(lg, blockIdx.x, V, &nonfinite);
+    if (threadIdx.x == 0) ((int32_t *)ids.p)[blockIdx.x * ids.stride] = nonfinite ? -1 : (int32_t)m.i;
 }
 
 /* The same spread over many blocks per row, for the latency of one row: each block folds the best of its
  * slice into the row's 64-bit key (the value's bits made to order as unsigned, then the index inverted, so
  * atomicMax keeps the largest value and, among equals, the lowest index; 0: nothing seen), and the row's
- * last block writes the id and clears the key and the block count. */
+ * last block writes the id and clears the key and the block count. A NaN or +inf takes the key AM_NONFINITE,
+ * above every value's, and the row's id is then -1. */
 #define AM_NT 256
 #define AM_SLICE 2048   /* values per block */
+#define AM_NONFINITE 0xffffffffffffffffull
 
 __device__ __forceinline__ unsigned long long am_key(float v, int64_t i) {
     uint32_t u = __float_as_uint(v);
@@ -79,7 +88,7 @@ __global__ void __launch_bounds__(AM_NT) argmax_wide_kernel(TV lg, TV ids, int64
 #pragma unroll 4
     for (int64_t i = i0 + threadIdx.x; i < i1; i += AM_NT) {
         const float v = ld(lg, r, i);
-        if (v == v) k = max(k, am_key(v, i));   /* NaN never wins */
+        k = max(k, v < INFINITY ? am_key(v, i) : AM_NONFINITE);
     }
     for (int o = 16; o > 0; o >>= 1) k = max(k, __shfl_xor_sync(0xffffffffu, k, o));
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -94,7 +103,7 @@ __global__ void __launch_bounds__(AM_NT) argmax_wide_kernel(TV lg, TV ids, int64
     __threadfence();
     k = atomicExch(best, 0ull);
     *count = 0;
-    ((int32_t *)ids.p)[r * ids.stride] = k ? (int32_t)(0xffffffffu - (uint32_t)k) : 0;
+    ((int32_t *)ids.p)[r * ids.stride] = k == AM_NONFINITE ? -1 : k ? (int32_t)(0xffffffffu - (uint32_t)k) : 0;
 }
 
 extern "C" cudaError_t cfk_argmax(cudaStream_t st, cf_tensor ids, cf_tensor logits, unsigned long long *state) {
