@@ -53,17 +53,21 @@ void cf_kv_free(cf_kv_cache *kv) {
     free(kv);
 }
 
-void cf_kv_advance(cf_kv_cache *kv, int count) {
-    kv->n += count;
-    /* A window layer of cap slots still holds positions >= n - cap; a query at position q needs
-     * q - window + 1 and up, so truncating to q is exact while q - window + 1 >= n - cap. */
+void cf_kv_written(cf_kv_cache *kv, int end) {
+    /* A window layer of cap slots still holds positions >= end - cap; a query at position q needs
+     * q - window + 1 and up, so truncating to q is exact while q - window + 1 >= end - cap. */
     for (int l = 0; l < kv->n_layers; l++) {
         const cf_kv_layer *L = &kv->layers[l];
         if (L->window > 0 && L->cap < kv->max_ctx) {
-            int f = kv->n - L->cap + L->window - 1;
+            int f = end - L->cap + L->window - 1;
             if (f > kv->floor) kv->floor = f;
         }
     }
+}
+
+void cf_kv_advance(cf_kv_cache *kv, int count) {
+    kv->n += count;
+    cf_kv_written(kv, kv->n);
 }
 
 cinfer_status cf_kv_truncate(cf_kv_cache *kv, int n, cinfer_error *err) {

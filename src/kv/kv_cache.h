@@ -2,7 +2,7 @@
  * `cap` slots; position p lives in slot p % cap. Full-attention layers get cap = max context; sliding-
  * window layers get cap = window + chunk (the largest batch of positions appended at once), so they
  * hold only what their window can still see, and a rollback of up to chunk + 1 positions from the furthest
- * position reached stays exact (`floor`). KV-shared layers (spec.shared) allocate nothing and read another
+ * position written stays exact (`floor`). KV-shared layers (spec.shared) allocate nothing and read another
  * layer's cache. */
 #ifndef CF_KV_CACHE_H
 #define CF_KV_CACHE_H
@@ -36,6 +36,9 @@ cinfer_status cf_kv_create(cf_backend *be, const cf_kv_spec *specs, int n_layers
 void cf_kv_free(cf_kv_cache *kv);
 /* Records that positions [n, n + count) have been written. */
 void cf_kv_advance(cf_kv_cache *kv, int count);
+/* Records that the slots of positions below end are about to be written, perhaps past n (a decode step
+ * queued ahead): the floor rises to what they leave. */
+void cf_kv_written(cf_kv_cache *kv, int end);
 cinfer_status cf_kv_truncate(cf_kv_cache *kv, int n, cinfer_error *err);
 int64_t cf_kv_bytes(const cf_kv_cache *kv);
 

@@ -537,6 +537,7 @@ cinfer_status cf_model_eval(cf_model *m, cf_seq *s, const int32_t *ids, int n, f
         s->id_staged = 0;
         int last_chunk = done + c == n;
         int out_rows = all_rows ? c : last_chunk ? 1 : 0;
+        cf_kv_written(s->kv, pos0 + c);
         cinfer_status st = cf_forward_chunk(m, s, c, out_rows, 0, err);
         if (st != CINFER_OK) return st;
         cf_kv_advance(s->kv, c);
@@ -639,6 +640,7 @@ static cinfer_status enqueue_step(cf_model *m, cf_seq *s, int32_t id, int32_t po
     if (id >= 0) op->write(be, cf_rows(s->ids, 0, 1), &id);
     op->write(be, cf_rows(s->pos, 0, 1), &pos);
     if (!is_greedy(sa)) op->write(be, s->u, &u);
+    cf_kv_written(s->kv, pos + 1);   /* a step queued past a stop writes a slot past the sequence's end */
     if (!m->decode_graphs) return step_ops(m, s, sa, err);
     if (!s->graph || !same_pick(s, sa)) CF_TRY(record_step(m, s, sa, err));
     op->graph_launch(be, s->graph);

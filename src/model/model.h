@@ -70,7 +70,9 @@ int cf_seq_max_ctx(const cf_seq *s);
 int cf_seq_chunk(const cf_seq *s);   /* positions per forward pass at most */
 /* Drops the tokens after the first n (rollback). Fails without changing anything when a sliding-window
  * layer no longer holds what position n would need: going back chunk + 1 positions (257 on the CPU) from
- * the furthest point reached always works. */
+ * the furthest position written always works, that is chunk positions from the end after a
+ * cf_model_decode_run stopped with a step queued past the stop. Where it succeeds it is exact: the
+ * tokens fed again give the logits of a fresh sequence. */
 cinfer_status cf_seq_truncate(cf_seq *s, int n, cinfer_error *err);
 
 /* Appends n tokens to the sequence and computes logits. logits: [n, vocab] if all_rows, else [vocab] of
@@ -106,7 +108,8 @@ cinfer_status cf_model_decode_step(cf_model *m, cf_seq *s, int32_t id, const cf_
  * (its input is step t's pick, copied on the device) before step t's token is read back, so the device
  * does not wait for the host between steps. on_token(ctx, token) gets each token in order (*n_done counts
  * them); a nonzero return stops the run there. The step queued past a stop runs too: it writes the cache
- * row past the sequence's end (the next step writes it again) and leaves no logits to pick from. u: n
+ * row past the sequence's end (the next step writes it again), which on sliding-window layers costs one
+ * position of rollback (cf_seq_truncate), and leaves no logits to pick from. u: n
  * uniforms, one per step (NULL when greedy). Fails like cf_model_decode_step, before anything changes for
  * bad arguments or n tokens past the context; a failure mid-run leaves the tokens of *n_done appended.
  * Where the model does not record steps (CPU, MoE) or the backend lacks read_begin, it runs one step at a

@@ -23,8 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static int failures;
-#define CHECK(cond, ...) do { if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
+#include "../check.h"
 
 static void write_text(const char *path, const char *text) {
     FILE *fp = fopen(path, "wb");

@@ -514,6 +514,100 @@ static void check_run(cf_model *m, const int32_t *prompt, int np) {
     cf_seq_free(s);
 }
 
+/* Exact rollback with RB_CHUNK positions per pass, so that sliding-window layers keep a ring of
+ * window + RB_CHUNK slots that wraps many times: the prompt, then RB_STEPS greedy tokens by
+ * cf_model_decode_step (run = 0) or by a cf_model_decode_run stopped there (run = 1; one step ahead where
+ * steps are recorded, so the step queued past the stop writes a slot too); then back k positions and the
+ * k tokens fed again: every logit equals, bit for bit, a fresh sequence fed the same tokens. k: 1, 2, the
+ * chunk, the chunk + 1, and back to the floor; one position below the floor is refused and changes
+ * nothing. Every token goes in on its own (a decode step's pass), so that the passes agree row for row. */
+enum { RB_CHUNK = 4, RB_PROMPT = 11, RB_STEPS = 22, RB_N = RB_PROMPT + RB_STEPS };
+
+static double diff_max(const float *a, const float *b, size_t n) {
+    double d = 0;
+    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
+    return d;
+}
+
+/* *s: the prompt (all[0 .. RB_PROMPT)), then RB_STEPS greedy tokens into all[RB_PROMPT ..] */
+static int decoded(cf_model *m, int run, cf_seq **s, int32_t *all) {
+    cinfer_error err = {0};
+    int32_t *toks = all + RB_PROMPT;
+    int ok = cf_seq_create_chunked(m, 0, RB_CHUNK, s, &err) == CINFER_OK;
+    for (int i = 0; ok && i < RB_PROMPT; i++) ok = cf_model_eval(m, *s, &all[i], 1, NULL, 0, &err) == CINFER_OK;
+    ok = ok && cf_model_pick_last(m, *s, &GREEDY, 0, &toks[0], &err) == CINFER_OK;
+    if (ok && run) {
+        collected c = {.stop_after = RB_STEPS};
+        int done = 0;
+        ok = cf_model_decode_run(m, *s, toks[0], &GREEDY, NULL, RB_STEPS + 2, collect, &c, &done, &err) == CINFER_OK &&
+             done == RB_STEPS;
+        memcpy(toks + 1, c.tok, (RB_STEPS - 1) * sizeof *toks);
+    }
+    for (int i = 1; ok && !run && i <= RB_STEPS; i++) {
+        int32_t next = 0;
+        ok = cf_model_decode_step(m, *s, toks[i - 1], &GREEDY, 0, &next, &err) == CINFER_OK;
+        if (i < RB_STEPS) toks[i] = next;
+    }
+    if (!ok) fprintf(stderr, "decode: %s\n", err.message);
+    return ok;
+}
+
+/* a fresh sequence fed all token by token: the logits at every position */
+static int fresh_logits(cf_model *m, const int32_t *all, float *out) {
+    cinfer_error err = {0};
+    cf_seq *s = NULL;
+    int ok = cf_seq_create_chunked(m, 0, RB_CHUNK, &s, &err) == CINFER_OK;
+    for (int i = 0; ok && i < RB_N; i++) ok = cf_model_eval(m, s, &all[i], 1, out + (size_t)i * V, 0, &err) == CINFER_OK;
+    if (!ok) fprintf(stderr, "fresh evaluation: %s\n", err.message);
+    cf_seq_free(s);
+    return ok;
+}
+
+static void check_exact_rollback(cf_model *m, const int32_t *prompt) {
+    int window = 0;
+    for (int l = 0; l < m->hp.n_layers; l++) window = m->hp.layers[l].window > window ? m->hp.layers[l].window : window;
+    float *want = malloc((size_t)RB_N * V * sizeof *want), *got = malloc((size_t)V * sizeof *got);
+    for (int run = 0; run < 2; run++) {
+        const char *how = run ? "decode_run" : "decode_step";
+        int32_t all[RB_N], again[RB_N];
+        memcpy(all, prompt, RB_PROMPT * sizeof *all);
+        memcpy(again, prompt, RB_PROMPT * sizeof *again);
+        cf_seq *s = NULL;
+        int ok = decoded(m, run, &s, all) && fresh_logits(m, all, want);
+        cf_seq_free(s);
+        if (!ok) { CHECK(0, "%s: exact rollback setup", how); continue; }
+        const int ks[] = {1, 2, RB_CHUNK, RB_CHUNK + 1, 0};   /* 0: to the floor */
+        for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) {
+            cinfer_error err = {0};
+            if (!decoded(m, run, &s, again) || memcmp(all, again, sizeof all)) { CHECK(0, "%s: decoding again", how); cf_seq_free(s); continue; }
+            const int fl = s->kv->floor, k = ks[j] ? ks[j] : RB_N - fl;
+            if (window > 0 && window + RB_CHUNK < cf_seq_max_ctx(s))
+                CHECK(fl > 0 && RB_N - fl >= RB_CHUNK, "%s: floor %d of %d positions (chunk %d)", how, fl, RB_N, RB_CHUNK);
+            if (!ks[j]) {   /* one below the floor: refused, nothing changed */
+                cinfer_status st = cf_seq_truncate(s, fl - 1, &err);
+                CHECK(st == CINFER_E_INVALID_ARGUMENT && cf_seq_len(s) == RB_N && s->kv->floor == fl,
+                      "%s: truncating to %d, below the floor %d: %s, length %d", how, fl - 1, fl, cinfer_status_name(st), cf_seq_len(s));
+                CHECK(fl <= 0 || strstr(err.message, "roll back") != NULL, "%s: below the floor: '%s'", how, err.message);
+            }
+            if (k > RB_N - fl) { cf_seq_free(s); continue; }  /* steps keep chunk + 1 positions, a stopped run chunk */
+            cinfer_status st = cf_seq_truncate(s, RB_N - k, &err);
+            CHECK(st == CINFER_OK, "%s: truncate %d -> %d (floor %d): %s", how, RB_N, RB_N - k, fl, err.message);
+            double worst = 0;
+            for (int p = RB_N - k; st == CINFER_OK && p < RB_N; p++) {
+                if (cf_model_eval(m, s, &all[p], 1, got, 0, &err) != CINFER_OK) { CHECK(0, "re-feed: %s", err.message); break; }
+                const float *w = want + (size_t)p * V;
+                worst = fmax(worst, diff_max(got, w, (size_t)V));
+                CHECK(!memcmp(got, w, (size_t)V * sizeof *got), "%s, back %d to %d (floor %d): the logits at %d differ from a fresh evaluation by %g",
+                      how, k, RB_N - k, fl, p, diff_max(got, w, (size_t)V));
+            }
+            if (!ks[j]) printf("  %s: back %d positions to the floor %d and on again: max error %g\n", how, k, fl, worst);
+            cf_seq_free(s);
+        }
+    }
+    free(want);
+    free(got);
+}
+
 static void check_errors(cf_model *m, const int32_t *prompt, int np) {
     cinfer_error err = {0};
     cf_seq *s;
@@ -601,6 +695,7 @@ static int run_model(const char *dir) {
         check_run(m, prompts[1], lens[1]);
         check_run(m, prompts[2], lens[2]);
         check_errors(m, prompts[1], lens[1]);
+        check_exact_rollback(m, prompts[2]);
         printf("%s, %s: %s\n", dir, graphs ? (m->hp.n_experts ? "recorder backend (MoE: op by op)" : "recorded steps replayed") : "op by op",
                failures == f0 ? "ok" : "FAIL");
     }

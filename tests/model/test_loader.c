@@ -1,6 +1,7 @@
 /* test_loader.c: a tiny Llama written by the test itself loads and runs; each kind of broken model folder
  * (missing file, malformed or truncated safetensors, wrong shape or dtype, unknown architecture, broken
- * shard index) fails with its status and a message naming the file or tensor. Also: rollback is exact. */
+ * shard index) fails with its status and a message naming the file or tensor. Also: rollback is exact, and
+ * the same weights stored as bf16 give the f32 model's logits within bf16 rounding. */
 #include "model/model.h"
 #include "format/safetensors.h"
 #include "base/status.h"
@@ -12,8 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond, ...) do { if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
+#include "../check.h"
 
 enum { D = 32, L = 2, H = 4, KV = 2, HD = 8, F = 48, V = 64 };
 static char root[2048];
@@ -22,6 +22,7 @@ static void write_text(const char *dir, const char *name, const char *text) {
     char p[4096];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     FILE *fp = fopen(p, "wb");
+    if (!fp) { perror(p); exit(1); }
     fputs(text, fp);
     fclose(fp);
 }
@@ -98,9 +99,23 @@ static void sub(char *out, const char *name) { snprintf(out, 4096, "%s/%s", root
 
 static void patch_file(const char *path, long off, const void *bytes, size_t n, long truncate_to) {
     FILE *fp = fopen(path, "r+b");
-    if (bytes) { fseek(fp, off, SEEK_SET); fwrite(bytes, 1, n, fp); }
+    if (!fp) { perror(path); exit(1); }
+    if (bytes && (fseek(fp, off, SEEK_SET) != 0 || fwrite(bytes, 1, n, fp) != n)) { perror(path); exit(1); }
     fclose(fp);
-    if (truncate_to >= 0 && truncate(path, truncate_to) != 0) perror("truncate");
+    if (truncate_to >= 0 && truncate(path, truncate_to) != 0) { perror("truncate"); exit(1); }
+}
+
+/* the logits of all 8 ids in a fresh sequence of the model in dir; 0 when it does not load or run */
+static int logits_of(const char *dir, const int32_t *ids, float *out) {
+    cinfer_error err = {0};
+    cf_model *m = NULL;
+    cf_seq *s = NULL;
+    int ok = cf_model_load(dir, NULL, &m, &err) == CINFER_OK && cf_seq_create(m, 0, &s, &err) == CINFER_OK &&
+             cf_model_eval(m, s, ids, 8, out, 1, &err) == CINFER_OK;
+    if (!ok) fprintf(stderr, "%s: %s\n", dir, err.message);
+    cf_seq_free(s);
+    cf_model_free(m);
+    return ok;
 }
 
 int main(int argc, char **argv) {
@@ -122,19 +137,20 @@ int main(int argc, char **argv) {
         CHECK(cf_model_eval(m, s, ids, 8, all, 1, &err) == CINFER_OK, "eval: %s", err.message);
         /* token by token gives the same logits as the batch */
         cf_seq *s2 = NULL;
-        cf_seq_create(m, 0, &s2, &err);
+        CHECK(cf_seq_create(m, 0, &s2, &err) == CINFER_OK, "seq: %s", err.message);
         double maxd = 0;
-        for (int i = 0; i < 8; i++) {
-            cf_model_eval(m, s2, &ids[i], 1, a, 0, &err);
+        for (int i = 0; s2 && i < 8; i++) {
+            CHECK(cf_model_eval(m, s2, &ids[i], 1, a, 0, &err) == CINFER_OK, "eval of token %d: %s", i, err.message);
             for (int j = 0; j < V; j++) maxd = fmax(maxd, fabs(a[j] - all[i * V + j]));
         }
-        CHECK(maxd < 1e-5, "incremental vs batch logits differ by %g", maxd);
+        CHECK(s2 && maxd < 1e-5, "incremental vs batch logits differ by %g", maxd);
         /* rollback: truncate to 5 and re-feed gives the same logits as before */
-        CHECK(cf_seq_truncate(s2, 5, &err) == CINFER_OK, "truncate: %s", err.message);
-        cf_model_eval(m, s2, &ids[5], 3, b, 0, &err);
+        CHECK(s2 && cf_seq_truncate(s2, 5, &err) == CINFER_OK, "truncate: %s", err.message);
+        CHECK(s2 && cf_model_eval(m, s2, &ids[5], 3, b, 0, &err) == CINFER_OK, "re-feed: %s", err.message);
         maxd = 0;
         for (int j = 0; j < V; j++) maxd = fmax(maxd, fabs(b[j] - all[7 * V + j]));
         CHECK(maxd < 1e-5, "logits after rollback differ by %g", maxd);
+        if (!s2) { cf_seq_free(s); cf_model_free(m); return 1; }
         CHECK(cf_seq_truncate(s2, 9, &err) == CINFER_E_INVALID_ARGUMENT, "truncate past the end must fail");
         /* bad token ids and overflow change nothing */
         int32_t bad[2] = {1, V};
@@ -148,10 +164,27 @@ int main(int argc, char **argv) {
         cf_seq_free(s2);
         cf_model_free(m);
     }
-    /* the same weights in bf16 load too */
+    /* the same weights in bf16: each weight moves by at most 2^-9 of itself, so every logit by a small
+     * fraction of the logits' scale (in this 2-layer model about 3e-3 of max |logit|): within 2e-2 of it.
+     * Bytes read as the wrong type or a tensor bound to another's data miss that by far. */
     sub(d, "bf16");
     write_model(d, NULL, NULL, 1);
-    CHECK(try_load(d, &err) == CINFER_OK, "bf16 model: %s", err.message);
+    {
+        const int32_t ids[8] = {3, 9, 27, 17, 51, 2, 60, 33};
+        float f32[8 * V], bf16[8 * V];
+        sub(p, "good");
+        if (logits_of(p, ids, f32) && logits_of(d, ids, bf16)) {
+            double maxd = 0, scale = 0;
+            for (int i = 0; i < 8 * V; i++) {
+                maxd = fmax(maxd, fabs((double)bf16[i] - f32[i]));
+                scale = fmax(scale, fabs((double)f32[i]));
+            }
+            printf("bf16 weights: max |logit - f32 logit| %.3g, max |logit| %.3g\n", maxd, scale);
+            CHECK(scale > 0 && maxd <= 2e-2 * scale, "bf16 logits differ from f32 by %g (max |logit| %g)", maxd, scale);
+        } else {
+            CHECK(0, "the bf16 model does not load or run");
+        }
+    }
 
     sub(d, "no-such-folder");
     expect_error("missing folder", d, CINFER_E_IO, "config.json");
@@ -213,15 +246,16 @@ int main(int argc, char **argv) {
     write_model(d, NULL, NULL, 0);
     snprintf(p, sizeof p, "%s/model.safetensors", d);
     {
-        /* rewrite the first "F32" dtype string as "I8 " is not valid JSON-preserving; use U8 of equal size */
+        /* model.norm.weight's "F32" becomes "I32", a dtype of the same width the loader does not take */
         FILE *fp = fopen(p, "r+b");
+        if (!fp) { perror(p); return 1; }
         char hdr[8192] = {0};
-        fseek(fp, 8, SEEK_SET);
-        size_t got = fread(hdr, 1, sizeof hdr - 1, fp);
+        size_t got = fseek(fp, 8, SEEK_SET) == 0 ? fread(hdr, 1, sizeof hdr - 1, fp) : 0;
         char *q = strstr(hdr, "\"model.norm.weight\"");
         char *dt = q ? strstr(q, "\"F32\"") : NULL;
-        if (dt && got) { fseek(fp, 8 + (dt - hdr), SEEK_SET); fwrite("\"I32\"", 1, 5, fp); }
+        CHECK(dt && got, "no F32 dtype of model.norm.weight in the header");
         fclose(fp);
+        if (dt && got) patch_file(p, 8 + (long)(dt - hdr), "\"I32\"", 5, -1);
     }
     expect_error("unsupported dtype", d, CINFER_E_UNSUPPORTED, "model.norm.weight");
 
@@ -244,6 +278,6 @@ int main(int argc, char **argv) {
     write_text(d, "model.safetensors.index.json", "{\"weight_map\":{\"model.norm.weight\":\"model-00001-of-00001.safetensors\"}}");
     CHECK(try_load(d, &err) == CINFER_OK, "sharded model: %s", err.message);
 
-    printf("%s\n", failures ? "FAIL" : "all loader checks passed");
+    printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }

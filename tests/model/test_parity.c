@@ -1,7 +1,7 @@
 /* test_parity.c: every fixture model under tests/fixtures/models/ against its transformers goldens:
  * max |logit - golden| over all prompt positions <= tolerance (1e-4), and the greedy continuation
  * identical, each step's top1-top2 margin within 2 * tolerance of the golden one, up to the first step
- * whose golden margin is below 1e-4. Usage: test_parity FIXTURE_DIR [device] [tolerance] */
+ * whose golden margin is below 1e-4. A case without its logits file fails. Usage: test_parity FIXTURE_DIR [device] [tolerance] */
 #include "model/model.h"
 #include "base/file.h"
 #include "base/status.h"
@@ -52,10 +52,15 @@ int main(int argc, char **argv) {
                 snprintf(path, sizeof path, "%s/%s", dir, lf->valuestring);
                 gold = (float *)cf_read_file(path, &glen);
             }
-            if (gold && glen != (size_t)n * V * sizeof(float)) {
+            if (!gold) {
+                fprintf(stderr, "case %d: no golden logits: %s\n", k,
+                        cJSON_IsString(lf) ? "cannot read the file named by \"logits\"" : "golden.json names no \"logits\" file");
+                if (cJSON_IsString(lf)) fprintf(stderr, "  (%s)\n", path);
+                failures++;
+            } else if (glen != (size_t)n * V * sizeof(float)) {
                 fprintf(stderr, "case %d: %s has %zu bytes, expected %zu\n", k, path, glen, (size_t)n * V * sizeof(float));
                 failures++;
-            } else if (gold) {
+            } else {
                 double maxd = 0;
                 for (size_t i = 0; i < (size_t)n * V; i++) maxd = fmax(maxd, fabs((double)lg[i] - gold[i]));
                 printf("%s case %d (%d tokens): max |logit - golden| = %.3g\n", dir, k, n, maxd);
