@@ -58,7 +58,9 @@ int cf_cmd_chat_template(int argc, char **argv) {
     size_t len = 0;
     int rc = 0;
     if (cf_chat_template_load(model, name, &ct, &err) != CINFER_OK) {
-        rc = cf_report(verb, &err);
+        cf_report(verb, &err);
+        /* the model folder failed, unless the template --template names is not in it */
+        rc = name && err.code == CINFER_E_INVALID_ARGUMENT ? CF_EXIT_USAGE : 1;
     } else {
         cf_chat_request req = {.messages_json = msg_text, .tools_json = tools_text, .add_generation_prompt = agp,
                                .kwargs_json = kwargs};

@@ -62,6 +62,9 @@ if [ -n "$model" ]; then
   check "detokenize no model" 1 "$bin" detokenize --model $nomodel --ids 1
   check "chat-template usage" 2 "$bin" chat-template --model "$model"
   check "chat-template no messages file" 1 "$bin" chat-template --model "$model" --messages "$tmp/none.json"
+  mkdir "$tmp/notemplate" && echo '{}' >"$tmp/notemplate/tokenizer_config.json"
+  check "chat-template model without a template" 1 "$bin" chat-template --model "$tmp/notemplate" --messages "$tmp/msgs.json"
+  check "chat-template no such --template" 2 "$bin" chat-template --model "$model" --messages "$tmp/msgs.json" --template nope
 
   check "run bad max-tokens" 2 "$bin" run --model "$model" --prompt-ids 1,2 --max-tokens abc
   check "run zero max-tokens" 2 "$bin" run --model "$model" --prompt-ids 1,2 --max-tokens 0
