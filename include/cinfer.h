@@ -179,6 +179,8 @@ typedef struct cinfer_request {
     int logprobs;                /* report the log-probability of each generated token */
     int32_t top_logprobs;        /* and the most likely alternatives, [0, CINFER_MAX_TOP_LOGPROBS] */
     const char *draft;           /* draft source for speculative decoding: NULL, "" or "none" */
+    int ids_only;                /* do not detokenize: events and the result carry ids and no text (so an
+                                    id without text never fails a run); no stop strings */
 } cinfer_request;
 
 cinfer_request cinfer_request_default(void);

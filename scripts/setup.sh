@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Debian packages cinfer needs to build and test. Idempotent: does nothing when all are present.
+# Installs the Debian packages cinfer needs to build and test (libmicrohttpd-dev for the coming `serve` verb;
+# nothing links it yet). Idempotent: does nothing when all are present.
 set -euo pipefail
 PKGS="build-essential cmake ninja-build pkg-config libcjson-dev libpcre2-dev libutf8proc-dev \
-libmicrohttpd-dev libcurl4-openssl-dev python3 python3-jinja2 clang bible-kjv-text bible-kjv"
+libmicrohttpd-dev python3 python3-jinja2 clang bible-kjv-text bible-kjv"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -107,8 +107,6 @@ typedef struct cf_backend_ops {
     void (*matmul)(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias);
     /* out = a + b (elementwise, same shape); out may alias a or b */
     void (*add)(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor b);
-    /* out = a * b (elementwise, same shape), or b broadcast when b has one row */
-    void (*mul)(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor b);
     void (*scale)(cf_backend *be, cf_tensor x, float s);
     /* out = act(gate) * up */
     void (*glu)(cf_backend *be, cf_tensor out, cf_tensor gate, cf_tensor up, cf_act act);

@@ -2,12 +2,14 @@
 #include "cli/cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int cf_usage_error(const char *verb, const char *fmt, ...) {
     va_list ap;
@@ -38,49 +40,127 @@ int cf_flag_value(const char *verb, int argc, char **argv, int *i, const char *f
     return 1;
 }
 
+/* strtol and strtof also take leading spaces, a '+', hex, "inf" and "nan": a flag value is plain decimal. */
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
 int cf_parse_long(const char *s, long lo, long hi, long *out) {
+    if (!is_digit(s[s[0] == '-']) || (s[0] == '-' && lo >= 0)) return -1;
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    if (errno || *end || v < lo || v > hi) return -1;
     *out = v;
     return 0;
 }
 
 int cf_parse_float(const char *s, float lo, float hi, float *out) {
+    const char *p = s + (s[0] == '-');
+    size_t digits = strspn(p, "0123456789");
+    if (p[digits] == '.') digits += strspn(p + digits + 1, "0123456789");
+    if (!digits) return -1;
+    for (; *p; p++)
+        if (!is_digit(*p) && !strchr(".eE+-", *p)) return -1;
     char *end;
     errno = 0;
     float v = strtof(s, &end);
-    if (errno || end == s || *end || isnan(v) || v < lo || v > hi) return -1;
+    if ((errno && v != 0) || *end || !isfinite(v) || v < lo || v > hi) return -1;
     *out = v;
     return 0;
 }
 
-int cf_parse_ids(const char *s, int32_t **ids, int *n) {
-    size_t cap = 16;
-    int cnt = 0;
-    int32_t *v = malloc(cap * sizeof *v);
-    if (!v) return -1;
-    const char *p = s;
-    while (*p) {
-        while (*p == ' ' || *p == ',') p++;
-        if (!*p) break;
-        char *end;
-        errno = 0;
-        long x = strtol(p, &end, 10);
-        if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',' && *end != ' ')) { free(v); return -1; }
-        if ((size_t)cnt == cap) {
-            int32_t *nv = realloc(v, (cap *= 2) * sizeof *nv);
-            if (!nv) { free(v); return -1; }
-            v = nv;
-        }
-        v[cnt++] = (int32_t)x;
-        p = end;
+int cf_parse_ids(const char *s, int32_t **ids, int *n, char *why, size_t why_len) {
+    size_t cnt = 1;
+    for (const char *p = s; *p; p++) cnt += *p == ',';
+    int32_t *v = malloc(cnt * sizeof *v);
+    if (!v) {
+        snprintf(why, why_len, "out of memory for %zu ids", cnt);
+        return -1;
     }
-    if (cnt == 0) { free(v); return -1; }
+    const char *p = s;
+    for (size_t k = 0; k < cnt; k++) {
+        size_t len = strcspn(p, ",");
+        size_t digits = strspn(p, "0123456789");
+        int64_t x = 0;
+        for (size_t d = 0; d < digits && x <= INT32_MAX; d++) x = x * 10 + (p[d] - '0');
+        if (!len) snprintf(why, why_len, "item %zu is empty (write ids as 5,17,300)", k + 1);
+        else if (digits != len) snprintf(why, why_len, "item %zu '%.*s' is not a token id (decimal digits only)", k + 1, (int)len, p);
+        else if (x > INT32_MAX) snprintf(why, why_len, "item %zu '%.*s' is larger than %d", k + 1, (int)len, p, INT32_MAX);
+        if (!len || digits != len || x > INT32_MAX) {
+            free(v);
+            return -1;
+        }
+        v[k] = (int32_t)x;
+        p += len + 1;
+    }
     *ids = v;
-    *n = cnt;
+    *n = (int)cnt;
     return 0;
+}
+
+int cf_read_input(const char *verb, const char *flag, const char *path, char **data, size_t *len) {
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer before the type check refuses it */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb)) {
+        fprintf(stderr, "cinfer %s: %s %s: cannot open: %s\n", verb, flag, path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return 1;
+    }
+    if (!S_ISREG(sb.st_mode) || sb.st_size > CF_MAX_INPUT_BYTES) {
+        if (!S_ISREG(sb.st_mode)) fprintf(stderr, "cinfer %s: %s %s is %s, not a regular file\n", verb, flag, path, cf_file_kind(sb.st_mode));
+        else fprintf(stderr, "cinfer %s: %s %s is %lld bytes, more than the %d MiB an input may have\n", verb, flag, path,
+                     (long long)sb.st_size, CF_MAX_INPUT_BYTES >> 20);
+        close(fd);
+        return 1;
+    }
+    size_t cap = (size_t)sb.st_size + 1, n = 0;
+    char *b = malloc(cap);
+    ssize_t k = 1;
+    while (b && n < cap && (k = read(fd, b + n, cap - n)) > 0) n += (size_t)k;
+    close(fd);
+    if (!b || k < 0 || n == cap) {
+        if (!b) fprintf(stderr, "cinfer %s: %s %s: out of memory for %zu bytes\n", verb, flag, path, cap);
+        else if (k < 0) fprintf(stderr, "cinfer %s: %s %s: cannot read: %s\n", verb, flag, path, strerror(errno));
+        else fprintf(stderr, "cinfer %s: %s %s grew while it was read\n", verb, flag, path);
+        free(b);
+        return 1;
+    }
+    b[n] = 0;
+    *data = b;
+    *len = n;
+    return 0;
+}
+
+const char *cf_file_kind(unsigned mode) {
+    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO" : S_ISCHR(mode) ? "a character device"
+         : S_ISBLK(mode) ? "a block device" : S_ISSOCK(mode) ? "a socket" : S_ISREG(mode) ? "a regular file" : "not a file";
+}
+
+int cf_check_output(const char *verb, const char *flag, const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fprintf(stderr, "cinfer %s: %s %s is %s, not a regular file\n", verb, flag, path, cf_file_kind(sb.st_mode));
+        return 1;
+    }
+    return 0;
+}
+
+FILE *cf_open_output(const char *verb, const char *flag, const char *path) {
+    if (cf_check_output(verb, flag, path)) return NULL;
+    /* O_NONBLOCK and the second check: the path may have become a FIFO since */
+    int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        fprintf(stderr, "cinfer %s: %s %s: cannot open: %s\n", verb, flag, path, strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    FILE *fp = NULL;
+    if (fstat(fd, &sb) == 0 && !S_ISREG(sb.st_mode))
+        fprintf(stderr, "cinfer %s: %s %s is %s, not a regular file\n", verb, flag, path, cf_file_kind(sb.st_mode));
+    else if (ftruncate(fd, 0) || fcntl(fd, F_SETFL, 0) || !(fp = fdopen(fd, "wb")))
+        fprintf(stderr, "cinfer %s: %s %s: cannot write: %s\n", verb, flag, path, strerror(errno));
+    if (!fp) close(fd);
+    return fp;
 }
 
 const char *cf_default_model_dir(void) {

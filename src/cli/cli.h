@@ -5,6 +5,7 @@
 #define CF_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "cinfer.h"
 #include "backend/backend.h"
 
@@ -29,11 +30,25 @@ int cf_report(const char *verb, const cinfer_error *err);
 int cf_flag_value(const char *verb, int argc, char **argv, int *i, const char *flag, const char **val);
 int cf_is_help(const char *arg);
 
-/* Strict number parsing; return 0 on success. */
+/* Strict number parsing: plain decimal, nothing before or after, in [lo, hi] (finite for floats). 0 on
+ * success. */
 int cf_parse_long(const char *s, long lo, long hi, long *out);
 int cf_parse_float(const char *s, float lo, float hi, float *out);
-/* "5,17,300" or "5 17 300" -> malloc'd ids. */
-int cf_parse_ids(const char *s, int32_t **ids, int *n);
+/* The one token-id list parser: "5,17,300" (decimal ids in [0, INT32_MAX] separated by single commas, no
+ * spaces or signs) -> malloc'd ids. On failure returns -1 with the reason in why. */
+int cf_parse_ids(const char *s, int32_t **ids, int *n, char *why, size_t why_len);
+
+/* Input files (--file, --jsonl, --messages, --tools) are regular files of at most this many bytes. */
+#define CF_MAX_INPUT_BYTES (256 << 20)
+/* Reads the input file named by flag into *data (malloc'd, NUL-terminated; *len excludes the NUL).
+ * Returns 0, or 1 after printing why the file cannot be used (never blocks on a FIFO). */
+int cf_read_input(const char *verb, const char *flag, const char *path, char **data, size_t *len);
+/* "a directory", "a FIFO", ... for a st_mode. */
+const char *cf_file_kind(unsigned mode);
+/* Output files (--out): 1 (after printing why) when path exists and is not a regular file, else 0. */
+int cf_check_output(const char *verb, const char *flag, const char *path);
+/* Opens the output file for writing from its start; NULL after printing why. */
+FILE *cf_open_output(const char *verb, const char *flag, const char *path);
 
 /* The embedded default model folder, or NULL if this build has none. */
 const char *cf_default_model_dir(void);

@@ -19,28 +19,6 @@ static const char *const USAGE =
     "  --template NAME           a named template of tokenizer_config.json (e.g. tool_use)\n"
     "  --now SECONDS             the time strftime_now sees, in seconds since the epoch\n";
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        n += fread(b + n, 1, cap - n - 1, f);
-        if (n < cap - 1) break;
-        char *nb = realloc(b, cap *= 2);
-        if (!nb) free(b);
-        b = nb;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!b || bad) {
-        free(b);
-        return NULL;
-    }
-    b[n] = 0;
-    return b;
-}
-
 int cf_cmd_chat_template(int argc, char **argv) {
     const char *verb = "chat-template", *model = NULL, *messages = NULL, *tools = NULL, *kwargs = NULL,
                *name = NULL, *now = NULL;
@@ -67,13 +45,10 @@ int cf_cmd_chat_template(int argc, char **argv) {
     if (now && cf_parse_long(now, 1, 253402300799L, &now_s))
         return cf_usage_error(verb, "--now must be a positive number of seconds, got '%s'", now);
 
-    char *msg_text = slurp(messages), *tools_text = NULL;
-    if (!msg_text) {
-        fprintf(stderr, "cinfer %s: cannot read %s\n", verb, messages);
-        return 1;
-    }
-    if (tools && !(tools_text = slurp(tools))) {
-        fprintf(stderr, "cinfer %s: cannot read %s\n", verb, tools);
+    char *msg_text = NULL, *tools_text = NULL;
+    size_t n_unused;
+    if (cf_read_input(verb, "--messages", messages, &msg_text, &n_unused)) return 1;
+    if (tools && cf_read_input(verb, "--tools", tools, &tools_text, &n_unused)) {
         free(msg_text);
         return 1;
     }
@@ -83,7 +58,9 @@ int cf_cmd_chat_template(int argc, char **argv) {
     size_t len = 0;
     int rc = 0;
     if (cf_chat_template_load(model, name, &ct, &err) != CINFER_OK) {
-        rc = cf_report(verb, &err);
+        cf_report(verb, &err);
+        /* the model folder failed, unless the template --template names is not in it */
+        rc = name && err.code == CINFER_E_INVALID_ARGUMENT ? CF_EXIT_USAGE : 1;
     } else {
         cf_chat_request req = {.messages_json = msg_text, .tools_json = tools_text, .add_generation_prompt = agp,
                                .kwargs_json = kwargs};

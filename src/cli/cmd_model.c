@@ -37,7 +37,12 @@ int cf_cmd_logits(int argc, char **argv) {
     if (!out) return cf_usage_error(verb, "--out FILE is required");
     int32_t *ids;
     int n;
-    if (cf_parse_ids(ids_s, &ids, &n)) return cf_usage_error(verb, "--prompt-ids must be a comma-separated list of token ids, got '%s'", ids_s);
+    char why[160];
+    if (cf_parse_ids(ids_s, &ids, &n, why, sizeof why)) return cf_usage_error(verb, "--prompt-ids: %s", why);
+    if (cf_check_output(verb, "--out", out)) {
+        free(ids);
+        return 1;
+    }
     cinfer_error err = {0};
     cf_model *m = NULL;
     cf_seq *s = NULL;
@@ -47,13 +52,17 @@ int cf_cmd_logits(int argc, char **argv) {
     logits = malloc((size_t)n * m->hp.vocab * sizeof *logits);
     if (!logits) { fprintf(stderr, "cinfer logits: out of memory\n"); rc = 1; goto done; }
     if (cf_model_eval(m, s, ids, n, logits, 1, &err) != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
-    FILE *fp = fopen(out, "wb");
+    FILE *fp = cf_open_output(verb, "--out", out);
     size_t cnt = (size_t)n * m->hp.vocab;
-    if (!fp || fwrite(logits, sizeof *logits, cnt, fp) != cnt) {
-        fprintf(stderr, "cinfer logits: cannot write %s\n", out);
+    if (!fp) {
         rc = 1;
+    } else {
+        int short_write = fwrite(logits, sizeof *logits, cnt, fp) != cnt;
+        if (fclose(fp) != 0 || short_write) {
+            fprintf(stderr, "cinfer logits: cannot write %s\n", out);
+            rc = 1;
+        }
     }
-    if (fp && fclose(fp) != 0) rc = 1;
 done:
     free(logits);
     free(ids);

@@ -59,7 +59,7 @@ static int float_flag(const char *verb, int argc, char **argv, int *i, const cha
     int r = cf_flag_value(verb, argc, argv, i, flag, &v);
     if (r <= 0) return r;
     if (cf_parse_float(v, -FLT_MAX, FLT_MAX, out)) {
-        cf_usage_error(verb, "%s must be a number, got '%s'", flag, v);
+        cf_usage_error(verb, "%s must be a finite decimal number, got '%s'", flag, v);
         return -1;
     }
     return 1;
@@ -177,12 +177,13 @@ static int print_event(const cinfer_event *ev, void *user) {
     return 0;
 }
 
-static void print_logprobs(const cinfer_model *m, const cinfer_result *r) {
+/* The text column is empty with --output ids, which never detokenizes. */
+static void print_logprobs(const cinfer_model *m, const cinfer_result *r, int with_text) {
     for (size_t i = 0; i < r->n_tokens; i++) {
         const cinfer_logprobs *lp = &r->logprobs[i];
         char *text = NULL;
         size_t len = 0;
-        cinfer_detokenize(m, &lp->token, 1, &text, &len, NULL);
+        if (with_text) cinfer_detokenize(m, &lp->token, 1, &text, &len, NULL);
         fprintf(stderr, "%zu\t%d\t%.5f\t%s", i, lp->token, lp->logprob, text ? text : "");
         cinfer_free(text);
         for (int k = 0; k < lp->n_top; k++) fprintf(stderr, "%s%d:%.5f", k ? " " : "\ttop ", lp->top[k].token, lp->top[k].logprob);
@@ -223,11 +224,12 @@ int cf_cmd_run(int argc, char **argv) {
     }
     int32_t *ids = NULL;
     int n_ids = 0;
+    char why[160];
     if (!o.common.model) rc = cf_usage_error(verb, "--model DIR is required (no embedded model in this build)");
     else if (!text == !ids_s) rc = cf_usage_error(verb, "give the prompt as -p TEXT or --prompt-ids LIST (one of them)");
     else if (chat && !text) rc = cf_usage_error(verb, "--chat needs the prompt as text (-p)");
-    else if (ids_s && cf_parse_ids(ids_s, &ids, &n_ids))
-        rc = cf_usage_error(verb, "--prompt-ids must be a comma-separated list of token ids, got '%s'", ids_s);
+    else if (out_ids == 1 && o.req.n_stop) rc = cf_usage_error(verb, "--stop matches text; --output ids prints no text");
+    else if (ids_s && cf_parse_ids(ids_s, &ids, &n_ids, why, sizeof why)) rc = cf_usage_error(verb, "--prompt-ids: %s", why);
     if (rc) {
         cf_gen_opts_free(&o);
         return rc;
@@ -245,6 +247,7 @@ int cf_cmd_run(int argc, char **argv) {
         q->prompt_text = text;
     }
     run_out out = {.ids = out_ids < 0 ? ids != NULL : out_ids};
+    q->ids_only = out.ids;
     cinfer_session_params sp = cinfer_session_default_params();
     sp.output = CINFER_OUTPUT_CALLBACK;
     sp.on_event = print_event;
@@ -260,7 +263,7 @@ int cf_cmd_run(int argc, char **argv) {
         rc = cf_report(verb, &err);
     } else {
         if (res->outcome == CINFER_OUTCOME_FAILED) rc = cf_report(verb, &res->error);
-        if (res->logprobs) print_logprobs(m, res);
+        if (res->logprobs) print_logprobs(m, res, !out.ids);
         if (o.stats) cf_gen_print_stats(verb, res);
     }
     cinfer_session_free(s);

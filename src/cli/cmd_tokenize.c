@@ -21,27 +21,8 @@ static const char *const DETOK_USAGE =
     "usage: cinfer detokenize [--model DIR] --ids 1,2,3 [--skip-special]\n"
     "Prints the text of the ids (as transformers' tokenizer.decode(ids)) followed by a newline.\n\n"
     "  --model DIR       model folder, or a folder holding only tokenizer files\n"
-    "  --ids LIST        token ids separated by commas or spaces\n"
+    "  --ids LIST        token ids separated by commas (5,17,300)\n"
     "  --skip-special    leave out special tokens\n";
-
-static char *read_all(FILE *f, size_t *len) {
-    size_t cap = 4096, n = 0, k;
-    char *b = malloc(cap);
-    while (b && (k = fread(b + n, 1, cap - n, f)) > 0) {
-        n += k;
-        if (n == cap) {
-            char *nb = realloc(b, cap *= 2);
-            if (!nb) free(b);
-            b = nb;
-        }
-    }
-    if (b && ferror(f)) {
-        free(b);
-        return NULL;
-    }
-    *len = n;
-    return b;
-}
 
 static unsigned hex4(const char *p, int *ok) {
     unsigned v = 0;
@@ -127,19 +108,10 @@ static int print_ids(const cf_tokenizer *tok, const char *text, size_t len, int 
     return 0;
 }
 
-static int tokenize_jsonl(const cf_tokenizer *tok, const char *path, int flags) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "cinfer tokenize: cannot open %s\n", path);
-        return 1;
-    }
-    size_t len;
-    char *data = read_all(f, &len);
-    fclose(f);
-    char *buf = data ? malloc(len + 1) : NULL;
+static int tokenize_jsonl(const cf_tokenizer *tok, const char *path, const char *data, size_t len, int flags) {
+    char *buf = malloc(len + 1);
     if (!buf) {
-        free(data);
-        fprintf(stderr, "cinfer tokenize: cannot read %s\n", path);
+        fprintf(stderr, "cinfer tokenize: out of memory for %s\n", path);
         return 1;
     }
     int rc = 0;
@@ -154,7 +126,6 @@ static int tokenize_jsonl(const cf_tokenizer *tok, const char *path, int flags) 
         i = e + 1;
     }
     free(buf);
-    free(data);
     return rc;
 }
 
@@ -187,19 +158,12 @@ int cf_cmd_tokenize(int argc, char **argv) {
         return cf_usage_error(verb, "give exactly one of --text, --file and --jsonl");
     char *data = NULL;
     size_t len = 0;
-    if (file) {
-        FILE *f = fopen(file, "rb");
-        if (!f || !(data = read_all(f, &len))) {
-            if (f) fclose(f);
-            fprintf(stderr, "cinfer %s: cannot read %s\n", verb, file);
-            return 1;
-        }
-        fclose(f);
-    }
+    if (file && cf_read_input(verb, "--file", file, &data, &len)) return 1;
+    if (jsonl && cf_read_input(verb, "--jsonl", jsonl, &data, &len)) return 1;
     cf_tokenizer *tok = NULL;
     int rc = load(verb, model, &tok);
     if (!rc) {
-        if (jsonl) rc = tokenize_jsonl(tok, jsonl, flags);
+        if (jsonl) rc = tokenize_jsonl(tok, jsonl, data, len, flags);
         else rc = print_ids(tok, file ? data : text, file ? len : strlen(text), flags);
     }
     cf_tokenizer_free(tok);
@@ -225,7 +189,8 @@ int cf_cmd_detokenize(int argc, char **argv) {
     if (!list) return cf_usage_error(verb, "--ids is required");
     int32_t *ids = NULL;
     int n = 0;
-    if (cf_parse_ids(list, &ids, &n)) return cf_usage_error(verb, "--ids must be integers separated by commas, got '%s'", list);
+    char why[160];
+    if (cf_parse_ids(list, &ids, &n, why, sizeof why)) return cf_usage_error(verb, "--ids: %s", why);
     cf_tokenizer *tok = NULL;
     int rc = load(verb, model, &tok);
     if (!rc) {

@@ -39,6 +39,7 @@ typedef struct cf_request {
     int32_t *stop_ids;
     int n_stop_ids;
     int ignore_eos;
+    int ids_only;
     char draft[64];
 } cf_request;
 

@@ -108,6 +108,8 @@ static cinfer_status check_fields(const cinfer_model *m, const cinfer_request *r
             return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "stop[%zu] is empty; stop strings must have at least one byte", i);
         if (!valid_utf8(r->stop[i])) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "stop[%zu] is not valid UTF-8", i);
     }
+    if (r->n_stop && r->ids_only)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "stop strings match text; an ids_only request has none");
     if (r->n_stop && !m->tok)
         return cf_fail(err, CINFER_E_TOKENIZER, "stop strings need the model's tokenizer.json, which this model folder lacks");
     if (r->n_stop_ids && !r->stop_ids)
@@ -215,6 +217,7 @@ cinfer_status cf_request_build(const cinfer_model *m, const cinfer_request *r, c
     out->max_tokens = max_tokens;
     out->sp = sampling_of(r);
     out->ignore_eos = r->ignore_eos != 0;
+    out->ids_only = r->ids_only != 0;
     snprintf(out->draft, sizeof out->draft, "%s", r->draft ? r->draft : "");
 
     int oom = 0;

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# test_cli.sh: the CLI contract: --help on every verb exits 0; bad flags and values exit 2 with a
-# one-line reason on stderr and nothing on stdout; run --output ids prints one line of ids; bench names its
-# decode path and pass length.
+# test_cli.sh: the CLI contract: --help on every verb exits 0; usage errors (bad flags and values) exit 2
+# with a one-line reason on stderr and nothing on stdout; runtime failures (model, file, device) exit 1
+# with a reason on stderr, for every verb; number and id-list flags are parsed strictly; input files are
+# regular files of bounded size and outputs never open a FIFO or a directory; run --output ids never
+# detokenizes; bench names its decode path and pass length.
 # usage: test_cli.sh CINFER_BIN MODEL_DIR (MODEL_DIR may be empty: model-dependent checks are skipped)
 set -u
 bin=$1
 model=${2:-}
 fails=0
 pass=0
-check() { # name expected_status cmd...
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+check() { # name expected_status cmd...   (each command gets 20 s: a hang fails as exit 124)
   local name=$1 want=$2; shift 2
   local out err st
-  out=$("$@" 2>/tmp/cinfer-cli-err.$$); st=$?
-  err=$(cat /tmp/cinfer-cli-err.$$)
+  out=$(timeout 20 "$@" 2>"$tmp/err" </dev/null); st=$?
+  err=$(cat "$tmp/err")
   if [ "$st" != "$want" ]; then
     echo "FAIL $name: exit $st, want $want; stderr: $err"; fails=$((fails+1)); return
   fi
@@ -21,6 +25,9 @@ check() { # name expected_status cmd...
       echo "FAIL $name: want one line on stderr and nothing on stdout; got stdout='$out' stderr='$err'"; fails=$((fails+1)); return
     fi
   fi
+  if [ "$want" = 1 ] && [[ "$err" != "cinfer "* ]]; then
+    echo "FAIL $name: want a 'cinfer VERB: reason' on stderr, got '$err'"; fails=$((fails+1)); return
+  fi
   pass=$((pass+1))
 }
 verbs=$("$bin" --help | awk '/^verbs:/{f=1;next} f && NF {print $1}')
@@ -28,7 +35,37 @@ verbs=$("$bin" --help | awk '/^verbs:/{f=1;next} f && NF {print $1}')
 for v in $verbs; do check "$v --help" 0 "$bin" "$v" --help; check "$v bogus flag" 2 "$bin" "$v" --no-such-flag; done
 check "no verb" 2 "$bin"
 check "unknown verb" 2 "$bin" frobnicate
+
+# hostile files: a directory, a FIFO (nothing writes to it: opening it for reading would block), an endless
+# device, a sparse file past the input limit
+mkdir "$tmp/dir"
+mkfifo "$tmp/fifo"
+truncate -s 300M "$tmp/huge"
+echo '[{"role": "user", "content": "hi"}]' >"$tmp/msgs.json"
+
 if [ -n "$model" ]; then
+  nomodel=/nonexistent/model
+  # every verb: a usage error exits 2, a runtime failure exits 1
+  check "run usage" 2 "$bin" run --model "$model" --prompt-ids 1,2 --max-tokens abc
+  check "run no model" 1 "$bin" run --model $nomodel --prompt-ids 1 --output ids
+  check "chat usage" 2 "$bin" chat --model "$model" --top-k x
+  check "chat no model" 1 "$bin" chat --model $nomodel
+  check "logits usage" 2 "$bin" logits --model "$model" --prompt-ids 1,2
+  check "logits no model" 1 "$bin" logits --model $nomodel --prompt-ids 1,2 --out "$tmp/l.f32"
+  check "info usage" 2 "$bin" info --model "$model" --context 0
+  check "info no model" 1 "$bin" info --model $nomodel
+  check "bench usage" 2 "$bin" bench --model "$model" --decode gpu
+  check "bench no model" 1 "$bin" bench --model $nomodel --prompt 4 --gen 2 --reps 1
+  check "tokenize usage" 2 "$bin" tokenize --model "$model"
+  check "tokenize no model" 1 "$bin" tokenize --model $nomodel --text hi
+  check "detokenize usage" 2 "$bin" detokenize --model "$model"
+  check "detokenize no model" 1 "$bin" detokenize --model $nomodel --ids 1
+  check "chat-template usage" 2 "$bin" chat-template --model "$model"
+  check "chat-template no messages file" 1 "$bin" chat-template --model "$model" --messages "$tmp/none.json"
+  mkdir "$tmp/notemplate" && echo '{}' >"$tmp/notemplate/tokenizer_config.json"
+  check "chat-template model without a template" 1 "$bin" chat-template --model "$tmp/notemplate" --messages "$tmp/msgs.json"
+  check "chat-template no such --template" 2 "$bin" chat-template --model "$model" --messages "$tmp/msgs.json" --template nope
+
   check "run bad max-tokens" 2 "$bin" run --model "$model" --prompt-ids 1,2 --max-tokens abc
   check "run zero max-tokens" 2 "$bin" run --model "$model" --prompt-ids 1,2 --max-tokens 0
   check "run bad ids" 2 "$bin" run --model "$model" --prompt-ids 1,x,2
@@ -37,13 +74,84 @@ if [ -n "$model" ]; then
   check "run bad device" 2 "$bin" run --model "$model" --prompt-ids 1 --device tpu
   check "run bad output" 2 "$bin" run --model "$model" --prompt-ids 1 --output xml
   check "logits no out" 2 "$bin" logits --model "$model" --prompt-ids 1,2
-  check "run missing model" 1 "$bin" run --model /nonexistent/model --prompt-ids 1 --output ids
   check "run id out of range" 2 "$bin" run --model "$model" --prompt-ids 1,99999999 --output ids
+
+  # one strict id-list parser: the same lists are refused by every verb that takes ids
+  for ids in "5,,6" ",5" "5," "+5" "-1" "5 6" " 5" "5, 6" "99999999999" "2147483648" "5x" "0x5" ""; do
+    check "run --prompt-ids '$ids'" 2 "$bin" run --model "$model" --prompt-ids "$ids" --output ids --max-tokens 1
+    check "detokenize --ids '$ids'" 2 "$bin" detokenize --model "$model" --ids "$ids"
+    check "logits --prompt-ids '$ids'" 2 "$bin" logits --model "$model" --prompt-ids "$ids" --out "$tmp/l.f32"
+  done
+  check "detokenize 5,6" 0 "$bin" detokenize --model "$model" --ids 5,6
+  timeout 20 "$bin" detokenize --model "$model" --ids 5,,6 2>"$tmp/err" >/dev/null
+  grep -q "empty" "$tmp/err" && pass=$((pass+1)) || { echo "FAIL the message for 5,,6 names the empty item: $(cat "$tmp/err")"; fails=$((fails+1)); }
+  # numbers: no leading space or sign where none belongs, no hex, no trailing junk, no overflow, no NaN or inf
+  for v in " 3" "+3" "3 " "3x" "0x3" "99999999999999999999" "-3" ""; do
+    check "run --max-tokens '$v'" 2 "$bin" run --model "$model" --prompt-ids 5 --max-tokens "$v"
+    check "run --seed '$v'" 2 "$bin" run --model "$model" --prompt-ids 5 --max-tokens 1 --seed "$v"
+  done
+  for v in nan NaN inf -inf infinity 1e999 -1e999 0.5x " 1" "0x1p-1" "" "." "1e" "--1"; do
+    check "run --temperature '$v'" 2 "$bin" run --model "$model" --prompt-ids 5 --max-tokens 1 --temperature "$v"
+    check "run --top-p '$v'" 2 "$bin" run --model "$model" --prompt-ids 5 --max-tokens 1 --top-p "$v"
+  done
+  check "run --repeat-penalty -1" 2 "$bin" run --model "$model" --prompt-ids 5 --max-tokens 1 --repeat-penalty -1
+  check "run --top-p 1.5" 2 "$bin" run --model "$model" --prompt-ids 5 --max-tokens 1 --top-p 1.5
+  check "run --logprobs 21" 2 "$bin" run --model "$model" --prompt-ids 5 --max-tokens 1 --logprobs 21
+  check "run --threads 0" 2 "$bin" run --model "$model" --prompt-ids 5 --max-tokens 1 --threads 0
+  check "run --top-k -1" 2 "$bin" run --model "$model" --prompt-ids 5 --max-tokens 1 --top-k -1
+  check "run --temperature 0.5" 0 "$bin" run --model "$model" --prompt-ids 5 --max-tokens 1 --temperature 0.5 --seed 3
+  check "run --temperature 1e-3" 0 "$bin" run --model "$model" --prompt-ids 5 --max-tokens 1 --temperature 1e-3 --seed 3
+  check "info --context ' 5'" 2 "$bin" info --model "$model" --context " 5"
+  check "chat-template --now '+5'" 2 "$bin" chat-template --model "$model" --messages "$tmp/msgs.json" --now +5
+  check "bench --prompt 0x10" 2 "$bin" bench --model "$model" --prompt 0x10
+
+  # input files: only regular files, bounded; outputs: never a FIFO or a directory
+  check "tokenize --file /dev/zero" 1 "$bin" tokenize --model "$model" --file /dev/zero
+  check "tokenize --file a directory" 1 "$bin" tokenize --model "$model" --file "$tmp/dir"
+  check "tokenize --file a FIFO" 1 "$bin" tokenize --model "$model" --file "$tmp/fifo"
+  check "tokenize --file past the limit" 1 "$bin" tokenize --model "$model" --file "$tmp/huge"
+  check "tokenize --jsonl /dev/zero" 1 "$bin" tokenize --model "$model" --jsonl /dev/zero
+  check "tokenize --jsonl a directory" 1 "$bin" tokenize --model "$model" --jsonl "$tmp/dir"
+  check "tokenize --jsonl a FIFO" 1 "$bin" tokenize --model "$model" --jsonl "$tmp/fifo"
+  check "tokenize --jsonl past the limit" 1 "$bin" tokenize --model "$model" --jsonl "$tmp/huge"
+  check "chat-template --messages a FIFO" 1 "$bin" chat-template --model "$model" --messages "$tmp/fifo"
+  check "chat-template --messages a directory" 1 "$bin" chat-template --model "$model" --messages "$tmp/dir"
+  check "chat-template --messages /dev/zero" 1 "$bin" chat-template --model "$model" --messages /dev/zero
+  check "chat-template --tools a FIFO" 1 "$bin" chat-template --model "$model" --messages "$tmp/msgs.json" --tools "$tmp/fifo"
+  check "chat-template --tools past the limit" 1 "$bin" chat-template --model "$model" --messages "$tmp/msgs.json" --tools "$tmp/huge"
+  check "logits --out a directory" 1 "$bin" logits --model "$model" --prompt-ids 5 --out "$tmp/dir"
+  check "logits --out a FIFO" 1 "$bin" logits --model "$model" --prompt-ids 5 --out "$tmp/fifo"
+  timeout 20 "$bin" tokenize --model "$model" --file /dev/zero 2>"$tmp/err" >/dev/null
+  grep -q "regular file" "$tmp/err" && pass=$((pass+1)) || { echo "FAIL the /dev/zero message says why: $(cat "$tmp/err")"; fails=$((fails+1)); }
+  printf 'hello' >"$tmp/t.txt"
+  check "tokenize --file a regular file" 0 "$bin" tokenize --model "$model" --file "$tmp/t.txt"
+  ln -s "$tmp/t.txt" "$tmp/link.txt"
+  check "tokenize --file a symlink to a regular file" 0 "$bin" tokenize --model "$model" --file "$tmp/link.txt"
+
   out=$("$bin" run --model "$model" --prompt-ids 5,17,30 --max-tokens 7 --temperature 0 --ignore-eos --output ids)
   if [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && [ "$(echo $out | wc -w)" = 7 ] && [[ "$out" =~ ^[0-9\ ]+$ ]]; then pass=$((pass+1)); else echo "FAIL run --output ids printed '$out'"; fails=$((fails+1)); fi
-  tmp=$(mktemp)
-  if "$bin" logits --model "$model" --prompt-ids 5,17,30 --out "$tmp" && [ $(( $(stat -c %s "$tmp") % 12 )) = 0 ] && [ "$(stat -c %s "$tmp")" -gt 0 ]; then pass=$((pass+1)); else echo "FAIL logits file"; fails=$((fails+1)); fi
-  rm -f "$tmp"
+  # --output ids never detokenizes: the same run on a copy of the model whose tokenizer lacks the generated
+  # ids (a padded vocabulary) prints the same ids
+  mkdir "$tmp/padded"
+  for f in "$model"/*; do [ "$(basename "$f")" = tokenizer.json ] || ln -s "$(readlink -f "$f")" "$tmp/padded/"; done
+  python3 - "$model/tokenizer.json" "$tmp/padded/tokenizer.json" $out <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+drop = {int(i) for i in sys.argv[3:]}
+vocab = t['model']['vocab']
+gone = {tok for tok, i in vocab.items() if i in drop}
+t['model']['vocab'] = {tok: i for tok, i in vocab.items() if i not in drop}
+t['added_tokens'] = [a for a in t['added_tokens'] if a['id'] not in drop]
+pair = lambda m: m.split(' ') if isinstance(m, str) else m
+t['model']['merges'] = [m for m in t['model']['merges'] if not (set(pair(m)) & gone or ''.join(pair(m)) in gone)]
+json.dump(t, open(sys.argv[2], 'w'))
+PY
+  got=$("$bin" run --model "$tmp/padded" --prompt-ids 5,17,30 --max-tokens 7 --temperature 0 --ignore-eos --output ids 2>"$tmp/err")
+  if [ "$got" = "$out" ]; then pass=$((pass+1)); else echo "FAIL run --output ids on a padded vocabulary printed '$got': $(cat "$tmp/err")"; fails=$((fails+1)); fi
+  check "run --output ids with --stop" 2 "$bin" run --model "$model" --prompt-ids 5 --max-tokens 1 --output ids --stop x
+
+  check "logits to a regular file" 0 "$bin" logits --model "$model" --prompt-ids 5,17,30 --out "$tmp/l.f32"
+  if [ $(( $(stat -c %s "$tmp/l.f32") % 12 )) = 0 ] && [ "$(stat -c %s "$tmp/l.f32")" -gt 0 ]; then pass=$((pass+1)); else echo "FAIL logits file"; fails=$((fails+1)); fi
   if "$bin" info --model "$model" | grep -q "^architecture:"; then pass=$((pass+1)); else echo "FAIL info"; fails=$((fails+1)); fi
   # bench: the decode path (the CPU picks on the device op by op unless told otherwise) and the pass length
   check "bench bad decode" 2 "$bin" bench --model "$model" --decode gpu
@@ -56,6 +164,5 @@ if [ -n "$model" ]; then
   out=$("$bin" bench ${b% --json} --decode device)
   if [[ "$out" == *"decode       4 tokens (argmax on the device, op by op)"* && "$out" == *"12 tokens in passes of 12"* ]]; then pass=$((pass+1)); else echo "FAIL bench text: $out"; fails=$((fails+1)); fi
 fi
-rm -f /tmp/cinfer-cli-err.$$
 echo "$pass passed, $fails failed"
 [ "$fails" = 0 ]

@@ -48,6 +48,10 @@ capture "$bin" run "${gen[@]}" -p "In the beginning" --output ids && ok || bad "
 capture "$bin" run "${gen[@]}" -p "In the beginning" --logprobs 3 && ok || bad "run --logprobs"
 [ "$(grep -cP '^\d+\t\d+\t-?[0-9.]+\t.*\ttop -?\d+:-?[0-9.]+ -?\d+:-?[0-9.]+ -?\d+:-?[0-9.]+$' "$tmp/err")" = 12 ] && ok || bad "logprob lines: $(head -3 "$tmp/err")"
 
+# --output ids never detokenizes: the logprob lines keep an empty text column
+capture "$bin" run "${gen[@]}" -p "In the beginning" --output ids --logprobs 2 && ok || bad "run --output ids --logprobs"
+[ "$(grep -cP '^\d+\t\d+\t-?[0-9.]+\t\ttop -?\d+:-?[0-9.]+ -?\d+:-?[0-9.]+$' "$tmp/err")" = 12 ] && ok || bad "ids logprob lines: $(head -3 "$tmp/err")"
+
 # chat: a reply equals run --chat on the same message; /reset forgets; /exit stops
 capture "$bin" run "${gen[@]}" --chat -p "Hello there" && ok || bad "run --chat"
 cp "$tmp/out" "$tmp/reply"

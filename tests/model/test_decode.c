@@ -33,7 +33,7 @@
 /* ---- the recording backend: the CPU's ops, with graph ops that record and replay ---- */
 
 typedef enum kind {
-    K_EMBED, K_RMSNORM, K_MATMUL, K_ADD, K_MUL, K_SCALE, K_GLU, K_SOFTCAP, K_ROPE, K_KV_STORE, K_ATTENTION, K_COPY,
+    K_EMBED, K_RMSNORM, K_MATMUL, K_ADD, K_SCALE, K_GLU, K_SOFTCAP, K_ROPE, K_KV_STORE, K_ATTENTION, K_COPY,
     K_FILL, K_KV_STORE_POS, K_ATTENTION_POS, K_ARGMAX, K_SAMPLE,
 } kind;
 
@@ -80,7 +80,6 @@ static void replay(cf_backend *be, const rec *r) {
     case K_RMSNORM: base->rmsnorm(be, t[0], t[1], t[2], r->f[0], r->f[1]); break;
     case K_MATMUL: base->matmul(be, t[0], t[1], t[2], t[3]); break;
     case K_ADD: base->add(be, t[0], t[1], t[2]); break;
-    case K_MUL: base->mul(be, t[0], t[1], t[2]); break;
     case K_SCALE: base->scale(be, t[0], r->f[0]); break;
     case K_GLU: base->glu(be, t[0], t[1], t[2], (cf_act)r->i[0]); break;
     case K_SOFTCAP: base->softcap(be, t[0], r->f[0]); break;
@@ -111,7 +110,6 @@ static void w_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf
     RUN_OR_RECORD(K_MATMUL, .t = {out, x, w, bias});
 }
 static void w_add(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor b) { RUN_OR_RECORD(K_ADD, .t = {out, a, b}); }
-static void w_mul(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor b) { RUN_OR_RECORD(K_MUL, .t = {out, a, b}); }
 static void w_scale(cf_backend *be, cf_tensor x, float s) { RUN_OR_RECORD(K_SCALE, .t = {x}, .f = {s}); }
 static void w_glu(cf_backend *be, cf_tensor out, cf_tensor g, cf_tensor u, cf_act act) {
     RUN_OR_RECORD(K_GLU, .t = {out, g, u}, .i = {(int)act});
@@ -212,7 +210,6 @@ static void wrap(cf_model *m, int with_graphs) {
     wrapped.rmsnorm = w_rmsnorm;
     wrapped.matmul = w_matmul;
     wrapped.add = w_add;
-    wrapped.mul = w_mul;
     wrapped.scale = w_scale;
     wrapped.glu = w_glu;
     wrapped.softcap = w_softcap;

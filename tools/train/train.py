@@ -865,7 +865,9 @@ def write_card(out_dir, res):
                             f"{c['valid_loss']:.4f}", f"{math.exp(c['valid_loss']):.2f}",
                             c["seconds"]] for c in m["curve"]]))
         L.append("")
-    L.append("The full training log is `train-log.txt` beside this file.\n")
+    L.append("The loss curves above summarize the training log (`train-log.txt` in the run's output folder, not "
+             "kept here). `results.json` beside this file is the run's record: `train.py --draft` reads it to "
+             "reuse the draft, `train.py --card` rewrites this card from it.\n")
     with open(os.path.join(out_dir, "README.md"), "w") as f:
         f.write("\n".join(L))
 

@@ -184,14 +184,6 @@ static void cpu_add(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor b) {
     }
 }
 
-static void cpu_mul(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor b) {
-    for (int64_t r = 0; r < out.rows; r++) {
-        float *o = row(out, r);
-        const float *ar = row(a, r), *br = row(b, b.rows == 1 ? 0 : r);
-        for (int64_t c = 0; c < out.cols; c++) o[c] = ar[c] * br[c];
-    }
-}
-
 static void cpu_scale(cf_backend *be, cf_tensor x, float s) {
     for (int64_t r = 0; r < x.rows; r++)
         for (int64_t c = 0; c < x.cols; c++) row(x, r)[c] *= s;
@@ -375,7 +367,6 @@ static const cf_backend_ops cpu_ops = {
     .rmsnorm = cpu_rmsnorm,
     .matmul = cpu_matmul,
     .add = cpu_add,
-    .mul = cpu_mul,
     .scale = cpu_scale,
     .glu = cpu_glu,
     .softcap = cpu_softcap,

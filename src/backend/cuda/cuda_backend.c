@@ -562,7 +562,6 @@ static void cuda_add(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor c) {
     if (cfk_cfg.fuse && pend_add(CB(be), out, a, c)) return;
     ew(CB(be), CFK_ADD, out, a, c, 0, "add");
 }
-static void cuda_mul(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor c) { ew(CB(be), CFK_MUL, out, a, c, 0, "mul"); }
 static void cuda_scale(cf_backend *be, cf_tensor x, float s) { ew(CB(be), CFK_SCALE, x, x, x, s, "scale"); }
 static void cuda_softcap(cf_backend *be, cf_tensor x, float cap) { ew(CB(be), CFK_SOFTCAP, x, x, x, cap, "softcap"); }
 static void cuda_copy(cf_backend *be, cf_tensor dst, cf_tensor src) {
@@ -734,7 +733,6 @@ static const cf_backend_ops cuda_ops = {
     .rmsnorm = cuda_rmsnorm,
     .matmul = cuda_matmul,
     .add = cuda_add,
-    .mul = cuda_mul,
     .scale = cuda_scale,
     .glu = cuda_glu,
     .softcap = cuda_softcap,
@@ -885,5 +883,3 @@ cinfer_status cf_cuda_memcpy_bandwidth(cf_backend *be, size_t bytes, int reps, d
     dev_free(b, dst);
     return st;
 }
-
-size_t cf_cuda_pool_used(cf_backend *be) { return CB(be)->direct ? 0 : CB(be)->pool.used; }

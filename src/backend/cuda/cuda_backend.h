@@ -9,7 +9,5 @@
 void cf_cuda_fill_random(cf_backend *be, cf_tensor t, uint64_t seed, float scale);
 /* cudaMemcpy device to device of `bytes`, reps times: (read + written bytes) / time */
 cinfer_status cf_cuda_memcpy_bandwidth(cf_backend *be, size_t bytes, int reps, double *gb_s, cinfer_error *err);
-/* bytes of the pool in use (0 with CINFER_CUDA_DIRECT_ALLOC) */
-size_t cf_cuda_pool_used(cf_backend *be);
 
 #endif

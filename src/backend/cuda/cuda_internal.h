@@ -36,7 +36,7 @@ cudaError_t cfk_init(void);   /* per-kernel attributes (large shared memory); on
 
 /* elementwise and row ops (k_elementwise.cu) */
 typedef enum cfk_ew {
-    CFK_ADD, CFK_MUL, CFK_SCALE, CFK_SOFTCAP, CFK_GLU_SILU, CFK_GLU_GELU, CFK_COPY, CFK_FILL
+    CFK_ADD, CFK_SCALE, CFK_SOFTCAP, CFK_GLU_SILU, CFK_GLU_GELU, CFK_COPY, CFK_FILL
 } cfk_ew;
 /* out = f(a, b) elementwise over out's shape; b broadcast when it has one row; s = scalar argument */
 cudaError_t cfk_elementwise(cudaStream_t st, cfk_ew op, cf_tensor out, cf_tensor a, cf_tensor b, float s);

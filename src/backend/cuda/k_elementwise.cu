@@ -1,4 +1,4 @@
-/* k_elementwise.cu: the memory-light ops: elementwise maps (add, mul, scale, softcap, GLU, copy, fill),
+/* k_elementwise.cu: the memory-light ops: elementwise maps (add, scale, softcap, GLU, copy, fill),
  * embedding gather, RMSNorm (one block per row), RoPE, KV-cache stores, dtype conversion, random fill.
  * Every tensor is read and written through its run-time dtype (f32, bf16, f16; i32 where the CPU allows),
  * computing in f32 with the same formulas as the CPU backend. */
@@ -26,7 +26,6 @@ __global__ void ew_kernel(EwArgs e) {
             float v;
             switch (e.op) {
             case CFK_ADD: v = ld(e.a, r, c) + ld(e.b, rb, c); break;
-            case CFK_MUL: v = ld(e.a, r, c) * ld(e.b, rb, c); break;
             case CFK_SCALE: v = ld(e.a, r, c) * e.s; break;
             case CFK_SOFTCAP: v = e.s * tanhf(ld(e.a, r, c) / e.s); break;
             case CFK_GLU_SILU: {
