@@ -38,7 +38,7 @@ tsan: setup
 # libFuzzer runs (clang, ASan + UBSan) of the tokenizer and chat-template harnesses, 30 s each
 fuzz: setup
 	@CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCINFER_CUDA=OFF -DCINFER_FUZZ=ON >/dev/null
-	@cmake --build build-fuzz -j $(JOBS) --target fuzz_tokenizer fuzz_template
+	@cmake --build build-fuzz -j $(JOBS) --target fuzz_tokenizer fuzz_tokenizer_load fuzz_template
 	@cd build-fuzz && ctest --output-on-failure -L fuzz
 
 clean:
