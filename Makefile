@@ -35,10 +35,10 @@ tsan: setup
 	@cmake --build build-tsan -j $(JOBS)
 	@cd build-tsan && ctest --output-on-failure -j $(JOBS) -L tsan $(CTEST_FLAGS)
 
-# libFuzzer runs (clang, ASan + UBSan) of the tokenizer and chat-template harnesses, 30 s each
+# libFuzzer runs (clang, ASan + UBSan): tokenizer encode and load, chat templates, safetensors headers, config.json
 fuzz: setup
 	@CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCINFER_CUDA=OFF -DCINFER_FUZZ=ON >/dev/null
-	@cmake --build build-fuzz -j $(JOBS) --target fuzz_tokenizer fuzz_template fuzz_safetensors fuzz_config
+	@cmake --build build-fuzz -j $(JOBS) --target fuzz_tokenizer fuzz_template fuzz_safetensors fuzz_config fuzz_tokenizer_load
 	@cd build-fuzz && ctest --output-on-failure -L fuzz
 
 clean:

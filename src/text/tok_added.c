@@ -177,7 +177,9 @@ cinfer_status tk_added_build(const cJSON *arr, const tk_bpe *model, const tk_nor
         if (t.normalized && norm) {
             if (tk_normalize(norm, sc, content, len, &nb)) {
                 free(t.content);
-                st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory normalizing added tokens");
+                const char *why = tk_scratch_why(sc);
+                st = why ? cf_fail(err, CINFER_E_TOKENIZER, "added token %.60s: %s", content, why)
+                         : cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory normalizing added tokens");
                 break;
             }
             if (nb.n != len || memcmp(nb.p, content, len) != 0) {

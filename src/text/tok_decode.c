@@ -217,6 +217,9 @@ static int replace(const tk_decoder *d, tk_scratch *sc, const tk_strs *in, tk_st
             tk_buf_put(&t, d->str, d->str_len);
             prev = b;
         }
+        if (rc == TK_MATCH_LIMIT)
+            tk_scratch_fail(sc, "decoder Replace pattern '%.200s' exceeded its match limit on a token of %zu bytes",
+                            tk_regex_source(d->re), n);
         tk_buf_put(&t, s + prev, n - prev);
         tk_strs_add(out, t.p ? t.p : "", t.n);
     }

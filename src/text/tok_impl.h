@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "cinfer.h"
+#include "base/status.h"
 #include "text/tok_util.h"
 
 /* ---- growable arrays ---- */
@@ -82,11 +83,16 @@ typedef struct tk_scratch tk_scratch;
 tk_scratch *tk_scratch_new(void);
 void tk_scratch_free(tk_scratch *sc);
 tk_strs *tk_scratch_strs(tk_scratch *sc); /* a list kept for reuse between decoder steps */
+/* Why a step of this call failed, when not for memory: the message of the CINFER_E_TOKENIZER status
+ * the call returns. The first failure is kept. */
+void tk_scratch_fail(tk_scratch *sc, const char *fmt, ...) CF_PRINTF(2, 3);
+const char *tk_scratch_why(const tk_scratch *sc); /* NULL when none */
 
 typedef struct tk_regex tk_regex;
 /* literal: pattern is a plain string (HF's {"String": ...}), otherwise a regex in Oniguruma syntax. */
 cinfer_status tk_regex_new(const char *pattern, size_t len, int literal, tk_regex **out, cinfer_error *err);
 void tk_regex_free(tk_regex *re);
+const char *tk_regex_source(const tk_regex *re); /* the pattern as tokenizer.json gives it */
 
 /* Iterates the matches in s[0..n) in the order Oniguruma's find_iter yields them (the onig crate's
  * rule for empty matches included); like HF's Pattern::find_matches, an empty string has none. */
@@ -97,7 +103,9 @@ typedef struct tk_regex_iter {
 } tk_regex_iter;
 
 void tk_regex_iter_init(tk_regex_iter *it, const char *s, size_t n);
-/* 1 with the next match in *ms..*me, 0 when there is none, -1 when matching failed. */
+/* 1 with the next match in *ms..*me, 0 when there is none, -1 when matching failed, TK_MATCH_LIMIT
+ * when the pattern exceeded its match, depth or stack limit (catastrophic backtracking). */
+enum { TK_MATCH_LIMIT = -2 };
 int tk_regex_next(const tk_regex *re, tk_scratch *sc, tk_regex_iter *it, size_t *ms, size_t *me);
 
 /* The code points Oniguruma (HF's regex engine) puts in Unicode property prop (a short name: L, Lu,

@@ -9,6 +9,13 @@
 #include "text/tok_impl.h"
 
 enum { N_NFC, N_NFD, N_NFKC, N_NFKD, N_LOWER, N_STRIP, N_STRIP_ACCENTS, N_REPLACE, N_PREPEND, N_BYTELEVEL, N_SEQ };
+static const char *const names[] = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Strip", "StripAccents",
+                                    "Replace", "Prepend", "ByteLevel", "Sequence"};
+
+/* A normalized text may be at most GROWTH x its input + SLACK bytes. The largest real growth is
+ * NFKD (U+FDFA: 3 bytes to 33) followed by ByteLevel (x2); anything past the bound is a chain of
+ * Replace or Prepend normalizers multiplying the text. */
+enum { GROWTH = 64, SLACK = 1 << 16 };
 
 struct tk_normalizer {
     int kind;
@@ -18,6 +25,7 @@ struct tk_normalizer {
     size_t str_len;
     tk_normalizer **kids; /* Sequence */
     size_t nkids;
+    int pos; /* 1-based place in the flattened chain, for messages */
 };
 
 void tk_normalizer_free(tk_normalizer *n) {
@@ -45,12 +53,10 @@ cinfer_status tk_pattern_parse(const cJSON *pat, const char *what, tk_regex **ou
     return cf_fail(err, CINFER_E_FORMAT, "%s: \"pattern\" must be {\"String\": ...} or {\"Regex\": ...}", what);
 }
 
-cinfer_status tk_normalizer_parse(const cJSON *j, tk_normalizer **out, cinfer_error *err) {
+static cinfer_status parse(const cJSON *j, int *pos, tk_normalizer **out, cinfer_error *err) {
     *out = NULL;
     const char *type = tk_json_type(j);
     if (!type) return cf_fail(err, CINFER_E_FORMAT, "normalizer without a \"type\"");
-    static const char *const names[] = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Strip", "StripAccents",
-                                        "Replace", "Prepend", "ByteLevel", "Sequence"};
     int kind = -1;
     for (int i = 0; i < (int)(sizeof names / sizeof *names); i++)
         if (strcmp(type, names[i]) == 0) kind = i;
@@ -58,6 +64,7 @@ cinfer_status tk_normalizer_parse(const cJSON *j, tk_normalizer **out, cinfer_er
     tk_normalizer *n = calloc(1, sizeof *n);
     if (!n) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer");
     n->kind = kind;
+    if (kind != N_SEQ) n->pos = ++*pos;
     cinfer_status st = CINFER_OK;
     if (kind == N_STRIP) {
         n->left = tk_json_bool(j, "strip_left", 1);
@@ -79,7 +86,7 @@ cinfer_status tk_normalizer_parse(const cJSON *j, tk_normalizer **out, cinfer_er
             st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading the tokenizer");
         const cJSON *it;
         if (!st) cJSON_ArrayForEach(it, arr) {
-            if ((st = tk_normalizer_parse(it, &n->kids[n->nkids], err))) break;
+            if ((st = parse(it, pos, &n->kids[n->nkids], err))) break;
             n->nkids++;
         }
     }
@@ -89,6 +96,11 @@ cinfer_status tk_normalizer_parse(const cJSON *j, tk_normalizer **out, cinfer_er
     }
     *out = n;
     return CINFER_OK;
+}
+
+cinfer_status tk_normalizer_parse(const cJSON *j, tk_normalizer **out, cinfer_error *err) {
+    int pos = 0;
+    return parse(j, &pos, out, err);
 }
 
 static int nf_map(int kind, const char *s, size_t len, tk_buf *out) {
@@ -178,7 +190,19 @@ static void strip(const char *s, size_t len, int left, int right, tk_buf *out) {
     tk_buf_put(out, s + a, b - a);
 }
 
-static void replace(const tk_normalizer *n, tk_scratch *sc, const char *s, size_t len, tk_buf *out) {
+/* The bound of a chain, and the length of the text it started from. */
+typedef struct bound {
+    size_t max, input;
+} bound;
+
+static int too_long(const tk_normalizer *n, tk_scratch *sc, const bound *bd, const tk_buf *out) {
+    if (out->n <= bd->max) return 0;
+    tk_scratch_fail(sc, "normalizer %s #%d grows the text past %zu bytes (input of %zu bytes)", names[n->kind],
+                    n->pos, bd->max, bd->input);
+    return 1;
+}
+
+static int replace(const tk_normalizer *n, tk_scratch *sc, const bound *bd, const char *s, size_t len, tk_buf *out) {
     tk_regex_iter it;
     size_t prev = 0, a, b;
     int rc;
@@ -187,12 +211,18 @@ static void replace(const tk_normalizer *n, tk_scratch *sc, const char *s, size_
         tk_buf_put(out, s + prev, a - prev);
         tk_buf_put(out, n->str, n->str_len);
         prev = b;
+        if (too_long(n, sc, bd, out)) return -1;
     }
-    if (rc < 0) out->oom = 1;
+    if (rc == TK_MATCH_LIMIT)
+        tk_scratch_fail(sc, "normalizer Replace #%d regex '%.200s' exceeded its match limit on input of %zu bytes",
+                        n->pos, tk_regex_source(n->re), len);
+    if (rc < 0) return -1;
     tk_buf_put(out, s + prev, len - prev);
+    return 0;
 }
 
-int tk_normalize(const tk_normalizer *n, tk_scratch *sc, const char *s, size_t len, tk_buf *out) {
+static int normalize(const tk_normalizer *n, tk_scratch *sc, const bound *bd, const char *s, size_t len,
+                     tk_buf *out) {
     out->n = 0;
     out->oom = 0;
     switch (n->kind) {
@@ -200,7 +230,8 @@ int tk_normalize(const tk_normalizer *n, tk_scratch *sc, const char *s, size_t l
     case N_NFD:
     case N_NFKC:
     case N_NFKD:
-        return unicode_nf(n->kind, s, len, out);
+        if (unicode_nf(n->kind, s, len, out)) return -1;
+        break;
     case N_LOWER:
         lowercase(s, len, out);
         break;
@@ -216,7 +247,7 @@ int tk_normalize(const tk_normalizer *n, tk_scratch *sc, const char *s, size_t l
         }
         break;
     case N_REPLACE:
-        replace(n, sc, s, len, out);
+        if (replace(n, sc, bd, s, len, out)) return -1;
         break;
     case N_PREPEND:
         if (len) tk_buf_put(out, n->str, n->str_len);
@@ -232,16 +263,21 @@ int tk_normalize(const tk_normalizer *n, tk_scratch *sc, const char *s, size_t l
         int rc = 0;
         for (size_t i = 0; i < n->nkids && !rc; i++) {
             tk_buf *dst = (i + 1 == n->nkids) ? out : &tmp[i & 1];
-            rc = tk_normalize(n->kids[i], sc, cur, cur_len, dst);
+            rc = normalize(n->kids[i], sc, bd, cur, cur_len, dst);
             cur = dst->p ? dst->p : "";
             cur_len = dst->n;
         }
         if (!rc && n->nkids == 0) tk_buf_put(out, s, len);
         tk_buf_free(&tmp[0]);
         tk_buf_free(&tmp[1]);
-        if (rc) return rc;
-        break;
+        return rc || out->oom ? -1 : 0;
     }
     }
-    return out->oom ? -1 : 0;
+    if (out->oom || too_long(n, sc, bd, out)) return -1;
+    return 0;
+}
+
+int tk_normalize(const tk_normalizer *n, tk_scratch *sc, const char *s, size_t len, tk_buf *out) {
+    bound bd = {len > (SIZE_MAX - SLACK) / GROWTH ? SIZE_MAX : len * GROWTH + SLACK, len};
+    return normalize(n, sc, &bd, s, len, out);
 }

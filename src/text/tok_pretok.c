@@ -192,6 +192,9 @@ static int feed_regex(run *r, const tk_regex *re, const char *s, size_t n, int i
         if (tk_splitter_feed(sp, a, b, !invert)) return -1;
         prev = b;
     }
+    if (rc == TK_MATCH_LIMIT)
+        tk_scratch_fail(r->sc, "pre-tokenizer Split regex '%.200s' exceeded its match limit on input of %zu bytes",
+                        tk_regex_source(re), n);
     if (rc < 0) return -1;
     if (prev != n && tk_splitter_feed(sp, prev, n, invert)) return -1;
     return tk_splitter_finish(sp) ? -1 : 0;

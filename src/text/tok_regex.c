@@ -5,6 +5,8 @@
  * that follows a non-empty one is dropped. Also owns the per-call scratch (match data, JIT stack). */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,25 +15,44 @@
 
 struct tk_regex {
     pcre2_code *code; /* NULL for a non-empty literal */
+    char *src;        /* the pattern, for messages */
     char *lit;
     size_t lit_len;
 };
 
 struct tk_scratch {
     pcre2_match_data *md;
-    pcre2_match_context *mctx; /* with a large JIT stack, made when the default one is too small */
+    pcre2_match_context *mctx; /* the limits below; a large JIT stack once the default one is too small */
     pcre2_jit_stack *jit;
     tk_strs spare; /* decoders' second list */
+    char why[320];
 };
+
+/* Backtracking bounds of one pcre2_match call. Real tokenizers' patterns take a few steps per byte;
+ * catastrophic ones (nested quantifiers) take exponentially many and hit the limit within a few
+ * hundred bytes. The match limit grows with the subject so that megabyte-long runs still match. */
+enum { MATCH_LIMIT_BASE = 10000000, MATCH_LIMIT_PER_BYTE = 64, DEPTH_LIMIT = 100000 };
+
+void tk_scratch_fail(tk_scratch *sc, const char *fmt, ...) {
+    if (sc->why[0]) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sc->why, sizeof sc->why, fmt, ap);
+    va_end(ap);
+}
+
+const char *tk_scratch_why(const tk_scratch *sc) { return sc && sc->why[0] ? sc->why : NULL; }
 
 tk_scratch *tk_scratch_new(void) {
     tk_scratch *sc = calloc(1, sizeof *sc);
     if (!sc) return NULL;
     sc->md = pcre2_match_data_create(16, NULL);
-    if (!sc->md) {
-        free(sc);
+    sc->mctx = pcre2_match_context_create(NULL);
+    if (!sc->md || !sc->mctx) {
+        tk_scratch_free(sc);
         return NULL;
     }
+    pcre2_set_depth_limit(sc->mctx, DEPTH_LIMIT);
     return sc;
 }
 
@@ -167,11 +188,17 @@ static char *onig_to_pcre(const char *p, size_t n, size_t *out_len) {
 
 cinfer_status tk_regex_new(const char *pattern, size_t len, int literal, tk_regex **out, cinfer_error *err) {
     tk_regex *re = calloc(1, sizeof *re);
+    if (re && !(re->src = malloc(len + 1))) {
+        free(re);
+        re = NULL;
+    }
     if (!re) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory compiling a pattern");
+    memcpy(re->src, pattern, len);
+    re->src[len] = 0;
     if (literal && len > 0) {
         re->lit = malloc(len);
         if (!re->lit) {
-            free(re);
+            tk_regex_free(re);
             return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory compiling a pattern");
         }
         memcpy(re->lit, pattern, len);
@@ -182,7 +209,7 @@ cinfer_status tk_regex_new(const char *pattern, size_t len, int literal, tk_rege
     size_t plen = 0;
     char *p = onig_to_pcre(pattern, len, &plen);
     if (!p) {
-        free(re);
+        tk_regex_free(re);
         return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory compiling a pattern");
     }
     int ec;
@@ -192,7 +219,7 @@ cinfer_status tk_regex_new(const char *pattern, size_t len, int literal, tk_rege
     if (!re->code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        free(re);
+        tk_regex_free(re);
         return cf_fail(err, CINFER_E_UNSUPPORTED, "pattern /%.*s/ does not compile at offset %zu: %s",
                        (int)(len > 200 ? 200 : len), pattern, (size_t)eo, (const char *)msg);
     }
@@ -204,6 +231,7 @@ cinfer_status tk_regex_new(const char *pattern, size_t len, int literal, tk_rege
 void tk_regex_free(tk_regex *re) {
     if (!re) return;
     pcre2_code_free(re->code);
+    free(re->src);
     free(re->lit);
     free(re);
 }
@@ -219,11 +247,11 @@ static const char *find_lit(const char *s, size_t n, const char *lit, size_t L) 
     return NULL;
 }
 
+const char *tk_regex_source(const tk_regex *re) { return re->src; }
+
 static int big_jit_stack(tk_scratch *sc) {
-    if (sc->mctx) return 0;
     sc->jit = pcre2_jit_stack_create(64 * 1024, 64 * 1024 * 1024, NULL);
-    sc->mctx = pcre2_match_context_create(NULL);
-    if (!sc->jit || !sc->mctx) return -1;
+    if (!sc->jit) return -1;
     pcre2_jit_stack_assign(sc->mctx, NULL, sc->jit);
     return 0;
 }
@@ -251,11 +279,18 @@ int tk_regex_next(const tk_regex *re, tk_scratch *sc, tk_regex_iter *it, size_t 
         return 1;
     }
     while (it->last_end <= n) {
+        size_t rest = n - it->last_end;
+        pcre2_set_match_limit(sc->mctx, rest > (UINT32_MAX - MATCH_LIMIT_BASE) / MATCH_LIMIT_PER_BYTE
+                                            ? UINT32_MAX
+                                            : (uint32_t)(MATCH_LIMIT_BASE + rest * MATCH_LIMIT_PER_BYTE));
         int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, it->last_end, PCRE2_NO_UTF_CHECK, sc->md, sc->mctx);
-        if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !sc->mctx) {
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !sc->jit) {
             if (big_jit_stack(sc)) return -1;
             continue;
         }
+        if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT ||
+            rc == PCRE2_ERROR_JIT_STACKLIMIT)
+            return TK_MATCH_LIMIT;
         if (rc == PCRE2_ERROR_NOMATCH) {
             it->last_end = n + 1;
             return 0;

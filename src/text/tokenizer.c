@@ -377,6 +377,9 @@ cinfer_status cf_tokenizer_encode(const cf_tokenizer *tok, const char *text, siz
         done = raw;
         raw = (tk_ids){0};
     }
+    cinfer_status st = CINFER_OK;
+    if (rc && tk_scratch_why(sc)) st = cf_fail(err, CINFER_E_TOKENIZER, "%s", tk_scratch_why(sc));
+    else if (rc) st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory encoding %zu bytes", len);
     tk_scratch_free(sc);
     tk_bpe_work_free(cache);
     tk_pieces_free(&a);
@@ -384,9 +387,9 @@ cinfer_status cf_tokenizer_encode(const cf_tokenizer *tok, const char *text, siz
     tk_ids_free(&raw);
     tk_buf_free(&nb);
     tk_buf_free(&fixed);
-    if (rc) {
+    if (st) {
         tk_ids_free(&done);
-        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory encoding %zu bytes", len);
+        return st;
     }
     if (!done.v && !(done.v = malloc(sizeof *done.v)))
         return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory encoding %zu bytes", len);
@@ -419,6 +422,12 @@ cinfer_status cf_tokenizer_decode(const cf_tokenizer *tok, const int32_t *ids, s
     if (!rc && tok->dec) {
         tk_scratch *sc = tk_scratch_new();
         rc = !sc || tk_decode_chain(tok->dec, sc, &toks);
+        if (rc && tk_scratch_why(sc)) {
+            cinfer_status st = cf_fail(err, CINFER_E_TOKENIZER, "%s", tk_scratch_why(sc));
+            tk_scratch_free(sc);
+            tk_strs_free(&toks);
+            return st;
+        }
         tk_scratch_free(sc);
         if (!rc) tk_buf_put(&out, toks.text.p ? toks.text.p : "", toks.text.n);
     } else if (!rc) {

@@ -40,9 +40,19 @@ int main(int argc, char **argv) {
     size_t jl, dl;
     char *json = tt_read(argv[3], &jl), *doc = tt_read(argv[2], &dl);
     cJSON *root = json ? cJSON_Parse(json) : NULL;
-    cJSON *want = cJSON_GetObjectItem(cJSON_GetObjectItem(root, argv[4]), argv[5]);
-    if (!doc || !want) {
-        printf("FAIL: no entry %s/%s in %s, or %s unreadable\n", argv[4], argv[5], argv[3], argv[2]);
+    cJSON *entry = cJSON_GetObjectItem(root, argv[4]);
+    cJSON *want = cJSON_GetObjectItem(entry, argv[5]);
+    const cJSON *want_n = cJSON_GetObjectItem(want, "tokens"), *want_crc = cJSON_GetObjectItem(want, "crc32");
+    const char *sum = cJSON_GetStringValue(cJSON_GetObjectItem(entry, "tokenizer_fnv1a64"));
+    if (!doc || !cJSON_IsNumber(want_n) || !cJSON_IsNumber(want_crc) || !sum) {
+        printf("FAIL: no entry %s/%s with tokens, crc32 and %s.tokenizer_fnv1a64 in %s, or %s unreadable\n", argv[4],
+               argv[5], argv[4], argv[3], argv[2]);
+        return 1;
+    }
+    char have[17];
+    if (!tt_fnv1a64_file(path, have) || strcmp(sum, have) != 0) {
+        printf("FAIL: %s: golden made for another tokenizer (checksum %s, file has %s): regenerate with "
+               "tools/text/make_token_goldens.py --doc\n", argv[3], sum, have);
         return 1;
     }
     cinfer_error err = {0};
@@ -63,10 +73,9 @@ int main(int argc, char **argv) {
         int k = snprintf(num, sizeof num, i ? " %d" : "%d", (int)ids[i]);
         crc = crc32_update(crc, num, (size_t)k);
     }
-    double want_n = cJSON_GetObjectItem(want, "tokens")->valuedouble;
-    double want_crc = cJSON_GetObjectItem(want, "crc32")->valuedouble;
-    tt_check((double)n == want_n, "%s: %zu ids, HF has %.0f", argv[5], n, want_n);
-    tt_check((double)crc == want_crc, "%s: CRC-32 of the ids %u, HF's %.0f", argv[5], crc, want_crc);
+    tt_check((double)n == want_n->valuedouble, "%s: %zu ids, HF has %.0f", argv[5], n, want_n->valuedouble);
+    tt_check((double)crc == want_crc->valuedouble, "%s: CRC-32 of the ids %u, HF's %.0f", argv[5], crc,
+             want_crc->valuedouble);
     if (cJSON_IsTrue(cJSON_GetObjectItem(want, "roundtrip"))) {
         char *back;
         size_t bl;

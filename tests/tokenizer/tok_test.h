@@ -193,6 +193,18 @@ static inline char **tt_inputs(const char *path, size_t **lens, size_t *n) {
 }
 
 /* "1 2 3" -> ids; returns the count. */
+/* FNV-1a 64 of a file as 16 hex digits (tools/text/make_token_goldens.py writes the same); 0 if unreadable. */
+static inline int tt_fnv1a64_file(const char *path, char hex[17]) {
+    size_t n;
+    char *p = tt_read(path, &n);
+    if (!p) return 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 0x100000001b3ull;
+    free(p);
+    snprintf(hex, 17, "%016llx", (unsigned long long)h);
+    return 1;
+}
+
 static inline size_t tt_parse_ids(const char *s, int32_t **ids) {
     size_t cap = 16, n = 0;
     *ids = malloc(cap * sizeof **ids);

@@ -39,13 +39,20 @@ function withoutSpecials(json) {
   return Tokenizer.fromString(JSON.stringify(t));
 }
 
+// FNV-1a 64 of tokenizer.json: test_golden and test_doc compare it with the file they load.
+function fnv1a64(buf) {
+  let h = 0xcbf29ce484222325n;
+  for (const byte of buf) h = ((h ^ BigInt(byte)) * 0x100000001b3n) & 0xffffffffffffffffn;
+  return h.toString(16).padStart(16, '0');
+}
+
 const ids = (e) => Array.from(e.getIds()).join(' ');
 
 async function gold(dir, inputs, out) {
   const json = fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8');
   const tok = Tokenizer.fromString(json);
   const plain = withoutSpecials(json);
-  const lines = [];
+  const lines = ['#fnv1a64=' + fnv1a64(fs.readFileSync(path.join(dir, 'tokenizer.json')))];
   for (const t of readInputs(inputs)) {
     const a = await tok.encode(t, null, { addSpecialTokens: true });
     const b = await tok.encode(t, null, { addSpecialTokens: false });
@@ -57,7 +64,7 @@ async function gold(dir, inputs, out) {
       e === t ? '=' : JSON.stringify(e), f === t ? '=' : JSON.stringify(f)].join('\t'));
   }
   fs.writeFileSync(out, zlib.gzipSync(lines.join('\n') + '\n', { level: 9 }));
-  console.log(`${out}: ${lines.length} lines`);
+  console.log(`${out}: ${lines.length - 1} lines`);
 }
 
 function crc32(buf) {
@@ -74,7 +81,7 @@ async function docs(out, toks, files) {
   const result = {};
   for (const [name, dir] of toks) {
     const tok = Tokenizer.fromFile(path.join(dir, 'tokenizer.json'));
-    result[name] = {};
+    result[name] = { tokenizer_fnv1a64: fnv1a64(fs.readFileSync(path.join(dir, 'tokenizer.json'))) };
     for (const [dname, file] of files) {
       const text = fs.readFileSync(file).toString('utf8');
       const t0 = process.hrtime.bigint();

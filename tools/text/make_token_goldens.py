@@ -51,6 +51,19 @@ def load_inputs():
     return out
 
 
+def fnv1a64(path):
+    """The checksum test_golden and test_doc compare with the tokenizer.json they load."""
+    h = 0xcbf29ce484222325
+    with open(path, "rb") as f:
+        for b in f.read():
+            h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return "%016x" % h
+
+
+def header(tokenizer_json):
+    return "#fnv1a64=" + fnv1a64(tokenizer_json)
+
+
 def ids_str(ids):
     return " ".join(map(str, ids))
 
@@ -100,7 +113,8 @@ def real_tokenizer(name, d, texts, outdir):
     tmp = open_tokenizer_dir(d)
     tok = Tokenizer.from_file(os.path.join(tmp, "tokenizer.json"))
     lines = gold_lines(tok, texts)
-    write_gz(os.path.join(outdir, name + ".gold.gz"), "\n".join(lines) + "\n")
+    write_gz(os.path.join(outdir, name + ".gold.gz"),
+             "\n".join([header(os.path.join(tmp, "tokenizer.json"))] + lines) + "\n")
     print("%s: %d lines, %d tokens" % (name, len(lines), sum(len(l.split("\t")[0].split()) for l in lines)))
     try:
         from transformers import AutoTokenizer
@@ -260,7 +274,7 @@ def unit(outdir):
         tok = Tokenizer.from_file(os.path.join(d, fn))
         lines = gold_lines(tok, UNIT_INPUTS)
         with open(os.path.join(outdir, "unit", fn[:-5] + ".gold"), "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
+            f.write("\n".join([header(os.path.join(d, fn))] + lines) + "\n")
         print("unit %s: %d lines" % (fn, len(lines)))
     with open(os.path.join(outdir, "unit", "inputs.json"), "w", encoding="utf-8") as f:
         json.dump(UNIT_INPUTS, f, ensure_ascii=False, indent=0)
@@ -282,8 +296,8 @@ def documents(toks, docs, outdir):
     for name, d in toks:
         tmp = open_tokenizer_dir(d)
         tok = Tokenizer.from_file(os.path.join(tmp, "tokenizer.json"))
+        out[name] = {"tokenizer_fnv1a64": fnv1a64(os.path.join(tmp, "tokenizer.json"))}
         shutil.rmtree(tmp)
-        out[name] = {}
         for dname, path in docs:
             text = read_doc(path)
             t0 = time.perf_counter()
