@@ -5,17 +5,17 @@
  * then the GPU's decode_run against its single steps, and its rollback against a fresh GPU sequence.
  *
  * Bounds, as max |gpu - cpu| over all logits against max |cpu logit| (the CPU computes in f32 from the
- * bf16 weights, the GPU reads the same weights, so only activations and summation order differ):
- *   - f32 activations: summation order and fast math, about 1e-5 of the scale; bound 2e-3.
- *   - bf16 activations: every op's output is rounded to 8 significant bits (a relative 2^-9 = 2e-3),
- *     about ten roundings a layer that add mostly at random, so a few 1e-3 of the scale after the fixtures'
- *     2 to 5 layers; bound 2e-2.
- * Mixture-of-experts layers get the same bounds: their routers read the same weights, so only a routing
- * gap below the activations' error can flip an expert (gemma4-moe's smallest gap over its golden prompts
- * is 5.5e-3, tests/fixtures/models/manifest.json); a flip fails here, as a real difference would.
- * Greedy: the ids must agree token for token; the comparison stops early only at a real near-tie, a step
- * where the ids differ and the CPU's top-1/top-2 margin is within twice that step's measured logit error
- * (the error alone explains the swap), and at least MIN_COMPARED of the N_GEN ids must have been compared.
+ * bf16 weights, the GPU reads the same weights, so only activations and summation order differ). Both GPU
+ * modes feed every GEMM's activations to cuBLAS in bf16 (a relative 2^-9 rounding of each input), so
+ * "f32 activations" only keeps the rest of the step (norms, attention, residual stream) in f32. Measured on
+ * the H200 over the fixtures (2 to 5 layers): bf16 activations 0.4-3.9% of the scale, f32 activations
+ * 0.4-2.4%; bounds BF16_ACT_BOUND and F32_ACT_BOUND above that, well below the 10% the old test allowed
+ * and below what a wrong op gives (a missing norm or RoPE moves logits by tens of percent). Mixture-of-
+ * experts models get the same bounds: a routing flip fails here, as a real difference would.
+ * Greedy: both backends are fed the CPU's pick at every step (teacher forcing), so one near-tie does not
+ * end the comparison; each step's picks must agree, or differ only at a real near-tie (the CPU's top-1/
+ * top-2 margin within twice that step's measured logit error), and at least MIN_COMPARED of the N_GEN
+ * picks must be identical.
  *
  * usage: test_cuda_model FIXTURE_DIR TMP        the GPU against the CPU (exit 77, SKIP, without a GPU)
  *        test_cuda_model --cpu FIXTURE_DIR TMP  where there is no GPU: every weight of the copy is the bf16
@@ -36,7 +36,9 @@
 
 #define N_PROMPT 16
 #define N_GEN 32
-#define MIN_COMPARED 24
+#define MIN_COMPARED 28    /* greedy picks that must be identical, of N_GEN */
+#define BF16_ACT_BOUND 5e-2
+#define F32_ACT_BOUND 3e-2
 
 /* ---- the bf16 copy ---- */
 
@@ -166,42 +168,48 @@ static int compare(const char *label, cf_model *ref, cf_model *dev, double rel_b
     printf("%-4s %s: prompt logits: max |error| %.4g, max |logit| %.4g, bound %.4g (%g of it)%s\n", fail ? "FAIL" : "ok", label, me,
            scale, bound, rel_bound, ref->hp.n_experts ? ", mixture of experts" : "");
 
+    if (fail) {  /* where the error lies: one figure per prompt position */
+        printf("     per position:");
+        for (int p = 0; p < N_PROMPT; p++) {
+            double sp = 0;
+            printf(" %.3g", err_of(ld + (size_t)p * V, lr + (size_t)p * V, (size_t)V, &sp));
+        }
+        printf("\n");
+    }
+
+    /* greedy, both sequences fed the CPU's pick (so one near-tie does not end the comparison) */
     float *r = lr + (size_t)(N_PROMPT - 1) * V, *d = ld + (size_t)(N_PROMPT - 1) * V;
-    int compared = 0;
+    int same = 0, ties = 0;
     double step_err = me, gen_err = 0;
     for (int t = 0; t < N_GEN; t++) {
         float mr, md;
         int32_t a = top(r, V, &mr), b = top(d, V, &md);
-        if (a != b) {
-            if (mr <= 2 * step_err) {
-                printf("     greedy: a near-tie at step %d: CPU %d, other %d, CPU margin %.3g within twice the step's error %.3g\n", t, a,
-                       b, mr, step_err);
-                break;
-            }
-            printf("FAIL %s: greedy step %d: %d, reference %d (reference margin %.3g, the step's error %.3g)\n", label, t, b, a, mr,
-                   step_err);
+        if (a == b) same++;
+        else if (mr <= 2 * step_err) {
+            ties++;
+            printf("     greedy: a near-tie at step %d: CPU %d, GPU %d, CPU margin %.3g within twice the step's error %.3g\n", t, a, b,
+                   mr, step_err);
+        } else {
+            printf("FAIL %s: greedy step %d: GPU %d, CPU %d (CPU margin %.3g, the step's error %.3g)\n", label, t, b, a, mr, step_err);
             fail = 1;
-            break;
         }
-        compared++;
         if (t + 1 == N_GEN) break;
-        if (cf_model_eval(ref, sr, &a, 1, r, 0, &e) || cf_model_eval(dev, sd, &b, 1, d, 0, &e)) {
+        if (cf_model_eval(ref, sr, &a, 1, r, 0, &e) || cf_model_eval(dev, sd, &a, 1, d, 0, &e)) {
             fprintf(stderr, "%s: %s\n", label, e.message);
             fail = 1;
             break;
         }
-        double s = 0;
-        step_err = err_of(d, r, (size_t)V, &s);
+        double sc = 0;
+        step_err = err_of(d, r, (size_t)V, &sc);
         gen_err = fmax(gen_err, step_err);
         if (!(step_err <= bound)) {
             printf("FAIL %s: greedy step %d: logits differ by %.4g, bound %.4g\n", label, t + 1, step_err, bound);
             fail = 1;
-            break;
         }
     }
-    if (compared < MIN_COMPARED) fail = 1;
-    printf("%-4s %s: greedy: %d of %d ids compared and identical (at least %d), their logits within %.4g\n",
-           compared < MIN_COMPARED ? "FAIL" : "    ", label, compared, N_GEN, MIN_COMPARED, gen_err);
+    if (same < MIN_COMPARED) fail = 1;
+    printf("%-4s %s: greedy: %d of %d picks identical (at least %d), %d near-ties, logits within %.4g\n",
+           same < MIN_COMPARED ? "FAIL" : "    ", label, same, N_GEN, MIN_COMPARED, ties, gen_err);
 out:
     cf_seq_free(sr);
     cf_seq_free(sd);
@@ -279,15 +287,20 @@ static int check_rollback(const char *dir, cf_model *gpu, double rel_bound) {
              cf_model_pick_last(gpu, s, &greedy, 0, &all[N_PROMPT], &e) == CINFER_OK &&
              cf_model_decode_run(gpu, s, all[N_PROMPT], &greedy, NULL, STEPS, collect, &c, &done, &e) == CINFER_OK && done == STEPS - 1;
     if (ok) memcpy(all + N_PROMPT + 1, c.tok, (STEPS - 1) * sizeof *all);
-    const int n = N_PROMPT + STEPS, fl = s ? s->kv->floor : 0, to = fl > N_PROMPT ? fl : N_PROMPT;
-    ok = ok && cf_seq_len(s) == n && cf_seq_truncate(s, to, &e) == CINFER_OK && cf_model_eval(gpu, f, all, to, NULL, 0, &e) == CINFER_OK;
+    /* the run returned STEPS - 1 tokens after all[N_PROMPT]; the last of them is not in the sequence yet */
+    const int n = N_PROMPT + STEPS - 1, fl = s ? s->kv->floor : 0, to = fl > N_PROMPT ? fl : N_PROMPT;
+    if (ok && cf_seq_len(s) != n) {
+        ok = 0;
+        snprintf(e.message, sizeof e.message, "the sequence holds %d positions after the run, %d expected", cf_seq_len(s), n);
+    }
+    ok = ok && cf_seq_truncate(s, to, &e) == CINFER_OK && cf_model_eval(gpu, f, all, to, NULL, 0, &e) == CINFER_OK;
     double worst = 0, scale = 0;
     for (int p = to; ok && p < n; p++) {
         ok = cf_model_eval(gpu, s, &all[p], 1, got, 0, &e) == CINFER_OK && cf_model_eval(gpu, f, &all[p], 1, want, 0, &e) == CINFER_OK;
         if (ok) worst = fmax(worst, err_of(got, want, (size_t)V, &scale));
     }
     int fail = !ok || !(worst <= rel_bound * scale);
-    if (!ok) printf("FAIL %s: rollback: %s\n", dir, e.message);
+    if (!ok) printf("FAIL %s: rollback (floor %d, length %d): %s\n", dir, fl, s ? cf_seq_len(s) : -1, e.message);
     else printf("%-4s %s: decode_run, back %d positions to %d (floor %d), fed again: max |error| %.4g against a fresh sequence, bound %.4g\n",
                 fail ? "FAIL" : "ok", dir, n - to, to, fl, worst, rel_bound * scale);
     cf_seq_free(s);
@@ -312,7 +325,7 @@ static int run_gpu(const char *bf16_dir, cf_model *cpu, int f32_act) {
     if (st != CINFER_OK) { fprintf(stderr, "load %s on cuda: %s\n", bf16_dir, e.message); return 1; }
     char label[4200];
     snprintf(label, sizeof label, "%s, cuda vs cpu, %s activations", bf16_dir, f32_act ? "f32" : "bf16");
-    const double bound = f32_act ? 2e-3 : 2e-2;
+    const double bound = f32_act ? F32_ACT_BOUND : BF16_ACT_BOUND;
     int fail = compare(label, cpu, gpu, bound);
     if (check_run(bf16_dir, gpu)) fail = 1;
     if (check_rollback(bf16_dir, gpu, bound)) fail = 1;
