@@ -8,10 +8,13 @@
  * bf16 weights, the GPU reads the same weights, so only activations and summation order differ). Both GPU
  * modes feed every GEMM's activations to cuBLAS in bf16 (a relative 2^-9 rounding of each input), so
  * "f32 activations" only keeps the rest of the step (norms, attention, residual stream) in f32. Measured on
- * the H200 over the fixtures (2 to 5 layers): bf16 activations 0.4-3.9% of the scale, f32 activations
- * 0.4-2.4%; bounds BF16_ACT_BOUND and F32_ACT_BOUND above that, well below the 10% the old test allowed
- * and below what a wrong op gives (a missing norm or RoPE moves logits by tens of percent). Mixture-of-
- * experts models get the same bounds: a routing flip fails here, as a real difference would.
+ * the H200 (2026-12-03) over the fixtures: llama, llama3, mistral, qwen2, qwen3, gemma2, gemma3 and the
+ * embedded models at 0.4-1.5% of the scale with bf16 activations and 0.4-1.4% with f32 activations, so
+ * bounds BF16_ACT_BOUND and F32_ACT_BOUND: well below the 10% the old test allowed, and below what a wrong
+ * op gives (a missing norm or RoPE moves logits by tens of percent). gemma4 measured 3.9-9.0% and 2.4-3.4%,
+ * and gemma4-moe 50% and 14% with errors at most positions: both fail here on purpose, as open findings
+ * (a GPU op of Gemma 4, or routing flips of the MoE fixture's near-tied experts) rather than a bound
+ * widened to fit them. Mixture-of-experts models get the same bounds.
  * Greedy: both backends are fed the CPU's pick at every step (teacher forcing), so one near-tie does not
  * end the comparison; each step's picks must agree, or differ only at a real near-tie (the CPU's top-1/
  * top-2 margin within twice that step's measured logit error), and at least MIN_COMPARED of the N_GEN
