@@ -5,6 +5,7 @@
  * when the backend can, else from logits read back to the host; the output names the path. The first
  * decode step (which records the graph) is not timed. */
 #include "cli/cli.h"
+#include "cli/bench_engine.h"
 #include "model/model.h"
 #include "base/status.h"
 
@@ -91,6 +92,10 @@ static const char *bench_help =
     "                    back and take the argmax on the host; auto: the device when the backend can\n"
     "  --chunk N         positions per prefill forward pass (default: the backend's, CPU 256, at most 4096)\n"
     "  --device cpu|cuda, --threads N\n"
+    "  --concurrency N,N,...\n"
+    "                    instead: the engine through the public session API, N greedy sessions at once per\n"
+    "                    run (--prompt tokens each, --gen tokens generated): aggregate decode tokens/s, time\n"
+    "                    to first token and inter-token latency (p50, p99), aggregate against its roofline\n"
     "  --json            print one JSON object instead of a table\n";
 
 int cf_cmd_bench(int argc, char **argv) {
@@ -99,12 +104,13 @@ int cf_cmd_bench(int argc, char **argv) {
     const char *random_cfg = NULL, *v;
     long n_prompt = 128, n_gen = 128, reps = 3, chunk = 0;
     int json = 0;
-    const char *decode_opt = "auto";
+    const char *decode_opt = "auto", *conc_opt = NULL;
     for (int i = 1; i < argc; i++) {
         int r;
         if (cf_is_help(argv[i])) { fputs(bench_help, stdout); return 0; }
         if ((r = cf_common_flag(verb, argc, argv, &i, &o)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
         if ((r = cf_flag_value(verb, argc, argv, &i, "--random-weights", &random_cfg)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
+        if ((r = cf_flag_value(verb, argc, argv, &i, "--concurrency", &conc_opt)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
         if ((r = cf_flag_value(verb, argc, argv, &i, "--decode", &decode_opt)) != 0) {
             if (r < 0) return CF_EXIT_USAGE;
             if (strcmp(decode_opt, "auto") && strcmp(decode_opt, "device") && strcmp(decode_opt, "host"))
@@ -130,6 +136,21 @@ int cf_cmd_bench(int argc, char **argv) {
     if (reps > 100) return cf_usage_error(verb, "--reps must be at most 100");
     if (chunk > 4096) return cf_usage_error(verb, "--chunk must be at most 4096");
 
+    int32_t *conc = NULL;
+    int n_conc = 0;
+    if (conc_opt) {
+        char why[160];
+        if (cf_parse_ids(conc_opt, &conc, &n_conc, why, sizeof why))
+            return cf_usage_error(verb, "--concurrency: %s", why);
+        for (int k = 0; k < n_conc; k++) {
+            if (conc[k] < 1 || conc[k] > 1024) {
+                int bad = conc[k];
+                free(conc);
+                return cf_usage_error(verb, "--concurrency: %d is not in 1..1024", bad);
+            }
+        }
+    }
+
     cinfer_error err = {0};
     cf_model *m = NULL;
     cf_model_params p = cf_model_default_params();
@@ -137,12 +158,16 @@ int cf_cmd_bench(int argc, char **argv) {
     p.backend.n_threads = o.threads;
     double t0 = now_s();
     cinfer_status st = random_cfg ? cf_model_random(random_cfg, 1234, &p, &m, &err) : cf_model_load(o.model, &p, &m, &err);
-    if (st != CINFER_OK) return cf_report(verb, &err);
+    if (st != CINFER_OK) {
+        free(conc);
+        return cf_report(verb, &err);
+    }
     double load_s = now_s() - t0;
     const cf_hparams *hp = &m->hp;
     if (n_prompt + n_gen + 1 > hp->max_ctx) {
         const int max_ctx = hp->max_ctx;
         cf_model_free(m);
+        free(conc);
         return cf_usage_error(verb, "--prompt + --gen + 1 (%ld) exceeds the model's context of %d", n_prompt + n_gen + 1, max_ctx);
     }
     const cf_sample_args greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f};
@@ -163,6 +188,19 @@ int cf_cmd_bench(int argc, char **argv) {
     /* the GEMM rate at the row count of the longest prefill pass, which the prefill rate is compared with */
     const long pass = chunk ? chunk : cf_model_prefill_chunk(m);
     const int gemm_rows = (int)(n_prompt < pass ? n_prompt : pass);
+    if (conc) {
+        if (measure_bandwidth(m->be, bw_bytes, &bw, &err) != CINFER_OK) {
+            free(conc);
+            cf_model_free(m);
+            return cf_report(verb, &err);
+        }
+        const bench_engine_args a = {.concurrency = conc, .n_concurrency = n_conc, .n_prompt = (int)n_prompt,
+                                     .n_gen = (int)n_gen, .bandwidth_gbs = bw, .json = json,
+                                     .label = random_cfg ? random_cfg : o.model, .device = m->be->ops->name};
+        rc = cf_bench_concurrency(m, &a);
+        free(conc);
+        return rc;
+    }
     if (measure_bandwidth(m->be, bw_bytes, &bw, &err) != CINFER_OK || measure_gemm(m, gemm_rows, &gemm, &err) != CINFER_OK) {
         rc = cf_report(verb, &err);
         cf_model_free(m);

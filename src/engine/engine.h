@@ -27,6 +27,10 @@ struct cinfer_model {
     cinfer_engine *engine;      /* the one engine on this model, or NULL */
 };
 
+/* A public handle around an already built model (random weights for benchmarks: no tokenizer, no
+ * template). Takes ownership of model, also on failure. */
+cinfer_status cf_model_handle_wrap(cf_model *model, cinfer_model **out, cinfer_error *err);
+
 /* A request as the engine keeps it: validated, every buffer owned. */
 typedef struct cf_request {
     int32_t *prompt;

@@ -109,6 +109,25 @@ cinfer_status cinfer_model_load(const char *dir, const cinfer_model_params *p, c
     return CINFER_OK;
 }
 
+cinfer_status cf_model_handle_wrap(cf_model *model, cinfer_model **out, cinfer_error *err) {
+    *out = NULL;
+    cinfer_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        cf_model_free(model);
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    }
+    m->m = model;
+    int32_t ids[8];
+    for (int i = 0; i < model->hp.n_eos; i++) ids[i] = model->hp.eos_ids[i];
+    cinfer_status st = add_eos(m, ids, model->hp.n_eos, err);
+    if (st != CINFER_OK) {
+        cinfer_model_free(m);
+        return st;
+    }
+    *out = m;
+    return CINFER_OK;
+}
+
 void cinfer_model_free(cinfer_model *m) {
     if (!m) return;
     cinfer_engine_free(m->engine);

@@ -1,0 +1,179 @@
+/* bench_engine.c: `cinfer bench --concurrency 1,8,...`: the engine measured as users call it. For each
+ * concurrency c, c in-process clients open greedy sessions at once through the public API (distinct random
+ * prompts, ignore_eos, max_tokens = --gen) and stamp every token event as it is delivered. Reported per run:
+ * aggregate decode tokens/s (tokens after each session's first / the span from the earliest first token to
+ * the last token), output tokens/s over the whole run, time to first token and inter-token latency (p50,
+ * p99), and the aggregate against its bandwidth roofline (c tokens a step read the weights once and c
+ * sequences' KV: c x bandwidth / (weight bytes + c x KV bytes)). */
+#include "cli/bench_engine.h"
+#include "engine/engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct client {
+    double *t;        /* [n_gen]: when each token event arrived */
+    int n;
+} client;
+
+static int on_event(const cinfer_event *ev, void *user) {
+    client *c = user;
+    if (ev->kind == CINFER_EVENT_TOKEN && c->n >= 0) c->t[c->n++] = now_s();
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile (0..1) of v[0, n), sorted in place (nearest rank). */
+static double quantile(double *v, size_t n, double q) {
+    if (!n) return 0;
+    qsort(v, n, sizeof *v, cmp_double);
+    size_t k = (size_t)ceil(q * (double)n);
+    return v[k ? k - 1 : 0];
+}
+
+typedef struct run_result {
+    int concurrency;
+    double decode_tps, output_tps, ttft_p50, ttft_p99, itl_p50, itl_p99, roofline_tps, wall_s;
+    char plan[48];
+} run_result;
+
+/* One run of c sessions; fills r. Returns 0, or 1 after printing why. */
+static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen, uint64_t seed, run_result *r) {
+    client *cl = calloc((size_t)c, sizeof *cl);
+    cinfer_session **ss = calloc((size_t)c, sizeof *ss);
+    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
+    double *ttft = malloc((size_t)c * sizeof *ttft), *itl = malloc((size_t)c * (size_t)n_gen * sizeof *itl);
+    int rc = !cl || !ss || !prompt || !ttft || !itl;
+    for (int i = 0; !rc && i < c; i++) rc = !(cl[i].t = malloc((size_t)n_gen * sizeof(double)));
+    if (rc) fprintf(stderr, "cinfer bench: out of memory for %d clients\n", c);
+    uint64_t x = seed;
+    const double t0 = now_s();
+    for (int i = 0; !rc && i < c; i++) {
+        for (int k = 0; k < n_prompt; k++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            prompt[k] = (int32_t)(x % (uint64_t)vocab);
+        }
+        cinfer_request q = cinfer_request_default();
+        q.prompt_ids = prompt;
+        q.n_prompt_ids = (size_t)n_prompt;
+        q.max_tokens = n_gen;
+        q.temperature = 0.0f;
+        q.ignore_eos = 1;
+        q.ids_only = 1;
+        cinfer_session_params sp = cinfer_session_default_params();
+        sp.output = CINFER_OUTPUT_CALLBACK;
+        sp.on_event = on_event;
+        sp.user = &cl[i];
+        cinfer_error err = {0};
+        if (cinfer_session_open(e, &q, &sp, &ss[i], &err) != CINFER_OK) {
+            fprintf(stderr, "cinfer bench: opening session %d of %d: %s\n", i + 1, c, err.message);
+            rc = 1;
+        }
+    }
+    double first = INFINITY, last = 0;
+    long decoded = 0, output = 0;
+    size_t n_itl = 0;
+    for (int i = 0; i < c && ss[i]; i++) {
+        if (rc) break;   /* the sessions still live are cancelled when freed */
+        const cinfer_result *res = NULL;
+        cinfer_error err = {0};
+        cinfer_session_wait(ss[i], -1, &res, &err);
+        if (res->outcome != CINFER_OUTCOME_COMPLETED || cl[i].n != n_gen) {
+            fprintf(stderr, "cinfer bench: session %d of %d ended %s after %d of %d tokens: %s\n", i + 1, c,
+                    cinfer_outcome_name(res->outcome), cl[i].n, n_gen, res->error.message);
+            rc = 1;
+            continue;
+        }
+        snprintf(r->plan, sizeof r->plan, "%s", cinfer_session_plan(ss[i]));
+        ttft[i] = cl[i].t[0] - t0;
+        first = fmin(first, cl[i].t[0]);
+        last = fmax(last, cl[i].t[n_gen - 1]);
+        for (int k = 1; k < n_gen; k++) itl[n_itl++] = cl[i].t[k] - cl[i].t[k - 1];
+        decoded += n_gen - 1;
+        output += n_gen;
+    }
+    if (!rc) {
+        r->concurrency = c;
+        r->wall_s = last - t0;
+        r->decode_tps = last > first ? (double)decoded / (last - first) : 0;
+        r->output_tps = (double)output / (last - t0);
+        r->ttft_p50 = quantile(ttft, (size_t)c, 0.5);
+        r->ttft_p99 = quantile(ttft, (size_t)c, 0.99);
+        r->itl_p50 = quantile(itl, n_itl, 0.5);
+        r->itl_p99 = quantile(itl, n_itl, 0.99);
+    }
+    for (int i = 0; i < c; i++) {
+        if (ss && ss[i]) cinfer_session_free(ss[i]);
+        if (cl) free(cl[i].t);
+    }
+    free(cl);
+    free(ss);
+    free(prompt);
+    free(ttft);
+    free(itl);
+    return rc;
+}
+
+int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
+    cinfer_model *m = NULL;
+    cinfer_engine *e = NULL;
+    cinfer_error err = {0};
+    const int vocab = model->hp.vocab;
+    const double weight_bytes = (double)model->decode_bytes;
+    const double kv_bytes = (double)cf_hparams_kv_read_bytes(&model->hp, a->n_prompt + 1 + a->n_gen / 2,
+                                                           cf_dtype_size(model->be->act_dtype));
+    if (cf_model_handle_wrap(model, &m, &err) != CINFER_OK || cinfer_engine_create(m, NULL, &e, &err) != CINFER_OK) {
+        fprintf(stderr, "cinfer bench: %s\n", err.message);
+        cinfer_model_free(m);
+        return 1;
+    }
+    run_result *runs = calloc((size_t)a->n_concurrency, sizeof *runs);
+    run_result warm = {0};
+    int rc = !runs || run_once(e, vocab, 1, a->n_prompt, a->n_gen < 8 ? a->n_gen : 8, 7, &warm);
+    for (int k = 0; !rc && k < a->n_concurrency; k++) {
+        rc = run_once(e, vocab, a->concurrency[k], a->n_prompt, a->n_gen, 88172645463325252ull + (uint64_t)k, &runs[k]);
+        const double c = a->concurrency[k];
+        runs[k].roofline_tps = c * a->bandwidth_gbs * 1e9 / (weight_bytes + c * kv_bytes);
+    }
+    if (!rc && a->json) {
+        printf("{\"model\":\"%s\",\"device\":\"%s\",\"prompt_tokens\":%d,\"gen_tokens\":%d,\"bandwidth_gb_s\":%.2f,\"runs\":[",
+               a->label, a->device, a->n_prompt, a->n_gen, a->bandwidth_gbs);
+        for (int k = 0; k < a->n_concurrency; k++) {
+            const run_result *r = &runs[k];
+            printf("%s{\"concurrency\":%d,\"plan\":\"%s\",\"decode_tokens_per_s\":%.3f,\"output_tokens_per_s\":%.3f,"
+                   "\"ttft_p50_s\":%.5f,\"ttft_p99_s\":%.5f,\"itl_p50_s\":%.6f,\"itl_p99_s\":%.6f,"
+                   "\"roofline_tokens_per_s\":%.3f,\"roofline_fraction\":%.4f,\"wall_s\":%.3f}",
+                   k ? "," : "", r->concurrency, r->plan, r->decode_tps, r->output_tps, r->ttft_p50, r->ttft_p99, r->itl_p50,
+                   r->itl_p99, r->roofline_tps, r->decode_tps / r->roofline_tps, r->wall_s);
+        }
+        printf("]}\n");
+    } else if (!rc) {
+        printf("engine       %s on %s, %d-token prompts, %d tokens each, greedy; bandwidth %.1f GB/s\n", a->label, a->device,
+               a->n_prompt, a->n_gen, a->bandwidth_gbs);
+        printf("%11s %-16s %14s %14s %18s %18s %9s\n", "concurrency", "plan", "decode tok/s", "output tok/s",
+               "TTFT p50/p99 ms", "ITL p50/p99 ms", "roofline");
+        for (int k = 0; k < a->n_concurrency; k++) {
+            const run_result *r = &runs[k];
+            printf("%11d %-16s %14.2f %14.2f %8.1f / %7.1f %8.2f / %7.2f %8.1f%%\n", r->concurrency, r->plan, r->decode_tps,
+                   r->output_tps, 1e3 * r->ttft_p50, 1e3 * r->ttft_p99, 1e3 * r->itl_p50, 1e3 * r->itl_p99,
+                   100 * r->decode_tps / r->roofline_tps);
+        }
+    }
+    free(runs);
+    cinfer_engine_free(e);
+    cinfer_model_free(m);
+    return rc;
+}

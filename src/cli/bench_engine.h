@@ -1,0 +1,20 @@
+/* bench_engine.h: `cinfer bench --concurrency`: aggregate decode through the public session API. */
+#ifndef CF_CLI_BENCH_ENGINE_H
+#define CF_CLI_BENCH_ENGINE_H
+
+#include "model/model.h"
+
+typedef struct bench_engine_args {
+    const int *concurrency;   /* sessions at once, one run each */
+    int n_concurrency;
+    int n_prompt, n_gen;
+    double bandwidth_gbs;     /* copy bandwidth measured in the same process, for the roofline */
+    int json;
+    const char *label, *device;
+} bench_engine_args;
+
+/* Runs the engine on model (taking ownership of it) at each concurrency and prints one table or one JSON
+ * object. Returns the exit status (0, or 1 after printing why). */
+int cf_bench_concurrency(cf_model *model, const bench_engine_args *a);
+
+#endif
