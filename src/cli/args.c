@@ -23,7 +23,8 @@ int cf_usage_error(const char *verb, const char *fmt, ...) {
 
 int cf_report(const char *verb, const cinfer_error *err) {
     fprintf(stderr, "cinfer %s: %s\n", verb, err->message);
-    int bad_input = err->code == CINFER_E_INVALID_ARGUMENT || (err->code >= CINFER_E_EMPTY_PROMPT && err->code <= CINFER_E_NOT_A_NUMBER);
+    /* request values the CLI parsed are usage errors; non-finite logits (NOT_A_NUMBER) are the model's failure */
+    int bad_input = err->code == CINFER_E_INVALID_ARGUMENT || (err->code >= CINFER_E_EMPTY_PROMPT && err->code <= CINFER_E_PENALTY);
     return bad_input ? CF_EXIT_USAGE : 1;
 }
 

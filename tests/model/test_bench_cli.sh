@@ -25,5 +25,28 @@ for bad in 0 1,,2 -1 2000 x; do
   "$bin" bench --model "$model" --concurrency "$bad" >/dev/null 2>&1; st=$?
   [ "$st" = 2 ] || { echo "FAIL bench --concurrency '$bad': exit $st (want 2)"; fails=$((fails+1)); }
 done
+# a model whose weights hold NaN: greedy `run` and `bench` fail at run time (exit 1) naming the non-finite
+# logits, instead of emitting token 0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cp -rL "$model" "$tmp/nan"
+python3 - "$tmp/nan/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+for name, t in h.items():
+    if name != "__metadata__" and t["dtype"] == "F32" and "norm" in name:
+        s, e = t["data_offsets"]
+        b[8 + n + s:8 + n + e] = struct.pack("<f", float("nan")) * ((e - s) // 4)
+open(p, "wb").write(b)
+PY
+for args in "run --prompt-ids 1,2,3 --max-tokens 3 --temperature 0 --output ids" "bench --prompt 4 --gen 2 --reps 1"; do
+  err=$("$bin" $args --model "$tmp/nan" --threads 1 2>&1 >/dev/null); st=$?
+  if [ "$st" != 1 ] || ! printf '%s' "$err" | grep -q "non-finite"; then
+    echo "FAIL $args on NaN weights: exit $st (want 1), stderr: $err"; fails=$((fails+1))
+  fi
+done
 [ "$fails" = 0 ] && echo "bench CLI: ok"
 exit $((fails != 0))
