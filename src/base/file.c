@@ -9,7 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *file_kind(mode_t m) {
+const char *cf_file_kind(unsigned m) {
+    if (S_ISREG(m)) return "a regular file";
     if (S_ISDIR(m)) return "a directory";
     if (S_ISFIFO(m)) return "a FIFO";
     if (S_ISCHR(m)) return "a character device";
@@ -33,7 +34,7 @@ cinfer_status cf_file_read(const char *path, size_t max, int optional, char **da
     if (fstat(fd, &sb) != 0)
         st = cf_fail(err, CINFER_E_IO, "%s: cannot stat: %s", path, strerror(errno));
     else if (!S_ISREG(sb.st_mode))
-        st = cf_fail(err, CINFER_E_IO, "%s: is %s, not a regular file", path, file_kind(sb.st_mode));
+        st = cf_fail(err, CINFER_E_IO, "%s: is %s, not a regular file", path, cf_file_kind(sb.st_mode));
     else if (sb.st_size < 0 || (unsigned long long)sb.st_size > max)
         st = cf_fail(err, CINFER_E_FORMAT, "%s: %lld bytes is more than the %zu bytes allowed for this file", path,
                      (long long)sb.st_size, max);

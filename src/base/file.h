@@ -16,6 +16,9 @@
 cinfer_status cf_file_read(const char *path, size_t max, int optional, char **data, size_t *len,
                            cinfer_error *err);
 
+/* "a directory", "a FIFO", "a character device", ... for a st_mode. */
+const char *cf_file_kind(unsigned mode);
+
 /* cf_file_read with the CF_FILE_MAX_CONFIG cap, for callers that need no reason: NULL on any failure. */
 char *cf_read_file(const char *path, size_t *len);
 

@@ -1,5 +1,6 @@
 /* args.c: argument parsing helpers shared by the verbs. */
 #include "cli/cli.h"
+#include "base/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -99,42 +100,10 @@ int cf_parse_ids(const char *s, int32_t **ids, int *n, char *why, size_t why_len
 }
 
 int cf_read_input(const char *verb, const char *flag, const char *path, char **data, size_t *len) {
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer before the type check refuses it */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb)) {
-        fprintf(stderr, "cinfer %s: %s %s: cannot open: %s\n", verb, flag, path, strerror(errno));
-        if (fd >= 0) close(fd);
-        return 1;
-    }
-    if (!S_ISREG(sb.st_mode) || sb.st_size > CF_MAX_INPUT_BYTES) {
-        if (!S_ISREG(sb.st_mode)) fprintf(stderr, "cinfer %s: %s %s is %s, not a regular file\n", verb, flag, path, cf_file_kind(sb.st_mode));
-        else fprintf(stderr, "cinfer %s: %s %s is %lld bytes, more than the %d MiB an input may have\n", verb, flag, path,
-                     (long long)sb.st_size, CF_MAX_INPUT_BYTES >> 20);
-        close(fd);
-        return 1;
-    }
-    size_t cap = (size_t)sb.st_size + 1, n = 0;
-    char *b = malloc(cap);
-    ssize_t k = 1;
-    while (b && n < cap && (k = read(fd, b + n, cap - n)) > 0) n += (size_t)k;
-    close(fd);
-    if (!b || k < 0 || n == cap) {
-        if (!b) fprintf(stderr, "cinfer %s: %s %s: out of memory for %zu bytes\n", verb, flag, path, cap);
-        else if (k < 0) fprintf(stderr, "cinfer %s: %s %s: cannot read: %s\n", verb, flag, path, strerror(errno));
-        else fprintf(stderr, "cinfer %s: %s %s grew while it was read\n", verb, flag, path);
-        free(b);
-        return 1;
-    }
-    b[n] = 0;
-    *data = b;
-    *len = n;
-    return 0;
-}
-
-const char *cf_file_kind(unsigned mode) {
-    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO" : S_ISCHR(mode) ? "a character device"
-         : S_ISBLK(mode) ? "a block device" : S_ISSOCK(mode) ? "a socket" : S_ISREG(mode) ? "a regular file" : "not a file";
+    cinfer_error err = {0};
+    if (cf_file_read(path, CF_MAX_INPUT_BYTES, 0, data, len, &err) == CINFER_OK) return 0;
+    fprintf(stderr, "cinfer %s: %s %s\n", verb, flag, err.message);
+    return 1;
 }
 
 int cf_check_output(const char *verb, const char *flag, const char *path) {

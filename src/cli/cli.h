@@ -43,8 +43,6 @@ int cf_parse_ids(const char *s, int32_t **ids, int *n, char *why, size_t why_len
 /* Reads the input file named by flag into *data (malloc'd, NUL-terminated; *len excludes the NUL).
  * Returns 0, or 1 after printing why the file cannot be used (never blocks on a FIFO). */
 int cf_read_input(const char *verb, const char *flag, const char *path, char **data, size_t *len);
-/* "a directory", "a FIFO", ... for a st_mode. */
-const char *cf_file_kind(unsigned mode);
 /* Output files (--out): 1 (after printing why) when path exists and is not a regular file, else 0. */
 int cf_check_output(const char *verb, const char *flag, const char *path);
 /* Opens the output file for writing from its start; NULL after printing why. */
