@@ -36,6 +36,13 @@ static cinfer_status add_eos(cinfer_model *m, const int32_t *ids, int n, cinfer_
     return CINFER_OK;
 }
 
+/* The EOS ids of config.json and generation_config.json. */
+static cinfer_status add_config_eos(cinfer_model *m, cinfer_error *err) {
+    int32_t ids[8];
+    for (int i = 0; i < m->m->hp.n_eos; i++) ids[i] = m->m->hp.eos_ids[i];
+    return add_eos(m, ids, m->m->hp.n_eos, err);
+}
+
 static int file_exists(const char *dir, const char *name) {
     char p[4096];
     struct stat sb;
@@ -65,9 +72,7 @@ static cinfer_status load(const char *dir, const cinfer_model_params *p, cinfer_
     CF_TRY(stage(p, 0.0f, dir, err));
     CF_TRY(cf_model_load(dir, &mp, &m->m, err));
     CF_TRY(stage(p, 0.8f, dir, err));
-    int32_t ids[8];
-    for (int i = 0; i < m->m->hp.n_eos; i++) ids[i] = m->m->hp.eos_ids[i];
-    CF_TRY(add_eos(m, ids, m->m->hp.n_eos, err));
+    CF_TRY(add_config_eos(m, err));
     if (file_exists(dir, "tokenizer.json")) {
         CF_TRY(cf_tokenizer_load(dir, &m->tok, err));
         cf_tokenizer_set_model_vocab(m->tok, m->m->hp.vocab);
@@ -117,9 +122,7 @@ cinfer_status cf_model_handle_wrap(cf_model *model, cinfer_model **out, cinfer_e
         return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
     }
     m->m = model;
-    int32_t ids[8];
-    for (int i = 0; i < model->hp.n_eos; i++) ids[i] = model->hp.eos_ids[i];
-    cinfer_status st = add_eos(m, ids, model->hp.n_eos, err);
+    cinfer_status st = add_config_eos(m, err);
     if (st != CINFER_OK) {
         cinfer_model_free(m);
         return st;
