@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void) {
+double cf_bench_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -27,11 +27,11 @@ typedef struct client {
 
 static int on_event(const cinfer_event *ev, void *user) {
     client *c = user;
-    if (ev->kind == CINFER_EVENT_TOKEN && c->n >= 0) c->t[c->n++] = now_s();
+    if (ev->kind == CINFER_EVENT_TOKEN && c->n >= 0) c->t[c->n++] = cf_bench_now();
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
+int cf_bench_cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
@@ -39,7 +39,7 @@ static int cmp_double(const void *a, const void *b) {
 /* The q-quantile (0..1) of v[0, n), sorted in place (nearest rank). */
 static double quantile(double *v, size_t n, double q) {
     if (!n) return 0;
-    qsort(v, n, sizeof *v, cmp_double);
+    qsort(v, n, sizeof *v, cf_bench_cmp_double);
     size_t k = (size_t)ceil(q * (double)n);
     return v[k ? k - 1 : 0];
 }
@@ -60,7 +60,7 @@ static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen,
     for (int i = 0; !rc && i < c; i++) rc = !(cl[i].t = malloc((size_t)n_gen * sizeof(double)));
     if (rc) fprintf(stderr, "cinfer bench: out of memory for %d clients\n", c);
     uint64_t x = seed;
-    const double t0 = now_s();
+    const double t0 = cf_bench_now();
     for (int i = 0; !rc && i < c; i++) {
         for (int k = 0; k < n_prompt; k++) {
             x ^= x << 13; x ^= x >> 7; x ^= x << 17;

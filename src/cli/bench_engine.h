@@ -4,6 +4,10 @@
 
 #include "model/model.h"
 
+/* Seconds on the monotonic clock; a qsort comparator of doubles. Shared by both bench modes. */
+double cf_bench_now(void);
+int cf_bench_cmp_double(const void *a, const void *b);
+
 typedef struct bench_engine_args {
     const int *concurrency;   /* sessions at once, one run each */
     int n_concurrency;

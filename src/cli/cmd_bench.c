@@ -13,23 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static int keep_going(void *ctx, int32_t token) { return 0; }
 
 static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    qsort(v, (size_t)n, sizeof *v, cf_bench_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
@@ -45,10 +33,10 @@ static cinfer_status measure_bandwidth(cf_backend *be, size_t bytes, double *gbs
     st = be->ops->sync(be, err);
     double t[7];
     for (int r = 0; r < 7 && st == CINFER_OK; r++) {
-        double t0 = now_s();
+        double t0 = cf_bench_now();
         be->ops->copy(be, b, a);
         st = be->ops->sync(be, err);
-        t[r] = now_s() - t0;
+        t[r] = cf_bench_now() - t0;
     }
     if (st == CINFER_OK) *gbs = 2.0 * (double)(rows * cols * 4) / median(t, 7) / 1e9;
     be->ops->free_tensor(be, &a);
@@ -69,10 +57,10 @@ static cinfer_status measure_gemm(cf_model *m, int n, double *gflops, cinfer_err
     st = be->ops->sync(be, err);
     double t[5];
     for (int r = 0; r < 5 && st == CINFER_OK; r++) {
-        double t0 = now_s();
+        double t0 = cf_bench_now();
         be->ops->matmul(be, y, x, w, none);
         st = be->ops->sync(be, err);
-        t[r] = now_s() - t0;
+        t[r] = cf_bench_now() - t0;
     }
     if (st == CINFER_OK) *gflops = 2.0 * n * (double)w.rows * (double)w.cols / median(t, 5) / 1e9;
     be->ops->free_tensor(be, &x);
@@ -156,13 +144,13 @@ int cf_cmd_bench(int argc, char **argv) {
     cf_model_params p = cf_model_default_params();
     p.backend.device = o.device;
     p.backend.n_threads = o.threads;
-    double t0 = now_s();
+    double t0 = cf_bench_now();
     cinfer_status st = random_cfg ? cf_model_random(random_cfg, 1234, &p, &m, &err) : cf_model_load(o.model, &p, &m, &err);
     if (st != CINFER_OK) {
         free(conc);
         return cf_report(verb, &err);
     }
-    double load_s = now_s() - t0;
+    double load_s = cf_bench_now() - t0;
     const cf_hparams *hp = &m->hp;
     if (n_prompt + n_gen + 1 > hp->max_ctx) {
         const int max_ctx = hp->max_ctx;
@@ -219,23 +207,23 @@ int cf_cmd_bench(int argc, char **argv) {
         st = chunk ? cf_seq_create_chunked(m, ctx, (int)chunk, &s, &err) : cf_seq_create(m, ctx, &s, &err);
         if (st != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
         used_chunk = cf_seq_chunk(s) < n_prompt ? cf_seq_chunk(s) : (int)n_prompt;  /* positions in the longest pass */
-        double a = now_s();
+        double a = cf_bench_now();
         st = cf_model_eval(m, s, ids, (int)n_prompt, on_device ? NULL : logits, 0, &err);
-        double b = now_s(), d = b;  /* cf_model_eval syncs before it returns */
+        double b = cf_bench_now(), d = b;  /* cf_model_eval syncs before it returns */
         /* n_gen + 1 steps, the first untimed; each evaluates the last token and picks the next */
         int32_t next = 0;
         if (on_device) {
             st = cf_model_pick_last(m, s, &greedy, 0, &next, &err);
             if (st == CINFER_OK) st = cf_model_decode_step(m, s, next, &greedy, 0, &next, &err);
             if (st == CINFER_OK) st = m->be->ops->sync(m->be, &err);
-            d = now_s();
+            d = cf_bench_now();
             int done = 0;
             if (st == CINFER_OK && n_gen > 0) st = cf_model_decode_run(m, s, next, &greedy, NULL, (int)n_gen, keep_going, NULL, &done, &err);
         }
         for (long t = 0; !on_device && t <= n_gen && st == CINFER_OK; t++) {
             if (t == 1) {
                 st = m->be->ops->sync(m->be, &err);
-                d = now_s();
+                d = cf_bench_now();
             }
             next = 0;
             for (int k = 0; k < hp->vocab && st == CINFER_OK; k++) {
@@ -246,7 +234,7 @@ int cf_cmd_bench(int argc, char **argv) {
             }
             if (st == CINFER_OK) st = cf_model_eval(m, s, &next, 1, logits, 0, &err);
         }
-        double c = now_s();
+        double c = cf_bench_now();
         cf_seq_free(s);
         if (st != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
         if (r < 0) continue;
