@@ -2,6 +2,7 @@
  * tokenizer (see tok_util.h). */
 #include "text/tok_util.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,10 @@ void tk_buf_free(tk_buf *b) {
 
 int tk_buf_reserve(tk_buf *b, size_t extra) {
     if (b->oom) return -1;
+    if (extra > SIZE_MAX / 2 - b->n) {  /* the doubling below would wrap */
+        b->oom = 1;
+        return -1;
+    }
     if (b->n + extra + 1 <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 64;
     while (cap < b->n + extra + 1) cap *= 2;
