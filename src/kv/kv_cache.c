@@ -65,10 +65,7 @@ void cf_kv_written(cf_kv_cache *kv, int end) {
     }
 }
 
-void cf_kv_advance(cf_kv_cache *kv, int count) {
-    kv->n += count;
-    cf_kv_written(kv, kv->n);
-}
+void cf_kv_advance(cf_kv_cache *kv, int count) { kv->n += count; }
 
 cinfer_status cf_kv_truncate(cf_kv_cache *kv, int n, cinfer_error *err) {
     if (n < 0 || n > kv->n)

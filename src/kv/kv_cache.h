@@ -34,11 +34,12 @@ typedef struct cf_kv_cache {
 cinfer_status cf_kv_create(cf_backend *be, const cf_kv_spec *specs, int n_layers, int max_ctx, int chunk,
                            cf_kv_cache **out, cinfer_error *err);
 void cf_kv_free(cf_kv_cache *kv);
-/* Records that positions [n, n + count) have been written. */
-void cf_kv_advance(cf_kv_cache *kv, int count);
 /* Records that the slots of positions below end are about to be written, perhaps past n (a decode step
- * queued ahead): the floor rises to what they leave. */
+ * queued ahead): the floor rises to what they leave. Every write of the cache is announced so, before it
+ * is enqueued. */
 void cf_kv_written(cf_kv_cache *kv, int end);
+/* Records that positions [n, n + count), announced with cf_kv_written, now hold the sequence's tokens. */
+void cf_kv_advance(cf_kv_cache *kv, int count);
 cinfer_status cf_kv_truncate(cf_kv_cache *kv, int n, cinfer_error *err);
 int64_t cf_kv_bytes(const cf_kv_cache *kv);
 
