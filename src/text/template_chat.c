@@ -18,11 +18,6 @@ struct cf_chat_template {
     char *special_json[SPECIAL_COUNT]; /* JSON text of each special token value, or NULL when absent */
 };
 
-/* A missing file gives CINFER_OK with *out NULL. */
-static cinfer_status read_file(const char *path, char **out, size_t *len, cinfer_error *err) {
-    return cf_file_read(path, CF_FILE_MAX_CONFIG, 1, out, len, err);
-}
-
 /* A token as written in tokenizer_config.json: a string or {"content": ...}. NULL when absent/null. */
 static char *token_json(const cJSON *v) {
     if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
@@ -115,7 +110,7 @@ cinfer_status cf_chat_template_load(const char *dir, const char *name, cf_chat_t
     snprintf(jpath, sizeof jpath, "%s/chat_template.jinja", dir);
     char *cfg_text = NULL, *jinja = NULL;
     size_t jlen = 0;
-    cinfer_status s = read_file(path, &cfg_text, NULL, err);
+    cinfer_status s = cf_file_read(path, CF_FILE_MAX_CONFIG, 1, &cfg_text, NULL, err);  /* both files are optional */
     if (s != CINFER_OK) return s;
     cJSON *cfg = NULL;
     if (cfg_text) {
@@ -123,7 +118,7 @@ cinfer_status cf_chat_template_load(const char *dir, const char *name, cf_chat_t
         free(cfg_text);
         if (!cfg) return cf_fail(err, CINFER_E_FORMAT, "%s is not valid JSON", path);
     }
-    s = read_file(jpath, &jinja, &jlen, err);
+    s = cf_file_read(jpath, CF_FILE_MAX_CONFIG, 1, &jinja, &jlen, err);
     if (s != CINFER_OK) {
         cJSON_Delete(cfg);
         return s;

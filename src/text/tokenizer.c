@@ -46,10 +46,6 @@ void cf_tokenizer_free(cf_tokenizer *tok) {
     free(tok);
 }
 
-/* Reads a whole file. A missing optional file gives CINFER_OK with *data NULL. */
-static cinfer_status read_file(const char *path, int optional, char **data, size_t *len, cinfer_error *err) {
-    return cf_file_read(path, CF_FILE_MAX_CONFIG, optional, data, len, err);
-}
 
 static cinfer_status parse_text(const char *data, size_t len, cJSON **out, cinfer_error *err) {
     const char *end = NULL;
@@ -64,7 +60,7 @@ static cinfer_status parse_json(const char *path, int optional, cJSON **out, cin
     char *data;
     size_t len;
     *out = NULL;
-    CF_TRY(read_file(path, optional, &data, &len, err));
+    CF_TRY(cf_file_read(path, CF_FILE_MAX_CONFIG, optional, &data, &len, err));
     if (!data) return CINFER_OK;
     cinfer_status st = parse_text(data, len, out, err);
     free(data);
@@ -288,7 +284,7 @@ cinfer_status cf_tokenizer_load(const char *dir, cf_tokenizer **out, cinfer_erro
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "tokenizer directory path is too long");
     char *text;
     size_t len;
-    CF_TRY(read_file(path, 0, &text, &len, err));
+    CF_TRY(cf_file_read(path, CF_FILE_MAX_CONFIG, 0, &text, &len, err));
     cf_tokenizer *tok = NULL;
     cinfer_status st = from_text(text, len, &tok, err);
     free(text);
