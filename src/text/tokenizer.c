@@ -46,7 +46,6 @@ void cf_tokenizer_free(cf_tokenizer *tok) {
     free(tok);
 }
 
-
 static cinfer_status parse_text(const char *data, size_t len, cJSON **out, cinfer_error *err) {
     const char *end = NULL;
     *out = cJSON_ParseWithLengthOpts(data, len, &end, 0);
