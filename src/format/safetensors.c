@@ -85,7 +85,7 @@ static cinfer_status map_file(const char *path, st_file *f, cinfer_error *err) {
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return cf_fail(err, CINFER_E_IO, "%s: not a regular file (a directory, FIFO or device)", path);
+        return cf_fail(err, CINFER_E_IO, "%s: is %s, not a regular file", path, cf_file_kind(sb.st_mode));
     }
     f->size = (size_t)sb.st_size;
     if (f->size < 8) {
