@@ -80,6 +80,36 @@ static inline int cf_sample_args_equal(const cf_sample_args *a, const cf_sample_
     return a->temperature == b->temperature && a->top_k == b->top_k && a->top_p == b->top_p && a->min_p == b->min_p;
 }
 
+/* A batch on the device: rows of several sequences in one forward pass (paged KV ops).
+ * Rows of one sequence are consecutive and at consecutive positions; sequence s owns rows
+ * [seq_start[s], seq_start[s + 1]) and its cache blocks are block_table row s: position j of s lives in
+ * cache slot block_table[s][j / block_size] * block_size + j % block_size. A padding row (graph buckets)
+ * is a sequence of its own whose table names a scratch block. */
+typedef struct cf_batch_view {
+    cf_tensor pos;          /* I32 [n_rows, 1]: each row's position in its sequence */
+    cf_tensor row_seq;      /* I32 [n_rows, 1]: each row's sequence */
+    cf_tensor seq_start;    /* I32 [n_seqs + 1, 1]: first row of each sequence; seq_start[n_seqs] = n_rows */
+    cf_tensor slot;         /* I32 [n_rows, 1]: the cache slot each row's keys and values are written to */
+    cf_tensor block_table;  /* I32 [n_seqs, table_cols] */
+    int n_rows, n_seqs;
+    int max_rows_per_seq;   /* the most rows any sequence has in this batch (1 for a decode step) */
+} cf_batch_view;
+
+/* Attention of every row of a batch over its own sequence's paged cache. The row at position p sees the
+ * keys at positions k with max(0, p - window + 1) <= k <= p (window 0 = unlimited), which the caller has
+ * stored (kv_store_slots) before. q: [n_rows, n_heads*head_dim]; k_pool: [n_slots, n_kv_heads*head_dim];
+ * v_pool: [n_slots, n_kv_heads*v_head_dim]; out: [n_rows, n_heads*v_head_dim]. Query head h uses kv head
+ * h / (n_heads / n_kv_heads). score = scale * q.k; if softcap > 0: score = softcap * tanh(score / softcap);
+ * softmax in f32. max_keys bounds the positions + 1 of every row (a launch may size its grid by it; a
+ * recorded graph keeps it, so it is the runner's context limit there, not this step's). */
+typedef struct cf_paged_attn_args {
+    int n_heads, n_kv_heads, head_dim, v_head_dim;
+    int block_size, table_cols;
+    int max_keys;
+    int window;
+    float scale, softcap;
+} cf_paged_attn_args;
+
 typedef struct cf_backend cf_backend;
 typedef struct cf_graph cf_graph;
 
@@ -121,6 +151,10 @@ typedef struct cf_backend_ops {
     void (*attention)(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k_cache, cf_tensor v_cache, const cf_attn_args *a);
     /* copies src to dst (same shape; dtype conversion allowed) */
     void (*copy)(cf_backend *be, cf_tensor dst, cf_tensor src);
+    /* paged KV: copies row i of src to cache row slot[i] (slot: I32 [src.rows, 1], device data) */
+    void (*kv_store_slots)(cf_backend *be, cf_tensor cache, cf_tensor src, cf_tensor slot);
+    void (*attention_paged)(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k_pool, cf_tensor v_pool,
+                            const cf_paged_attn_args *a, const cf_batch_view *b);
 
     /* Optional operations: NULL where a backend lacks them; the model uses them when present (the CPU
      * has all but the graph ops). */

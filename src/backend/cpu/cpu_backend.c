@@ -24,6 +24,8 @@ typedef struct cpu_backend {
     int64_t smp_vocab;
     float read_vals[2][16];   /* read_begin's slots (ops run when enqueued: the values are read at once) */
     int read_n[2];
+    float **attn_buf;         /* attention_paged: a score buffer per thread, grown as needed */
+    int64_t *attn_cap;
 } cpu_backend;
 
 static cpu_backend *CPU(cf_backend *be) { return (cpu_backend *)be; }
@@ -49,6 +51,9 @@ static float *row(cf_tensor t, int64_t r) { return (float *)t.data + r * t.strid
 
 static void cpu_destroy(cf_backend *be) {
     cf_sampler_free(CPU(be)->smp);
+    for (int t = 0; CPU(be)->attn_buf && t < be->n_threads; t++) free(CPU(be)->attn_buf[t]);
+    free(CPU(be)->attn_buf);
+    free(CPU(be)->attn_cap);
     free(be);
 }
 
@@ -298,6 +303,90 @@ static void cpu_attention_pos(cf_backend *be, cf_tensor out, cf_tensor q, cf_ten
     cpu_attention(be, out, q, kc, vc, &at);
 }
 
+static void cpu_kv_store_slots(cf_backend *be, cf_tensor cache, cf_tensor src, cf_tensor slot) {
+    for (int64_t i = 0; i < src.rows; i++)
+        memcpy(row(cache, pos_at(slot, i)), row(src, i), (size_t)src.cols * sizeof(float));
+}
+
+/* One (row, kv head) at a time: the group of query heads that share the kv head reads each key and value
+ * row once; scores in the backend's per-thread buffers, grown as needed and kept for the next call. */
+static void cpu_attention_paged(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor kp, cf_tensor vp,
+                                const cf_paged_attn_args *a, const cf_batch_view *b) {
+    const int group = a->n_heads / a->n_kv_heads, B = a->block_size;
+    const int32_t *pos = b->pos.data, *rs = b->row_seq.data, *bt = b->block_table.data;
+    int64_t keys = 0;
+    for (int i = 0; i < b->n_rows; i++) keys += a->window > 0 && pos[i] + 1 > a->window ? a->window : pos[i] + 1;
+    const int64_t work = keys * a->n_heads * a->head_dim;
+    cpu_backend *cb = CPU(be);
+    if (!cb->attn_buf) {
+        cb->attn_buf = calloc((size_t)be->n_threads, sizeof *cb->attn_buf);
+        cb->attn_cap = calloc((size_t)be->n_threads, sizeof *cb->attn_cap);
+        if (!cb->attn_buf || !cb->attn_cap) {
+            free(cb->attn_buf);
+            free(cb->attn_cap);
+            cb->attn_buf = NULL;
+            cb->attn_cap = NULL;
+            fail(cb, CINFER_E_OUT_OF_MEMORY, "attention: out of memory for score buffers");
+            return;
+        }
+    }
+    #pragma omp parallel NT(be) if (work >= PAR_MIN_WORK)
+    {
+        float **sc_p = &cb->attn_buf[omp_get_thread_num()];
+        int64_t *cap_p = &cb->attn_cap[omp_get_thread_num()];
+        #pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int i = 0; i < b->n_rows; i++) {
+            for (int kvh = 0; kvh < a->n_kv_heads; kvh++) {
+                const int p = pos[i];
+                const int lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+                const int nk = p - lo + 1;
+                const int64_t need = (int64_t)(nk + 2) * group;
+                if (need > *cap_p) {
+                    float *ns = realloc(*sc_p, (size_t)need * sizeof *ns);
+                    if (!ns) {
+                        #pragma omp critical(cf_cpu_fail)
+                        fail(cb, CINFER_E_OUT_OF_MEMORY, "attention: out of memory for a score buffer");
+                        continue;
+                    }
+                    *sc_p = ns;
+                    *cap_p = need;
+                }
+                float *sc = *sc_p;
+                const int32_t *table = bt + (int64_t)rs[i] * b->block_table.stride;
+                float *mx = sc + (int64_t)nk * group, *sum = mx + group;
+                for (int g = 0; g < group; g++) mx[g] = -INFINITY;
+                for (int k = lo; k <= p; k++) {
+                    const float *kv = row(kp, (int64_t)table[k / B] * B + k % B) + (int64_t)kvh * a->head_dim;
+                    for (int g = 0; g < group; g++) {
+                        const float *qv = row(q, i) + (int64_t)(kvh * group + g) * a->head_dim;
+                        float s = 0;
+                        for (int c = 0; c < a->head_dim; c++) s += qv[c] * kv[c];
+                        s *= a->scale;
+                        if (a->softcap > 0) s = a->softcap * tanhf(s / a->softcap);
+                        sc[(int64_t)g * nk + (k - lo)] = s;
+                        if (s > mx[g]) mx[g] = s;
+                    }
+                }
+                for (int g = 0; g < group; g++) {
+                    float *sg = sc + (int64_t)g * nk, t = 0;
+                    for (int k = 0; k < nk; k++) { sg[k] = expf(sg[k] - mx[g]); t += sg[k]; }
+                    sum[g] = t;
+                    float *o = row(out, i) + (int64_t)(kvh * group + g) * a->v_head_dim;
+                    for (int c = 0; c < a->v_head_dim; c++) o[c] = 0;
+                }
+                for (int k = lo; k <= p; k++) {
+                    const float *vv = row(vp, (int64_t)table[k / B] * B + k % B) + (int64_t)kvh * a->v_head_dim;
+                    for (int g = 0; g < group; g++) {
+                        float *o = row(out, i) + (int64_t)(kvh * group + g) * a->v_head_dim;
+                        const float wgt = sc[(int64_t)g * nk + (k - lo)] / sum[g];
+                        for (int c = 0; c < a->v_head_dim; c++) o[c] += wgt * vv[c];
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* Largest value, ties to the lowest index; -1 for a row holding a NaN or +inf, as on CUDA. */
 static void cpu_argmax(cf_backend *be, cf_tensor ids, cf_tensor logits) {
     for (int64_t r = 0; r < logits.rows; r++) {
@@ -376,6 +465,8 @@ static const cf_backend_ops cpu_ops = {
     .copy = cpu_copy,
     .kv_store_pos = cpu_kv_store_pos,
     .attention_pos = cpu_attention_pos,
+    .kv_store_slots = cpu_kv_store_slots,
+    .attention_paged = cpu_attention_paged,
     .argmax = cpu_argmax,
     .sample = cpu_sample,
 };

@@ -1,0 +1,86 @@
+/* runner.h: the model runner, one per model: it runs a batch of rows from many sequences in one forward
+ * pass, so the weights are read once per step for all of them. The runner owns the scratch buffers (sized
+ * by a token budget per step, not per sequence), the paged KV memory (kv/kv_pool.h) and the recorded decode
+ * graphs (one per batch-size bucket). A sequence (cf_rseq) owns only its block table and its tokens.
+ *
+ * A step appends tokens to sequences: item i appends ids[0, n) to its sequence at positions len .. len+n-1
+ * and asks for the logits of its last row, of all its rows, or for a token picked on the device from its
+ * last row. A step reserves the KV blocks it needs for every item first, all or nothing: when the pool
+ * cannot give them it fails with CINFER_E_OUT_OF_MEMORY and changes nothing (the scheduler then preempts a
+ * sequence and tries again). Full blocks are published to the prefix cache as they fill, under the chain
+ * of their tokens; a new sequence adopts the longest cached prefix of its prompt (cf_rseq_adopt_prefix).
+ *
+ * Exactness: a row's result depends only on its sequence's tokens, never on the other rows of the step
+ * (on the CPU bit for bit; on the GPU the GEMM for a larger batch may sum in another order). */
+#ifndef CF_MODEL_RUNNER_H
+#define CF_MODEL_RUNNER_H
+
+#include <stdint.h>
+#include "cinfer.h"
+#include "model/model.h"
+
+typedef struct cf_runner_params {
+    int max_seqs;          /* sequences in one step at most; 0 = 128 */
+    int max_batch_tokens;  /* rows in one step at most (the token budget); 0 = the backend's prefill chunk */
+    int max_ctx;           /* positions per sequence at most; 0 = the model's context */
+    int64_t kv_bytes;      /* KV memory; 0 = room for max_seqs full contexts, within 90% of the device's free memory */
+    int block_size;        /* token slots per KV block; 0 = 16 */
+    int graphs;            /* record decode steps (one graph per batch-size bucket) where the backend can; 0 = never */
+} cf_runner_params;
+
+cf_runner_params cf_runner_default_params(void);
+
+typedef struct cf_runner cf_runner;
+
+cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *p, cf_runner **out, cinfer_error *err);
+/* Every sequence must be freed first. */
+void cf_runner_free(cf_runner *r);
+
+const cf_runner_params *cf_runner_params_of(const cf_runner *r);   /* with the defaults filled in */
+cf_model *cf_runner_model(const cf_runner *r);
+int cf_runner_blocks_total(const cf_runner *r);
+int cf_runner_blocks_available(const cf_runner *r);   /* free + cached (unreferenced prefix blocks) */
+int cf_runner_blocks_cached(const cf_runner *r);
+
+/* ---- sequences ---- */
+typedef struct cf_rseq cf_rseq;
+
+cinfer_status cf_rseq_create(cf_runner *r, cf_rseq **out, cinfer_error *err);
+/* Releases the sequence's blocks: its published full blocks stay in the prefix cache. */
+void cf_rseq_free(cf_rseq *s);
+int cf_rseq_len(const cf_rseq *s);
+const int32_t *cf_rseq_tokens(const cf_rseq *s);     /* [cf_rseq_len] */
+/* Keeps the first n tokens (rollback). Exact: feeding the dropped tokens again gives a fresh run's logits. */
+cinfer_status cf_rseq_truncate(cf_rseq *s, int n, cinfer_error *err);
+/* A new sequence sharing src's blocks (copy-on-write). */
+cinfer_status cf_rseq_fork(const cf_rseq *src, cf_rseq **out, cinfer_error *err);
+/* s empty: takes the longest cached prefix of ids[0, n), whole blocks only and leaving at least one token to
+ * compute (its logits are needed); *reused = the tokens taken (they count in cf_rseq_len). */
+cinfer_status cf_rseq_adopt_prefix(cf_rseq *s, const int32_t *ids, int n, int *reused, cinfer_error *err);
+/* The blocks appending n tokens would take from the pool now. */
+int cf_rseq_blocks_needed(const cf_rseq *s, int n);
+/* Blocks the sequence holds (shared ones included). */
+int cf_rseq_blocks_held(const cf_rseq *s);
+
+/* ---- steps ---- */
+typedef enum cf_logits_out { CF_LOGITS_NONE, CF_LOGITS_LAST, CF_LOGITS_ALL } cf_logits_out;
+
+typedef struct cf_batch_item {
+    cf_rseq *seq;
+    const int32_t *ids;         /* n tokens, each in [0, vocab) */
+    int n;                      /* >= 1 */
+    cf_logits_out logits;       /* copied to the host as f32 */
+    const cf_sample_args *pick; /* non-NULL: pick a token on the device from the last row's logits */
+    float u;                    /* pick: the draw's uniform in [0, 1) (unused when greedy) */
+    /* results */
+    int32_t token;              /* pick: the token; -1 when the logits were not finite */
+    const float *out;           /* logits: [1 or n, vocab], valid until the runner's next step */
+} cf_batch_item;
+
+/* Runs one forward pass over the items (at most max_seqs items, at most max_batch_tokens rows, no sequence
+ * twice, logits rows (LAST: 1, ALL: n) at most max(max_seqs, 256) in all). Bad arguments, a sequence past
+ * max_ctx or too few free blocks fail before anything changes; a device failure mid-step leaves the items'
+ * sequences as before the step too (the KV rows past their length are not part of them). */
+cinfer_status cf_runner_step(cf_runner *r, cf_batch_item *items, int n_items, cinfer_error *err);
+
+#endif
