@@ -278,7 +278,7 @@ void cf_block_table_commit(cf_block_pool *p, cf_block_table *t, const int32_t *t
 void cf_block_table_truncate(cf_block_pool *p, cf_block_table *t, int n) {
     const int bs = p->block_size;
     if (n < 0) n = 0;
-    if (n >= t->n_tokens) return;
+    if (n > t->n_tokens) return;
     const int keep = (n + bs - 1) / bs;
     while (t->n_blocks > keep) cf_block_unref(p, t->blocks[--t->n_blocks]);
     t->n_tokens = n;

@@ -69,7 +69,7 @@ cinfer_status cf_block_table_reserve(cf_block_pool *p, cf_block_table *t, int n,
 /* Records n written positions and publishes every block they filled; tokens holds the table's tokens from
  * position 0 (at least n_tokens + n of them). */
 void cf_block_table_commit(cf_block_pool *p, cf_block_table *t, const int32_t *tokens, int n, uint64_t salt);
-/* Keeps the first n positions: blocks past them are released. A kept partial block stays as it is (and may
+/* Keeps the first n positions: blocks past them are released (n = n_tokens gives back what a reserve took). A kept partial block stays as it is (and may
  * still be matched whole) until the next reserve copies it or takes it out of the index. */
 void cf_block_table_truncate(cf_block_pool *p, cf_block_table *t, int n);
 /* dst (empty) shares src's blocks. */

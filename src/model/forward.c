@@ -8,7 +8,7 @@
  * then logits = norm(x) Wout [softcap]. The per-layer inputs ple of all layers come first, from the
  * scaled embeddings x0: ple = (norm(x0 Wm / sqrt(D)) + table[id] * sqrt(P)) / sqrt(2), per layer.
  * Everything runs through backend ops; only MoE routing reads back to the host. */
-#include "model/seq.h"
+#include "model/forward.h"
 
 #include <math.h>
 
@@ -18,7 +18,7 @@ static cf_tensor scratch(cf_tensor buf, int64_t rows, int64_t cols) { return cf_
 static const cf_tensor none = {0};
 
 /* s->ple = the n tokens' per-layer inputs [n, L*P]; layer l's are columns l*P .. l*P+P-1. */
-static void per_layer_inputs(cf_model *m, cf_seq *s, int n, cf_tensor x0) {
+static void per_layer_inputs(cf_model *m, cf_scratch *s, int n, cf_tensor x0) {
     const cf_hparams *hp = &m->hp;
     cf_backend *be = m->be;
     const cf_backend_ops *op = be->ops;
@@ -32,14 +32,15 @@ static void per_layer_inputs(cf_model *m, cf_seq *s, int n, cf_tensor x0) {
     op->scale(be, tok, (float)(1.0 / sqrt(2.0)));
 }
 
-static void attention_block(cf_model *m, cf_seq *s, int l, int n, cf_tensor x, int pos_ops) {
+static void attention_block(cf_model *m, const cf_pass *p, int l, cf_tensor x) {
+    cf_scratch *s = p->s;
+    const int n = p->n;
     const cf_hparams *hp = &m->hp;
     const cf_layer_hp *L = &hp->layers[l];
     const cf_layer_w *w = &m->lw[l];
     cf_backend *be = m->be;
     const cf_backend_ops *op = be->ops;
     const float eps = hp->norm_eps, wo = hp->norm_w_offset;
-    const int pos0 = s->kv->n;
     const int qd = L->n_heads * L->head_dim, kd = L->n_kv_heads * L->head_dim, vd = L->n_kv_heads * L->v_head_dim;
     cf_tensor h = cf_rows(s->h, 0, n), o = cf_rows(s->o, 0, n), pos = cf_rows(s->pos, 0, n);
     cf_tensor q = scratch(s->q, n, qd), k = scratch(s->k, n, kd), v = scratch(s->v, n, vd);
@@ -47,7 +48,6 @@ static void attention_block(cf_model *m, cf_seq *s, int l, int n, cf_tensor x, i
     const cf_rope_set *rs = &hp->rope[L->rope_set];
 
     /* q, k, v projections back to back, then both RoPEs, then both stores: a backend may fuse each run */
-    const cf_kv_layer *cache = &s->kv->layers[L->kv_source];
     const int own_kv = L->kv_source == l;
     op->rmsnorm(be, h, x, w->attn_norm, eps, wo);
     op->matmul(be, q, h, w->wq, w->bq);
@@ -71,19 +71,34 @@ static void attention_block(cf_model *m, cf_seq *s, int l, int n, cf_tensor x, i
     op->rope(be, q, pos, L->n_heads, L->head_dim, rs->rot_dim, m->rope_freq[L->rope_set]);
     if (own_kv) {
         op->rope(be, k, pos, L->n_kv_heads, L->head_dim, rs->rot_dim, m->rope_freq[L->rope_set]);
-        if (pos_ops) {
+    }
+    if (p->pool) {
+        const cf_tensor kp = p->pool->k[L->kv_source], vp = p->pool->v[L->kv_source];
+        if (own_kv) {
+            op->kv_store_slots(be, kp, k, p->bv->slot);
+            op->kv_store_slots(be, vp, v, p->bv->slot);
+        }
+        cf_paged_attn_args a = {.n_heads = L->n_heads, .n_kv_heads = L->n_kv_heads, .head_dim = L->head_dim,
+                                .v_head_dim = L->v_head_dim, .block_size = p->pool->block_size,
+                                .table_cols = (int)p->bv->block_table.cols, .max_keys = p->max_keys, .window = L->window,
+                                .scale = L->attn_scale, .softcap = hp->attn_softcap};
+        op->attention_paged(be, att, q, kp, vp, &a, p->bv);
+    } else {
+        const cf_kv_layer *cache = &p->kv->layers[L->kv_source];
+        const int pos0 = p->kv->n;
+        if (own_kv && p->pos_ops) {
             op->kv_store_pos(be, cache->k, k, pos, cache->cap);
             op->kv_store_pos(be, cache->v, v, pos, cache->cap);
-        } else {
+        } else if (own_kv) {
             op->kv_store(be, cache->k, k, pos0, cache->cap);
             op->kv_store(be, cache->v, v, pos0, cache->cap);
         }
+        cf_attn_args a = {.n_q = n, .pos0 = pos0, .n_heads = L->n_heads, .n_kv_heads = L->n_kv_heads,
+                          .head_dim = L->head_dim, .v_head_dim = L->v_head_dim, .cap = cache->cap,
+                          .window = L->window, .scale = L->attn_scale, .softcap = hp->attn_softcap};
+        if (p->pos_ops) op->attention_pos(be, att, q, cache->k, cache->v, &a, pos);
+        else op->attention(be, att, q, cache->k, cache->v, &a);
     }
-    cf_attn_args a = {.n_q = n, .pos0 = pos0, .n_heads = L->n_heads, .n_kv_heads = L->n_kv_heads,
-                      .head_dim = L->head_dim, .v_head_dim = L->v_head_dim, .cap = cache->cap,
-                      .window = L->window, .scale = L->attn_scale, .softcap = hp->attn_softcap};
-    if (pos_ops) op->attention_pos(be, att, q, cache->k, cache->v, &a, pos);
-    else op->attention(be, att, q, cache->k, cache->v, &a);
     op->matmul(be, o, att, w->wo, none);
     if (hp->sandwich_norm) op->rmsnorm(be, o, o, w->post_attn_norm, eps, wo);
     op->add(be, x, x, o);
@@ -93,7 +108,7 @@ static void attention_block(cf_model *m, cf_seq *s, int l, int n, cf_tensor x, i
  * (unweighted-norm(x) * scale / sqrt(D)) Wr; the top k probabilities renormalised to sum 1, times the
  * experts' per_expert_scale. Each expert runs on the rows routed to it (gathered by row copies) and its
  * weighted output is added back row by row, experts in index order as transformers sums them. */
-static cinfer_status routed_experts(cf_model *m, cf_seq *s, int l, int n, cf_tensor x, cinfer_error *err) {
+static cinfer_status routed_experts(cf_model *m, cf_scratch *s, int l, int n, cf_tensor x, cinfer_error *err) {
     const cf_hparams *hp = &m->hp;
     const cf_layer_w *w = &m->lw[l];
     cf_backend *be = m->be;
@@ -129,7 +144,7 @@ static cinfer_status routed_experts(cf_model *m, cf_seq *s, int l, int n, cf_ten
             top_sum += p[best];
         }
         for (int k = 0; k < K; k++) {
-            int e = top[k], slot = e * s->chunk + s->route_n[e]++;
+            int e = top[k], slot = e * s->rows + s->route_n[e]++;
             s->route_tok[slot] = t;
             s->route_w[slot] = p[e] / top_sum * expert_scale[e];
         }
@@ -139,8 +154,8 @@ static cinfer_status routed_experts(cf_model *m, cf_seq *s, int l, int n, cf_ten
     op->fill(be, acc, 0.0f);
     for (int e = 0; e < E; e++) {
         const int c = s->route_n[e];
-        const int *tok = s->route_tok + e * s->chunk;
-        const float *wt = s->route_w + e * s->chunk;
+        const int *tok = s->route_tok + e * s->rows;
+        const float *wt = s->route_w + e * s->rows;
         if (!c) continue;
         for (int j = 0; j < c; j++) op->copy(be, cf_rows(s->e_x, j, 1), cf_rows(h2, tok[j], 1));
         cf_tensor gu = cf_rows(s->e_gu, 0, c), act = cf_rows(s->e_act, 0, c), out = cf_rows(s->e_out, 0, c);
@@ -156,7 +171,7 @@ static cinfer_status routed_experts(cf_model *m, cf_seq *s, int l, int n, cf_ten
     return CINFER_OK;
 }
 
-static cinfer_status feed_forward_block(cf_model *m, cf_seq *s, int l, int n, cf_tensor x, cinfer_error *err) {
+static cinfer_status feed_forward_block(cf_model *m, cf_scratch *s, int l, int n, cf_tensor x, cinfer_error *err) {
     const cf_hparams *hp = &m->hp;
     const cf_layer_hp *L = &hp->layers[l];
     const cf_layer_w *w = &m->lw[l];
@@ -184,7 +199,7 @@ static cinfer_status feed_forward_block(cf_model *m, cf_seq *s, int l, int n, cf
     return CINFER_OK;
 }
 
-static void per_layer_input_block(cf_model *m, cf_seq *s, int l, int n, cf_tensor x) {
+static void per_layer_input_block(cf_model *m, cf_scratch *s, int l, int n, cf_tensor x) {
     const cf_hparams *hp = &m->hp;
     const cf_layer_w *w = &m->lw[l];
     cf_backend *be = m->be;
@@ -198,29 +213,32 @@ static void per_layer_input_block(cf_model *m, cf_seq *s, int l, int n, cf_tenso
     op->add(be, x, x, o);
 }
 
-cinfer_status cf_forward_chunk(cf_model *m, cf_seq *s, int n, int out_rows, int pos_ops, cinfer_error *err) {
+cinfer_status cf_forward_layers(cf_model *m, const cf_pass *p, cinfer_error *err) {
     const cf_hparams *hp = &m->hp;
     cf_backend *be = m->be;
     const cf_backend_ops *op = be->ops;
+    cf_scratch *s = p->s;
+    const int n = p->n;
     cf_tensor x = cf_rows(s->x, 0, n);
 
     op->embed(be, x, m->tok_embd, cf_rows(s->ids, 0, n), m->embed_scale);
     if (hp->ple_dim) per_layer_inputs(m, s, n, x);
 
     for (int l = 0; l < hp->n_layers; l++) {
-        attention_block(m, s, l, n, x, pos_ops);
+        attention_block(m, p, l, x);
         cinfer_status st = feed_forward_block(m, s, l, n, x, err);
         if (st != CINFER_OK) return st;
         if (hp->ple_dim) per_layer_input_block(m, s, l, n, x);
         if (m->layer_scalar[l] != 1.0f) op->scale(be, x, m->layer_scalar[l]);
     }
-
-    if (out_rows > 0) {
-        cf_tensor xl = cf_rows(x, n - out_rows, out_rows), hl = cf_rows(s->h, 0, out_rows);
-        cf_tensor logits = cf_rows(s->logits, 0, out_rows);
-        op->rmsnorm(be, hl, xl, m->out_norm, hp->norm_eps, hp->norm_w_offset);
-        op->matmul(be, logits, hl, m->output, none);
-        if (hp->final_softcap > 0) op->softcap(be, logits, hp->final_softcap);
-    }
     return CINFER_OK;
+}
+
+void cf_forward_logits(cf_model *m, cf_scratch *s, cf_tensor xl) {
+    const cf_hparams *hp = &m->hp;
+    cf_backend *be = m->be;
+    cf_tensor hl = cf_rows(s->h, 0, xl.rows), logits = cf_rows(s->logits, 0, xl.rows);
+    be->ops->rmsnorm(be, hl, xl, m->out_norm, hp->norm_eps, hp->norm_w_offset);
+    be->ops->matmul(be, logits, hl, m->output, (cf_tensor){0});
+    if (hp->final_softcap > 0) be->ops->softcap(be, logits, hp->final_softcap);
 }

@@ -395,10 +395,12 @@ void cf_model_free(cf_model *m) {
 
 /* ---- sequences ---- */
 
-static cinfer_status seq_scratch(cf_seq *s, cinfer_error *err) {
-    cf_model *m = s->m;
+cinfer_status cf_scratch_alloc(cf_model *m, int rows, int logit_rows, cf_scratch *s, cinfer_error *err) {
     cf_backend *be = m->be;
     const cf_hparams *hp = &m->hp;
+    memset(s, 0, sizeof *s);
+    s->rows = rows;
+    s->logit_rows = logit_rows;
     int64_t qd = 0, kd = 0, vd = 0, od = 0, fd = 0;
     for (int l = 0; l < hp->n_layers; l++) {
         const cf_layer_hp *L = &hp->layers[l];
@@ -408,7 +410,7 @@ static cinfer_status seq_scratch(cf_seq *s, cinfer_error *err) {
         if ((int64_t)L->n_heads * L->v_head_dim > od) od = (int64_t)L->n_heads * L->v_head_dim;
         if (L->ffn_dim > fd) fd = L->ffn_dim;
     }
-    const int64_t C = s->chunk;
+    const int64_t C = rows;
     const cf_dtype a = be->act_dtype;
     CF_TRY(be->ops->alloc(be, CF_F32, C, hp->dim, &s->x, err));
     CF_TRY(be->ops->alloc(be, a, C, hp->dim, &s->h, err));
@@ -421,11 +423,7 @@ static cinfer_status seq_scratch(cf_seq *s, cinfer_error *err) {
     CF_TRY(be->ops->alloc(be, a, C, fd, &s->up, err));
     CF_TRY(be->ops->alloc(be, CF_I32, C, 1, &s->ids, err));
     CF_TRY(be->ops->alloc(be, CF_I32, C, 1, &s->pos, err));
-    CF_TRY(be->ops->alloc(be, CF_F32, s->logit_rows, hp->vocab, &s->logits, err));
-    CF_TRY(be->ops->alloc(be, CF_F32, 1, 1, &s->u, err));
-    CF_TRY(be->ops->alloc(be, CF_I32, 1, 1, &s->next, err));
-    s->pos_host = malloc((size_t)C * sizeof *s->pos_host);
-    if (!s->pos_host) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    CF_TRY(be->ops->alloc(be, CF_F32, logit_rows, hp->vocab, &s->logits, err));
     if (hp->ple_dim) {
         const int64_t LP = (int64_t)hp->n_layers * hp->ple_dim;
         CF_TRY(be->ops->alloc(be, CF_F32, C, LP, &s->ple, err));
@@ -446,6 +444,37 @@ static cinfer_status seq_scratch(cf_seq *s, cinfer_error *err) {
         s->route_w = malloc((size_t)(C * E) * sizeof *s->route_w);
         if (!s->route || !s->route_n || !s->route_tok || !s->route_w) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
     }
+    return CINFER_OK;
+}
+
+void cf_scratch_free(cf_model *m, cf_scratch *s) {
+    cf_backend *be = m->be;
+    cf_tensor *bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->o, &s->gate, &s->up, &s->ids, &s->pos, &s->logits,
+                         &s->ple, &s->ple_proj, &s->ple_gate, &s->e_x, &s->e_gu, &s->e_act, &s->e_out, &s->e_acc, &s->e_logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]->data) be->ops->free_tensor(be, bufs[i]);
+    free(s->route);
+    free(s->route_n);
+    free(s->route_tok);
+    free(s->route_w);
+    memset(s, 0, sizeof *s);
+}
+
+static cinfer_status seq_scratch(cf_seq *s, cinfer_error *err) {
+    cf_backend *be = s->m->be;
+    CF_TRY(cf_scratch_alloc(s->m, s->chunk, s->chunk < CF_LOGIT_ROWS ? s->chunk : CF_LOGIT_ROWS, &s->sc, err));
+    CF_TRY(be->ops->alloc(be, CF_F32, 1, 1, &s->u, err));
+    CF_TRY(be->ops->alloc(be, CF_I32, 1, 1, &s->next, err));
+    s->pos_host = malloc((size_t)s->chunk * sizeof *s->pos_host);
+    if (!s->pos_host) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    return CINFER_OK;
+}
+
+/* The forward pass of n tokens (ids, positions in s->sc) and the logits of the last out_rows. */
+static cinfer_status forward_chunk(cf_model *m, cf_seq *s, int n, int out_rows, int pos_ops, cinfer_error *err) {
+    cf_pass p = {.s = &s->sc, .n = n, .kv = s->kv, .pos_ops = pos_ops};
+    CF_TRY(cf_forward_layers(m, &p, err));
+    if (out_rows > 0) cf_forward_logits(m, &s->sc, cf_rows(s->sc.x, n - out_rows, out_rows));
     return CINFER_OK;
 }
 
@@ -472,7 +501,6 @@ cinfer_status cf_seq_create_chunked(cf_model *m, int max_ctx, int chunk, cf_seq 
     s->m = m;
     s->max_ctx = max_ctx;
     s->chunk = chunk;
-    s->logit_rows = chunk < CF_LOGIT_ROWS ? chunk : CF_LOGIT_ROWS;
     s->last_row = -1;
     for (int l = 0; l < hp->n_layers; l++) {
         const cf_layer_hp *L = &hp->layers[l];
@@ -491,16 +519,10 @@ void cf_seq_free(cf_seq *s) {
     if (!s) return;
     cf_backend *be = s->m->be;
     if (s->graph) be->ops->graph_free(be, s->graph);
-    cf_tensor *bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->o, &s->gate, &s->up, &s->ids, &s->pos, &s->logits,
-                         &s->u, &s->next, &s->ple, &s->ple_proj, &s->ple_gate, &s->e_x, &s->e_gu, &s->e_act, &s->e_out,
-                         &s->e_acc, &s->e_logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i]->data) be->ops->free_tensor(be, bufs[i]);
+    cf_scratch_free(s->m, &s->sc);
+    if (s->u.data) be->ops->free_tensor(be, &s->u);
+    if (s->next.data) be->ops->free_tensor(be, &s->next);
     free(s->pos_host);
-    free(s->route);
-    free(s->route_n);
-    free(s->route_tok);
-    free(s->route_w);
     cf_kv_free(s->kv);
     free(s);
 }
@@ -526,23 +548,23 @@ cinfer_status cf_model_eval(cf_model *m, cf_seq *s, const int32_t *ids, int n, f
         return cf_fail(err, CINFER_E_CONTEXT_OVERFLOW, "%d tokens after %d would exceed the context of %d", n, s->kv->n, s->max_ctx);
     cf_backend *be = m->be;
     /* every row's logits: passes no longer than the logits scratch */
-    const int pass = all_rows && s->chunk > s->logit_rows ? s->logit_rows : s->chunk;
+    const int pass = all_rows && s->chunk > s->sc.logit_rows ? s->sc.logit_rows : s->chunk;
     s->last_row = -1;
     for (int done = 0; done < n;) {
         int c = n - done < pass ? n - done : pass;
         int pos0 = s->kv->n;
         for (int i = 0; i < c; i++) s->pos_host[i] = pos0 + i;
-        be->ops->write(be, cf_rows(s->ids, 0, c), ids + done);
-        be->ops->write(be, cf_rows(s->pos, 0, c), s->pos_host);
+        be->ops->write(be, cf_rows(s->sc.ids, 0, c), ids + done);
+        be->ops->write(be, cf_rows(s->sc.pos, 0, c), s->pos_host);
         s->id_staged = 0;
         int last_chunk = done + c == n;
         int out_rows = all_rows ? c : last_chunk ? 1 : 0;
         cf_kv_written(s->kv, pos0 + c);
-        cinfer_status st = cf_forward_chunk(m, s, c, out_rows, 0, err);
+        cinfer_status st = forward_chunk(m, s, c, out_rows, 0, err);
         if (st != CINFER_OK) return st;
         cf_kv_advance(s->kv, c);
         if (logits && out_rows) {
-            st = be->ops->read(be, all_rows ? logits + (size_t)done * hp->vocab : logits, cf_rows(s->logits, 0, out_rows), err);
+            st = be->ops->read(be, all_rows ? logits + (size_t)done * hp->vocab : logits, cf_rows(s->sc.logits, 0, out_rows), err);
             if (st != CINFER_OK) return st;
         }
         done += c;
@@ -573,7 +595,7 @@ static cinfer_status check_pick(const cf_model *m, const cf_sample_args *sa, flo
 /* Enqueues the pick from logits row `row` into s->next (u already written). */
 static void pick(cf_model *m, cf_seq *s, int row, const cf_sample_args *sa) {
     cf_backend *be = m->be;
-    cf_tensor lg = cf_rows(s->logits, row, 1);
+    cf_tensor lg = cf_rows(s->sc.logits, row, 1);
     if (is_greedy(sa)) be->ops->argmax(be, s->next, lg);
     else be->ops->sample(be, s->next, lg, s->u, sa);
 }
@@ -605,9 +627,9 @@ static int same_pick(const cf_seq *s, const cf_sample_args *sa) {
  * step after it finds its input there. */
 static cinfer_status step_ops(cf_model *m, cf_seq *s, const cf_sample_args *sa, cinfer_error *err) {
     const cf_backend_ops *op = m->be->ops;
-    CF_TRY(cf_forward_chunk(m, s, 1, 1, op->kv_store_pos && op->attention_pos, err));
+    CF_TRY(forward_chunk(m, s, 1, 1, op->kv_store_pos && op->attention_pos, err));
     pick(m, s, 0, sa);
-    op->copy(m->be, cf_rows(s->ids, 0, 1), s->next);
+    op->copy(m->be, cf_rows(s->sc.ids, 0, 1), s->next);
     return CINFER_OK;
 }
 
@@ -637,8 +659,8 @@ static cinfer_status record_step(cf_model *m, cf_seq *s, const cf_sample_args *s
 static cinfer_status enqueue_step(cf_model *m, cf_seq *s, int32_t id, int32_t pos, const cf_sample_args *sa, float u, cinfer_error *err) {
     cf_backend *be = m->be;
     const cf_backend_ops *op = be->ops;
-    if (id >= 0) op->write(be, cf_rows(s->ids, 0, 1), &id);
-    op->write(be, cf_rows(s->pos, 0, 1), &pos);
+    if (id >= 0) op->write(be, cf_rows(s->sc.ids, 0, 1), &id);
+    op->write(be, cf_rows(s->sc.pos, 0, 1), &pos);
     if (!is_greedy(sa)) op->write(be, s->u, &u);
     cf_kv_written(s->kv, pos + 1);   /* a step queued past a stop writes a slot past the sequence's end */
     if (!m->decode_graphs) return step_ops(m, s, sa, err);

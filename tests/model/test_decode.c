@@ -717,7 +717,7 @@ static int eval_all(cf_model *m, int chunk, const int32_t *ids, int n, float *ou
     cf_seq *s = NULL;
     int ok = cf_seq_create_chunked(m, 0, chunk, &s, &err) == CINFER_OK && cf_model_eval(m, s, ids, n, out, 1, &err) == CINFER_OK;
     if (!ok) fprintf(stderr, "eval (chunk %d): %s\n", chunk, err.message);
-    if (s && logit_rows) *logit_rows = (int)s->logits.rows;
+    if (s && logit_rows) *logit_rows = (int)s->sc.logits.rows;
     cf_seq_free(s);
     return ok;
 }
