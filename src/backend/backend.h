@@ -151,6 +151,9 @@ typedef struct cf_backend_ops {
     void (*attention)(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k_cache, cf_tensor v_cache, const cf_attn_args *a);
     /* copies src to dst (same shape; dtype conversion allowed) */
     void (*copy)(cf_backend *be, cf_tensor dst, cf_tensor src);
+    /* bytes a KV pool may still take from the backend's memory (CPU: a quarter of the available host memory;
+     * CUDA: the largest free extent of its pool); NULL where unknown */
+    int64_t (*mem_available)(cf_backend *be);
     /* paged KV: copies row i of src to cache row slot[i] (slot: I32 [src.rows, 1], device data) */
     void (*kv_store_slots)(cf_backend *be, cf_tensor cache, cf_tensor src, cf_tensor slot);
     void (*attention_paged)(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k_pool, cf_tensor v_pool,

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct cpu_backend {
     cf_backend base;
@@ -303,6 +304,11 @@ static void cpu_attention_pos(cf_backend *be, cf_tensor out, cf_tensor q, cf_ten
     cpu_attention(be, out, q, kc, vc, &at);
 }
 
+static int64_t cpu_mem_available(cf_backend *be) {
+    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (int64_t)pages * size / 4 : 0;
+}
+
 static void cpu_kv_store_slots(cf_backend *be, cf_tensor cache, cf_tensor src, cf_tensor slot) {
     for (int64_t i = 0; i < src.rows; i++)
         memcpy(row(cache, pos_at(slot, i)), row(src, i), (size_t)src.cols * sizeof(float));
@@ -465,6 +471,7 @@ static const cf_backend_ops cpu_ops = {
     .copy = cpu_copy,
     .kv_store_pos = cpu_kv_store_pos,
     .attention_pos = cpu_attention_pos,
+    .mem_available = cpu_mem_available,
     .kv_store_slots = cpu_kv_store_slots,
     .attention_paged = cpu_attention_paged,
     .argmax = cpu_argmax,

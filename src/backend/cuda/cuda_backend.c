@@ -609,6 +609,13 @@ static void cuda_kv_store(cf_backend *be, cf_tensor cache, cf_tensor src, int po
     kv_store(CB(be), cache, src, pos0, none, cap);
 }
 
+static int64_t cuda_mem_available(cf_backend *be) {
+    cuda_backend *b = CB(be);
+    if (!b->direct) return (int64_t)cf_pool_largest_free(&b->pool);
+    size_t free_b = 0, total = 0;
+    return cudaMemGetInfo(&free_b, &total) == cudaSuccess ? (int64_t)free_b : 0;
+}
+
 static void cuda_kv_store_pos(cf_backend *be, cf_tensor cache, cf_tensor src, cf_tensor pos, int cap) {
     kv_store(CB(be), cache, src, 0, pos, cap);
 }
@@ -742,6 +749,7 @@ static const cf_backend_ops cuda_ops = {
     .copy = cuda_copy,
     .kv_store_pos = cuda_kv_store_pos,
     .attention_pos = cuda_attention_pos,
+    .mem_available = cuda_mem_available,
     .argmax = cuda_argmax,
     .sample = cuda_sample,
     .graph_begin = cuda_graph_begin,

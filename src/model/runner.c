@@ -1,0 +1,462 @@
+/* runner.c: the batched model runner: its scratch, KV pool and per-bucket decode graphs, the sequences'
+ * block tables and tokens, and the step that lays a batch out on the device, runs it and reads back what
+ * each item asked for. */
+#include "model/runner.h"
+#include "model/forward.h"
+#include "base/status.h"
+#include "sample/sampler.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIN_LOGIT_ROWS 256
+#define N_BUCKETS 12          /* decode graphs for 1, 2, 4, ... 2048 sequences */
+
+struct cf_runner {
+    cf_model *m;
+    cf_runner_params p;
+    cf_kv_pool *kv;
+    cf_scratch sc;
+    int table_cols;
+    int n_seqs_alive;
+    /* the batch on the device and its host copies */
+    cf_batch_view bv;
+    cf_tensor u, picks;          /* F32 [max_seqs, 1] uniforms; I32 [max_seqs, 1] picked tokens */
+    int32_t *h_pos, *h_row_seq, *h_seq_start, *h_slot, *h_table, *h_ids;
+    float *h_u, *h_picks;
+    float *h_logits;             /* [logit_rows, vocab] */
+    cf_block_copy *copies;       /* [max_seqs] */
+    int *out_first;              /* [max_seqs]: each item's first logits row */
+    cf_graph *graph[N_BUCKETS];  /* decode steps of 2^i sequences */
+};
+
+struct cf_rseq {
+    cf_runner *r;
+    cf_block_table t;
+    int32_t *tokens;
+    int cap;
+};
+
+cf_runner_params cf_runner_default_params(void) {
+    return (cf_runner_params){.max_seqs = 0, .max_batch_tokens = 0, .max_ctx = 0, .kv_bytes = 0, .block_size = 0, .graphs = 1};
+}
+
+const cf_runner_params *cf_runner_params_of(const cf_runner *r) { return &r->p; }
+cf_model *cf_runner_model(const cf_runner *r) { return r->m; }
+int cf_runner_blocks_total(const cf_runner *r) { return cf_block_pool_size(r->kv->blocks); }
+int cf_runner_blocks_available(const cf_runner *r) { return cf_block_pool_available(r->kv->blocks); }
+int cf_runner_blocks_cached(const cf_runner *r) { return cf_block_pool_cached(r->kv->blocks); }
+
+static int bucket_of(int n) {
+    int b = 0;
+    while ((1 << b) < n) b++;
+    return b;
+}
+
+void cf_runner_free(cf_runner *r) {
+    if (!r) return;
+    cf_backend *be = r->m->be;
+    for (int i = 0; i < N_BUCKETS; i++)
+        if (r->graph[i]) be->ops->graph_free(be, r->graph[i]);
+    cf_tensor *bufs[] = {&r->bv.pos, &r->bv.row_seq, &r->bv.seq_start, &r->bv.slot, &r->bv.block_table, &r->u, &r->picks};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]->data) be->ops->free_tensor(be, bufs[i]);
+    cf_scratch_free(r->m, &r->sc);
+    cf_kv_pool_free(r->kv);
+    free(r->h_pos);
+    free(r->h_row_seq);
+    free(r->h_seq_start);
+    free(r->h_slot);
+    free(r->h_table);
+    free(r->h_ids);
+    free(r->h_u);
+    free(r->h_picks);
+    free(r->h_logits);
+    free(r->copies);
+    free(r->out_first);
+    free(r);
+}
+
+cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runner **out, cinfer_error *err) {
+    *out = NULL;
+    const cf_hparams *hp = &m->hp;
+    cf_backend *be = m->be;
+    cf_runner_params p = pp ? *pp : cf_runner_default_params();
+    if (p.max_seqs < 0 || p.max_batch_tokens < 0 || p.max_ctx < 0 || p.kv_bytes < 0 || p.block_size < 0)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "runner parameters must not be negative");
+    if (!p.max_seqs) p.max_seqs = 128;
+    if (!p.max_batch_tokens) p.max_batch_tokens = cf_model_prefill_chunk(m);
+    if (p.max_batch_tokens < p.max_seqs) p.max_batch_tokens = p.max_seqs;
+    if (!p.max_ctx || p.max_ctx > hp->max_ctx) p.max_ctx = hp->max_ctx;
+    if (!p.block_size) p.block_size = 16;
+    if (p.max_seqs > (1 << (N_BUCKETS - 1)) || p.max_batch_tokens > 65536 || p.block_size > 1024)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT,
+                       "a runner of %d sequences, %d tokens a step and KV blocks of %d tokens is out of range (at most %d, 65536, 1024)",
+                       p.max_seqs, p.max_batch_tokens, p.block_size, 1 << (N_BUCKETS - 1));
+    cf_kv_spec *specs = calloc((size_t)hp->n_layers, sizeof *specs);
+    if (!specs) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    for (int l = 0; l < hp->n_layers; l++) {
+        const cf_layer_hp *L = &hp->layers[l];
+        specs[l] = (cf_kv_spec){.n_kv_heads = L->n_kv_heads, .head_dim = L->head_dim, .v_head_dim = L->v_head_dim,
+                                .window = L->window, .shared = L->kv_source != l};
+    }
+    const int64_t per_block = cf_kv_pool_block_bytes(be, specs, hp->n_layers, p.block_size);
+    const int table_cols = (p.max_ctx + p.block_size - 1) / p.block_size;
+    cf_runner *r = calloc(1, sizeof *r);
+    if (!r) { free(specs); return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory"); }
+    r->m = m;
+    r->table_cols = table_cols;
+    const int logit_rows = p.max_seqs > MIN_LOGIT_ROWS ? p.max_seqs : MIN_LOGIT_ROWS;
+    cinfer_status st = cf_scratch_alloc(m, p.max_batch_tokens, logit_rows, &r->sc, err);
+    /* the KV pool: what was asked for, else room for max_seqs full contexts within 90% of what is left */
+    int64_t n_blocks = p.kv_bytes / per_block;
+    if (!p.kv_bytes) {
+        n_blocks = (int64_t)table_cols * p.max_seqs;
+        int64_t avail = be->ops->mem_available ? be->ops->mem_available(be) : 0;
+        if (avail > 0 && n_blocks > avail / 10 * 9 / per_block) n_blocks = avail / 10 * 9 / per_block;
+    }
+    if (n_blocks > (1 << 27)) n_blocks = 1 << 27;
+    if (st == CINFER_OK && n_blocks < 1)
+        st = cf_fail(err, CINFER_E_INVALID_ARGUMENT, "%lld bytes of KV memory hold no block of %d tokens (%lld bytes)",
+                     (long long)p.kv_bytes, p.block_size, (long long)per_block);
+    if (st == CINFER_OK) st = cf_kv_pool_create(be, specs, hp->n_layers, (int)n_blocks, p.block_size, &r->kv, err);
+    p.kv_bytes = n_blocks * per_block;
+    r->p = p;
+    free(specs);
+    const int R = p.max_batch_tokens, S = p.max_seqs;
+    if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, R, 1, &r->bv.pos, err);
+    if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, R, 1, &r->bv.row_seq, err);
+    if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, S + 1, 1, &r->bv.seq_start, err);
+    if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, R, 1, &r->bv.slot, err);
+    if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, S, table_cols, &r->bv.block_table, err);
+    if (st == CINFER_OK) st = be->ops->alloc(be, CF_F32, S, 1, &r->u, err);
+    if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, S, 1, &r->picks, err);
+    if (st == CINFER_OK) {
+        r->h_pos = malloc((size_t)R * sizeof *r->h_pos);
+        r->h_row_seq = malloc((size_t)R * sizeof *r->h_row_seq);
+        r->h_seq_start = malloc((size_t)(S + 1) * sizeof *r->h_seq_start);
+        r->h_slot = malloc((size_t)R * sizeof *r->h_slot);
+        r->h_table = malloc((size_t)S * table_cols * sizeof *r->h_table);
+        r->h_ids = malloc((size_t)R * sizeof *r->h_ids);
+        r->h_u = malloc((size_t)S * sizeof *r->h_u);
+        r->h_picks = malloc((size_t)S * sizeof *r->h_picks);
+        r->h_logits = malloc((size_t)logit_rows * (size_t)hp->vocab * sizeof *r->h_logits);
+        r->copies = malloc((size_t)S * sizeof *r->copies);
+        r->out_first = malloc((size_t)S * sizeof *r->out_first);
+        if (!r->h_pos || !r->h_row_seq || !r->h_seq_start || !r->h_slot || !r->h_table || !r->h_ids || !r->h_u || !r->h_picks ||
+            !r->h_logits || !r->copies || !r->out_first)
+            st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the runner's host buffers");
+    }
+    if (st != CINFER_OK) {
+        cf_runner_free(r);
+        return cf_wrap(err, st, "creating a runner of %d sequences and %d tokens a step", S, R);
+    }
+    /* pad rows name the scratch block everywhere; the device table starts so too */
+    for (int64_t i = 0; i < (int64_t)S * table_cols; i++) r->h_table[i] = r->kv->scratch_block;
+    be->ops->write(be, r->bv.block_table, r->h_table);
+    *out = r;
+    return CINFER_OK;
+}
+
+/* ---- sequences ---- */
+
+static cinfer_status tokens_reserve(cf_rseq *s, int n, cinfer_error *err) {
+    if (n <= s->cap) return CINFER_OK;
+    int cap = s->cap ? s->cap : 64;
+    while (cap < n) cap = cap > INT32_MAX / 2 ? n : cap * 2;
+    int32_t *t = realloc(s->tokens, (size_t)cap * sizeof *t);
+    if (!t) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the tokens of a sequence of %d", n);
+    s->tokens = t;
+    s->cap = cap;
+    return CINFER_OK;
+}
+
+cinfer_status cf_rseq_create(cf_runner *r, cf_rseq **out, cinfer_error *err) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for a sequence");
+    (*out)->r = r;
+    r->n_seqs_alive++;
+    return CINFER_OK;
+}
+
+void cf_rseq_free(cf_rseq *s) {
+    if (!s) return;
+    cf_block_table_release(s->r->kv->blocks, &s->t);
+    s->r->n_seqs_alive--;
+    free(s->tokens);
+    free(s);
+}
+
+int cf_rseq_len(const cf_rseq *s) { return s->t.n_tokens; }
+const int32_t *cf_rseq_tokens(const cf_rseq *s) { return s->tokens; }
+int cf_rseq_blocks_held(const cf_rseq *s) { return s->t.n_blocks; }
+
+int cf_rseq_blocks_needed(const cf_rseq *s, int n) {
+    const cf_block_pool *p = s->r->kv->blocks;
+    const int bs = s->r->kv->block_size;
+    const int need = (s->t.n_tokens + n + bs - 1) / bs - s->t.n_blocks;
+    const int last = s->t.n_tokens % bs ? s->t.n_tokens / bs : -1;
+    const int cow = last >= 0 && cf_block_refs(p, s->t.blocks[last]) > 1;
+    return (need > 0 ? need : 0) + cow;
+}
+
+cinfer_status cf_rseq_truncate(cf_rseq *s, int n, cinfer_error *err) {
+    if (n < 0 || n > s->t.n_tokens)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "cannot truncate a sequence of %d tokens to %d", s->t.n_tokens, n);
+    cf_block_table_truncate(s->r->kv->blocks, &s->t, n);
+    return CINFER_OK;
+}
+
+cinfer_status cf_rseq_fork(const cf_rseq *src, cf_rseq **out, cinfer_error *err) {
+    CF_TRY(cf_rseq_create(src->r, out, err));
+    cinfer_status st = tokens_reserve(*out, src->t.n_tokens, err);
+    if (st == CINFER_OK) st = cf_block_table_fork(src->r->kv->blocks, &src->t, &(*out)->t, err);
+    if (st != CINFER_OK) {
+        cf_rseq_free(*out);
+        *out = NULL;
+        return st;
+    }
+    if (src->t.n_tokens) memcpy((*out)->tokens, src->tokens, (size_t)src->t.n_tokens * sizeof *src->tokens);
+    return CINFER_OK;
+}
+
+cinfer_status cf_rseq_adopt_prefix(cf_rseq *s, const int32_t *ids, int n, int *reused, cinfer_error *err) {
+    *reused = 0;
+    if (s->t.n_tokens) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a prefix is adopted by an empty sequence only");
+    if (n > s->r->p.max_ctx) n = s->r->p.max_ctx;
+    CF_TRY(tokens_reserve(s, n, err));
+    CF_TRY(cf_block_table_adopt_prefix(s->r->kv->blocks, &s->t, ids, n, 0, reused, err));
+    if (*reused) memcpy(s->tokens, ids, (size_t)*reused * sizeof *ids);
+    return CINFER_OK;
+}
+
+/* ---- steps ---- */
+
+static int is_greedy(const cf_sample_args *sa) { return cf_sampling_is_greedy(sa->temperature); }
+
+static cinfer_status check_items(cf_runner *r, const cf_batch_item *it, int n_items, cinfer_error *err) {
+    const cf_model *m = r->m;
+    if (n_items < 1 || n_items > r->p.max_seqs)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a step of %d sequences (1 to %d)", n_items, r->p.max_seqs);
+    int64_t rows = 0, out_rows = 0;
+    for (int i = 0; i < n_items; i++) {
+        const cf_batch_item *b = &it[i];
+        if (!b->seq || b->seq->r != r) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "item %d: a sequence of another runner", i);
+        for (int j = 0; j < i; j++)
+            if (it[j].seq == b->seq) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "items %d and %d are the same sequence", j, i);
+        if (b->n < 1 || !b->ids) return cf_fail(err, CINFER_E_EMPTY_PROMPT, "item %d: no tokens to evaluate", i);
+        for (int k = 0; k < b->n; k++)
+            if (b->ids[k] < 0 || b->ids[k] >= m->hp.vocab)
+                return cf_fail(err, CINFER_E_TOKEN_OUT_OF_RANGE, "token id %d at index %d is outside the vocabulary [0, %d)", b->ids[k], k,
+                               m->hp.vocab);
+        if ((int64_t)b->seq->t.n_tokens + b->n > r->p.max_ctx)
+            return cf_fail(err, CINFER_E_CONTEXT_OVERFLOW, "%d tokens after %d would exceed the context of %d", b->n, b->seq->t.n_tokens,
+                           r->p.max_ctx);
+        if (b->logits != CF_LOGITS_NONE && b->logits != CF_LOGITS_LAST && b->logits != CF_LOGITS_ALL)
+            return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "item %d: logits mode %d", i, (int)b->logits);
+        if (b->pick) {
+            cf_sampling_params sp = cf_sampling_truncation(b->pick->temperature, b->pick->top_k, b->pick->top_p, b->pick->min_p);
+            CF_TRY(cf_sampling_validate(&sp, m->hp.vocab, err));
+            if (!is_greedy(b->pick)) CF_TRY(cf_sampling_check_uniform(b->u, err));
+            if (is_greedy(b->pick) ? !m->be->ops->argmax : !m->be->ops->sample)
+                return cf_fail(err, CINFER_E_UNSUPPORTED, "the %s backend has no '%s' operation", m->be->ops->name,
+                               is_greedy(b->pick) ? "argmax" : "sample");
+        }
+        rows += b->n;
+        out_rows += b->logits == CF_LOGITS_ALL ? b->n : b->logits == CF_LOGITS_LAST || b->pick ? 1 : 0;
+    }
+    if (rows > r->p.max_batch_tokens)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a step of %lld tokens; the runner takes at most %d", (long long)rows,
+                       r->p.max_batch_tokens);
+    if (out_rows > r->sc.logit_rows)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a step asking for %lld rows of logits; at most %d", (long long)out_rows,
+                       r->sc.logit_rows);
+    return CINFER_OK;
+}
+
+/* Lays the batch out on the host: rows, positions, slots, tables, the first logits row of each item.
+ * n_seqs >= n_items: the rest are padding sequences of one row (graph buckets). Returns the rows. */
+static int layout(cf_runner *r, const cf_batch_item *it, int n_items, int n_seqs, int *out_rows) {
+    const int B = r->kv->block_size, C = r->table_cols;
+    int row = 0, orow = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        r->h_seq_start[i] = row;
+        int32_t *tab = r->h_table + (size_t)i * C;
+        if (i >= n_items) {
+            r->h_ids[row] = 0;
+            r->h_pos[row] = 0;
+            r->h_row_seq[row] = i;
+            r->h_slot[row] = r->kv->scratch_block * B;
+            for (int c = 0; c < C; c++) tab[c] = r->kv->scratch_block;
+            row++;
+            continue;
+        }
+        const cf_rseq *s = it[i].seq;
+        for (int c = 0; c < C; c++) tab[c] = c < s->t.n_blocks ? s->t.blocks[c] : r->kv->scratch_block;
+        for (int k = 0; k < it[i].n; k++, row++) {
+            const int p = s->t.n_tokens + k;
+            r->h_ids[row] = it[i].ids[k];
+            r->h_pos[row] = p;
+            r->h_row_seq[row] = i;
+            r->h_slot[row] = s->t.blocks[p / B] * B + p % B;
+        }
+        r->out_first[i] = orow;
+        orow += it[i].logits == CF_LOGITS_ALL ? it[i].n : it[i].logits == CF_LOGITS_LAST || it[i].pick ? 1 : 0;
+    }
+    r->h_seq_start[n_seqs] = row;
+    *out_rows = orow;
+    return row;
+}
+
+static void upload(cf_runner *r, int rows, int n_seqs) {
+    cf_backend *be = r->m->be;
+    be->ops->write(be, cf_rows(r->sc.ids, 0, rows), r->h_ids);
+    be->ops->write(be, cf_rows(r->sc.pos, 0, rows), r->h_pos);
+    be->ops->write(be, cf_rows(r->bv.pos, 0, rows), r->h_pos);
+    be->ops->write(be, cf_rows(r->bv.row_seq, 0, rows), r->h_row_seq);
+    be->ops->write(be, cf_rows(r->bv.seq_start, 0, n_seqs + 1), r->h_seq_start);
+    be->ops->write(be, cf_rows(r->bv.slot, 0, rows), r->h_slot);
+    be->ops->write(be, cf_rows(r->bv.block_table, 0, n_seqs), r->h_table);
+}
+
+static cf_batch_view view_of(const cf_runner *r, int rows, int n_seqs, int max_rows_per_seq) {
+    cf_batch_view v = r->bv;
+    v.pos = cf_rows(v.pos, 0, rows);
+    v.row_seq = cf_rows(v.row_seq, 0, rows);
+    v.seq_start = cf_rows(v.seq_start, 0, n_seqs + 1);
+    v.slot = cf_rows(v.slot, 0, rows);
+    v.block_table = cf_rows(v.block_table, 0, n_seqs);
+    v.n_rows = rows;
+    v.n_seqs = n_seqs;
+    v.max_rows_per_seq = max_rows_per_seq;
+    return v;
+}
+
+/* The layers and the logits of every row of a decode step of n_seqs one-row sequences. */
+static cinfer_status decode_ops(cf_runner *r, int n_seqs, cinfer_error *err) {
+    cf_batch_view v = view_of(r, n_seqs, n_seqs, 1);
+    cf_pass p = {.s = &r->sc, .n = n_seqs, .pool = r->kv, .bv = &v, .max_keys = r->p.max_ctx};
+    CF_TRY(cf_forward_layers(r->m, &p, err));
+    cf_forward_logits(r->m, &r->sc, cf_rows(r->sc.x, 0, n_seqs));
+    return CINFER_OK;
+}
+
+static cinfer_status run_decode_graph(cf_runner *r, int n_seqs, cinfer_error *err) {
+    cf_backend *be = r->m->be;
+    const cf_backend_ops *op = be->ops;
+    const int b = bucket_of(n_seqs);
+    if (!r->graph[b]) {
+        CF_TRY(op->graph_begin(be, err));
+        cinfer_error ferr = {0};
+        cinfer_status st = decode_ops(r, n_seqs, &ferr);
+        cf_graph *g = NULL;
+        cinfer_status end = op->graph_end(be, &g, err);
+        if (st != CINFER_OK) {
+            if (g) op->graph_free(be, g);
+            if (err) *err = ferr;
+            return st;
+        }
+        CF_TRY(end);
+        r->graph[b] = g;
+    }
+    op->graph_launch(be, r->graph[b]);
+    return CINFER_OK;
+}
+
+cinfer_status cf_runner_step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_error *err) {
+    cf_model *m = r->m;
+    cf_backend *be = m->be;
+    const cf_backend_ops *op = be->ops;
+    const int64_t V = m->hp.vocab;
+    CF_TRY(check_items(r, it, n_items, err));
+    for (int i = 0; i < n_items; i++) CF_TRY(tokens_reserve(it[i].seq, it[i].seq->t.n_tokens + it[i].n, err));
+
+    /* blocks for every item, all or nothing */
+    int n_copies = 0;
+    for (int i = 0; i < n_items; i++) {
+        int nc = 0;
+        cinfer_status st = cf_block_table_reserve(r->kv->blocks, &it[i].seq->t, it[i].n, r->copies + n_copies, &nc, err);
+        if (st != CINFER_OK) {
+            for (int j = 0; j < i; j++) cf_block_table_truncate(r->kv->blocks, &it[j].seq->t, it[j].seq->t.n_tokens);
+            return st;
+        }
+        n_copies += nc;
+    }
+    for (int i = 0; i < n_copies; i++) cf_kv_pool_copy_block(r->kv, r->copies[i].src, r->copies[i].dst);
+
+    int decode = 1, max_rows = 0;
+    for (int i = 0; i < n_items; i++) {
+        decode &= it[i].n == 1 && it[i].logits != CF_LOGITS_ALL;
+        if (it[i].n > max_rows) max_rows = it[i].n;
+    }
+    const int graphs = decode && r->p.graphs && m->decode_graphs && op->graph_begin;
+    const int n_seqs = graphs ? 1 << bucket_of(n_items) : n_items;
+    int out_rows = 0;
+    const int rows = layout(r, it, n_items, graphs && n_seqs <= r->p.max_seqs ? n_seqs : n_items, &out_rows);
+    cinfer_status st = CINFER_OK;
+    if (graphs && n_seqs <= r->p.max_seqs) {
+        for (int i = 0; i < n_items; i++) r->out_first[i] = i;   /* the graph computes every row's logits */
+        upload(r, rows, n_seqs);
+        st = run_decode_graph(r, n_seqs, err);
+    } else {
+        upload(r, rows, n_items);
+        cf_batch_view v = view_of(r, rows, n_items, max_rows);
+        int max_keys = 0;
+        for (int i = 0; i < n_items; i++)
+            if (it[i].seq->t.n_tokens + it[i].n > max_keys) max_keys = it[i].seq->t.n_tokens + it[i].n;
+        cf_pass p = {.s = &r->sc, .n = rows, .pool = r->kv, .bv = &v, .max_keys = max_keys};
+        st = cf_forward_layers(m, &p, err);
+        if (st == CINFER_OK && out_rows) {
+            /* gather the rows that need logits into o (f32, as x), unless they are x's rows as they are */
+            int direct = out_rows == rows;
+            if (!direct) {
+                for (int i = 0, src = 0; i < n_items; src += it[i].n, i++) {
+                    int k = it[i].logits == CF_LOGITS_ALL ? it[i].n : it[i].logits == CF_LOGITS_LAST || it[i].pick ? 1 : 0;
+                    if (k) op->copy(be, cf_rows(r->sc.o, r->out_first[i], k), cf_rows(r->sc.x, src + it[i].n - k, k));
+                }
+            }
+            cf_forward_logits(m, &r->sc, direct ? cf_rows(r->sc.x, 0, rows) : cf_rows(r->sc.o, 0, out_rows));
+        }
+    }
+
+    /* picks on the device, then everything back to the host */
+    int any_pick = 0;
+    for (int i = 0; i < n_items && st == CINFER_OK; i++) {
+        if (!it[i].pick) continue;
+        any_pick = 1;
+        r->h_u[i] = is_greedy(it[i].pick) ? 0.0f : it[i].u;
+    }
+    if (st == CINFER_OK && any_pick) {
+        op->write(be, cf_rows(r->u, 0, n_items), r->h_u);
+        for (int i = 0; i < n_items; i++) {
+            if (!it[i].pick) continue;
+            cf_tensor lg = cf_rows(r->sc.logits, r->out_first[i], 1), id = cf_rows(r->picks, i, 1);
+            if (is_greedy(it[i].pick)) op->argmax(be, id, lg);
+            else op->sample(be, id, lg, cf_rows(r->u, i, 1), it[i].pick);
+        }
+        st = op->read(be, r->h_picks, cf_rows(r->picks, 0, n_items), err);
+    }
+    for (int i = 0; i < n_items && st == CINFER_OK; i++) {
+        if (it[i].logits == CF_LOGITS_NONE) continue;
+        const int k = it[i].logits == CF_LOGITS_ALL ? it[i].n : 1;
+        float *dst = r->h_logits + (size_t)r->out_first[i] * V;
+        st = op->read(be, dst, cf_rows(r->sc.logits, r->out_first[i], k), err);
+        it[i].out = dst;
+    }
+    if (st == CINFER_OK) st = op->sync(be, err);
+    if (st != CINFER_OK) {
+        for (int i = 0; i < n_items; i++) cf_block_table_truncate(r->kv->blocks, &it[i].seq->t, it[i].seq->t.n_tokens);
+        return st;
+    }
+    for (int i = 0; i < n_items; i++) {
+        cf_rseq *s = it[i].seq;
+        if (it[i].pick) {
+            const float id = r->h_picks[i];
+            it[i].token = id >= 0 && id < (float)V ? (int32_t)id : -1;
+        }
+        memcpy(s->tokens + s->t.n_tokens, it[i].ids, (size_t)it[i].n * sizeof *it[i].ids);
+        cf_block_table_commit(r->kv->blocks, &s->t, s->tokens, it[i].n, 0);
+    }
+    return CINFER_OK;
+}

@@ -1,0 +1,258 @@
+/* test_runner.c: the batched runner (model/runner.h) against a single sequence's forward pass (cf_seq +
+ * cf_model_eval, the reference), on one model folder:
+ *   - a batch of sequences of different lengths, prefilled in mixed steps (prompt chunks beside decode rows)
+ *     and then decoded together, gives every sequence the logits it gets alone;
+ *   - decode picks on the device (greedy) equal the argmax of those logits;
+ *   - truncate then feed again, fork then diverge, and a prefix-cache hit give a fresh run's logits;
+ *   - a step the KV pool cannot hold fails with CINFER_E_OUT_OF_MEMORY and changes nothing; bad items too;
+ *   - every block is back in the pool (free or cached) when the sequences are freed.
+ * On the CPU the logits must be bit-identical to the reference (the batch changes nothing); on CUDA within
+ * a tolerance of the largest logit (its GEMMs sum in another order for other batch sizes).
+ *
+ * usage: test_runner MODEL_DIR [cpu|cuda] */
+#include "model/model.h"
+#include "model/runner.h"
+#include "model/seq.h"
+#include "base/status.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../check.h"
+
+#define N_SEQ 6
+#define MAX_LEN 96
+
+static int V;
+static double tol_rel;   /* 0: bit-identical */
+static double worst;
+
+/* The reference: logits of every position of ids[0, n) evaluated alone. */
+static float *reference(cf_model *m, const int32_t *ids, int n) {
+    cf_seq *s = NULL;
+    cinfer_error err = {0};
+    float *out = malloc((size_t)n * V * sizeof *out);
+    if (!out || cf_seq_create(m, 0, &s, &err) != CINFER_OK || cf_model_eval(m, s, ids, n, out, 1, &err) != CINFER_OK) {
+        fprintf(stderr, "reference: %s\n", err.message);
+        exit(1);
+    }
+    cf_seq_free(s);
+    return out;
+}
+
+/* logits row got against want; returns 1 when they agree */
+static int same_row(const float *got, const float *want) {
+    float mx = 0, d = 0;
+    for (int i = 0; i < V; i++) {
+        if (fabsf(want[i]) > mx) mx = fabsf(want[i]);
+        float e = fabsf(got[i] - want[i]);
+        if (!(e <= d)) d = e;
+    }
+    if (d / (mx > 0 ? mx : 1) > worst) worst = d / (mx > 0 ? mx : 1);
+    return tol_rel == 0 ? !memcmp(got, want, (size_t)V * sizeof *got) : d <= tol_rel * mx;
+}
+
+static int argmax(const float *l) {
+    int b = 0;
+    for (int i = 1; i < V; i++)
+        if (l[i] > l[b]) b = i;
+    return b;
+}
+
+static void fill_ids(int32_t *ids, int n, unsigned seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        ids[i] = (int32_t)((seed >> 8) % (unsigned)V);
+    }
+}
+
+/* Sequences of different prompt lengths: prompts go in chunks of up to `chunk` beside the others' decode
+ * rows; then every sequence decodes its own fixed continuation together with the rest. */
+static void check_batch(cf_model *m, cf_runner *r) {
+    cinfer_error err = {0};
+    static const int plen[N_SEQ] = {1, 5, 17, 33, 40, 64};
+    const int total = MAX_LEN;
+    int32_t ids[N_SEQ][MAX_LEN];
+    float *ref[N_SEQ];
+    cf_rseq *s[N_SEQ];
+    for (int i = 0; i < N_SEQ; i++) {
+        fill_ids(ids[i], total, 77u + 13u * (unsigned)i);
+        ref[i] = reference(m, ids[i], total);
+        CHECK(cf_rseq_create(r, &s[i], &err) == CINFER_OK, "rseq_create: %s", err.message);
+    }
+    const int chunk = 11;
+    int pos[N_SEQ] = {0}, bad_rows = 0, bad_picks = 0, steps = 0;
+    for (;;) {
+        cf_batch_item it[N_SEQ];
+        int ni = 0;
+        for (int i = 0; i < N_SEQ; i++) {
+            if (pos[i] >= total) continue;
+            /* prefill in chunks until the prompt is in, then one token a step; sequences start at different steps */
+            if (steps < i) continue;
+            int n = pos[i] < plen[i] ? plen[i] - pos[i] : 1;
+            if (n > chunk) n = chunk;
+            static const cf_sample_args greedy = {.temperature = 0, .top_k = 0, .top_p = 1, .min_p = 0};
+            it[ni] = (cf_batch_item){.seq = s[i], .ids = ids[i] + pos[i], .n = n, .logits = n > 1 ? CF_LOGITS_ALL : CF_LOGITS_LAST,
+                                     .pick = n == 1 && i % 2 ? &greedy : NULL};
+            ni++;
+        }
+        if (!ni) break;
+        cinfer_status st = cf_runner_step(r, it, ni, &err);
+        CHECK(st == CINFER_OK, "step %d: %s", steps, err.message);
+        if (st != CINFER_OK) break;
+        for (int k = 0; k < ni; k++) {
+            int i = 0;
+            while (s[i] != it[k].seq) i++;
+            const int rows = it[k].logits == CF_LOGITS_ALL ? it[k].n : 1;
+            for (int j = 0; j < rows; j++) {
+                const int p = pos[i] + it[k].n - rows + j;
+                bad_rows += !same_row(it[k].out + (size_t)j * V, ref[i] + (size_t)p * V);
+            }
+            if (it[k].pick) bad_picks += it[k].token != argmax(ref[i] + (size_t)(pos[i] + it[k].n - 1) * V);
+            pos[i] += it[k].n;
+            CHECK(cf_rseq_len(s[i]) == pos[i], "sequence %d: length %d, expected %d", i, cf_rseq_len(s[i]), pos[i]);
+        }
+        steps++;
+    }
+    CHECK(bad_rows == 0, "%d logits rows of the batch differ from the sequences alone (worst %g of the largest logit)", bad_rows, worst);
+    CHECK(bad_picks == 0, "%d device picks differ from the reference argmax", bad_picks);
+
+    /* truncate and feed again; fork and go on in the fork: fresh logits */
+    cf_rseq *f = NULL;
+    CHECK(cf_rseq_truncate(s[3], 50, &err) == CINFER_OK, "truncate: %s", err.message);
+    CHECK(cf_rseq_fork(s[3], &f, &err) == CINFER_OK, "fork: %s", err.message);
+    CHECK(cf_rseq_truncate(s[3], 37, &err) == CINFER_OK, "truncate: %s", err.message);
+    cf_batch_item it2[2] = {{.seq = s[3], .ids = ids[3] + 37, .n = 20, .logits = CF_LOGITS_ALL},
+                            {.seq = f, .ids = ids[3] + 50, .n = 9, .logits = CF_LOGITS_ALL}};
+    CHECK(cf_runner_step(r, it2, 2, &err) == CINFER_OK, "after truncate/fork: %s", err.message);
+    int bad = 0;
+    for (int j = 0; j < 20; j++) bad += !same_row(it2[0].out + (size_t)j * V, ref[3] + (size_t)(37 + j) * V);
+    for (int j = 0; j < 9; j++) bad += !same_row(it2[1].out + (size_t)j * V, ref[3] + (size_t)(50 + j) * V);
+    CHECK(bad == 0, "%d rows after truncate / fork differ from a fresh run", bad);
+
+    /* a prefix-cache hit: sequence 5's first 64 tokens are published; a new sequence adopts them */
+    cf_rseq *c = NULL;
+    int reused = 0;
+    CHECK(cf_rseq_create(r, &c, &err) == CINFER_OK, "create: %s", err.message);
+    CHECK(cf_rseq_adopt_prefix(c, ids[5], 70, &reused, &err) == CINFER_OK, "adopt: %s", err.message);
+    const int bs = cf_runner_params_of(r)->block_size;
+    CHECK(reused == 69 / bs * bs && reused > 0, "adopted %d tokens of a 70-token prompt whose first %d are cached (blocks of %d)", reused,
+          total, bs);
+    cf_batch_item it3 = {.seq = c, .ids = ids[5] + reused, .n = 70 - reused, .logits = CF_LOGITS_ALL};
+    CHECK(cf_runner_step(r, &it3, 1, &err) == CINFER_OK, "after adopt: %s", err.message);
+    bad = 0;
+    for (int j = 0; j < it3.n; j++) bad += !same_row(it3.out + (size_t)j * V, ref[5] + (size_t)(reused + j) * V);
+    CHECK(bad == 0, "%d rows after a prefix-cache hit differ from a fresh run", bad);
+
+    cf_rseq_free(c);
+    cf_rseq_free(f);
+    for (int i = 0; i < N_SEQ; i++) {
+        cf_rseq_free(s[i]);
+        free(ref[i]);
+    }
+    CHECK(cf_runner_blocks_available(r) == cf_runner_blocks_total(r), "%d of %d blocks are back in the pool",
+          cf_runner_blocks_available(r), cf_runner_blocks_total(r));
+    CHECK(cf_runner_blocks_cached(r) > 0, "no block stayed in the prefix cache");
+}
+
+/* A pool of 8 blocks of 4: a step that needs more fails and changes nothing; so do bad items. */
+static void check_limits(cf_model *m) {
+    cinfer_error err = {0};
+    cf_runner_params p = cf_runner_default_params();
+    p.block_size = 4;
+    p.max_seqs = 4;
+    p.max_batch_tokens = 64;
+    cf_runner *r = NULL;
+    p.kv_bytes = 1;
+    CHECK(cf_runner_create(m, &p, &r, &err) == CINFER_E_INVALID_ARGUMENT, "a KV pool smaller than a block: %s", err.message);
+    p.kv_bytes = 0;
+    CHECK(cf_runner_create(m, &p, &r, &err) == CINFER_OK, "runner: %s", err.message);
+    if (!r) return;
+    cf_runner_free(r);
+    r = NULL;
+    /* exactly 8 blocks */
+    cf_runner_params q = p;
+    q.kv_bytes = 1;
+    CHECK(cf_runner_create(m, &q, &r, &err) != CINFER_OK, "too small");
+    {
+        cf_runner *probe = NULL;
+        CHECK(cf_runner_create(m, &p, &probe, &err) == CINFER_OK, "probe: %s", err.message);
+        int64_t per_block = cf_runner_params_of(probe)->kv_bytes / cf_runner_blocks_total(probe);
+        cf_runner_free(probe);
+        q.kv_bytes = per_block * 8;
+    }
+    CHECK(cf_runner_create(m, &q, &r, &err) == CINFER_OK, "runner of 8 blocks: %s", err.message);
+    if (!r) return;
+    CHECK(cf_runner_blocks_total(r) == 8, "%d blocks", cf_runner_blocks_total(r));
+    int32_t ids[40], other[40];
+    fill_ids(ids, 40, 5);
+    fill_ids(other, 40, 6);
+    cf_rseq *a = NULL, *b = NULL;
+    cf_rseq_create(r, &a, &err);
+    cf_rseq_create(r, &b, &err);
+    cf_batch_item it[2] = {{.seq = a, .ids = ids, .n = 20, .logits = CF_LOGITS_LAST}, {.seq = b, .ids = other, .n = 16}};
+    CHECK(cf_runner_step(r, it, 2, &err) == CINFER_E_OUT_OF_MEMORY, "9 blocks from 8: %s", cinfer_status_name(cf_runner_step(r, it, 2, &err)));
+    CHECK(cf_rseq_len(a) == 0 && cf_rseq_len(b) == 0 && cf_runner_blocks_available(r) == 8, "a failed step changed the sequences");
+    it[1].n = 12;
+    CHECK(cf_runner_step(r, it, 2, &err) == CINFER_OK, "8 blocks: %s", err.message);
+    CHECK(cf_rseq_blocks_needed(a, 1) == 1 && cf_runner_blocks_available(r) == 0, "needed %d, available %d", cf_rseq_blocks_needed(a, 1),
+          cf_runner_blocks_available(r));
+    it[0] = (cf_batch_item){.seq = a, .ids = ids + 20, .n = 1};
+    CHECK(cf_runner_step(r, it, 1, &err) == CINFER_E_OUT_OF_MEMORY && cf_rseq_len(a) == 20, "a full pool: %s", err.message);
+    int32_t bad_id = V;
+    it[0] = (cf_batch_item){.seq = a, .ids = &bad_id, .n = 1};
+    CHECK(cf_runner_step(r, it, 1, &err) == CINFER_E_TOKEN_OUT_OF_RANGE && cf_rseq_len(a) == 20, "a bad id: %s", err.message);
+    it[0] = (cf_batch_item){.seq = a, .ids = ids, .n = 1};
+    it[1] = it[0];
+    CHECK(cf_runner_step(r, it, 2, &err) == CINFER_E_INVALID_ARGUMENT, "a sequence twice: %s", err.message);
+    cf_rseq_free(b);
+    it[0] = (cf_batch_item){.seq = a, .ids = ids + 20, .n = 1};
+    CHECK(cf_runner_step(r, it, 1, &err) == CINFER_OK, "after freeing b: %s", err.message);
+    cf_rseq_free(a);
+    CHECK(cf_runner_blocks_available(r) == 8, "blocks back: %d", cf_runner_blocks_available(r));
+    cf_runner_free(r);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_runner MODEL_DIR [cpu|cuda]\n");
+        return 2;
+    }
+    cinfer_error err = {0};
+    cf_model_params mp = cf_model_default_params();
+    if (argc > 2 && cf_device_parse(argv[2], &mp.backend.device, &err) != CINFER_OK) {
+        fprintf(stderr, "%s\n", err.message);
+        return 2;
+    }
+    cf_model *m = NULL;
+    cinfer_status st = cf_model_load(argv[1], &mp, &m, &err);
+    if (st == CINFER_E_NO_DEVICE || st == CINFER_E_UNSUPPORTED) {
+        printf("skipped: %s\n", err.message);
+        return 77;
+    }
+    if (st != CINFER_OK) {
+        fprintf(stderr, "%s\n", err.message);
+        return 1;
+    }
+    V = m->hp.vocab;
+    tol_rel = mp.backend.device == CF_DEVICE_CPU ? 0 : 2e-2;
+    for (int bs = 4; bs <= 16; bs *= 4) {
+        cf_runner_params p = cf_runner_default_params();
+        p.block_size = bs;
+        p.max_seqs = 8;
+        p.max_batch_tokens = 128;
+        cf_runner *r = NULL;
+        CHECK(cf_runner_create(m, &p, &r, &err) == CINFER_OK, "runner: %s", err.message);
+        if (r) {
+            check_batch(m, r);
+            cf_runner_free(r);
+        }
+    }
+    check_limits(m);
+    printf("%s: worst logit difference %g of the largest logit\n", argv[1], worst);
+    cf_model_free(m);
+    printf("%d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}
