@@ -3,6 +3,7 @@
  * each item asked for. */
 #include "model/runner.h"
 #include "model/forward.h"
+#include "kv/lease.h"
 #include "base/status.h"
 #include "sample/sampler.h"
 
@@ -27,6 +28,8 @@ struct cf_runner {
     float *h_u, *h_picks;
     float *h_logits;             /* [logit_rows, vocab] */
     cf_block_copy *copies;       /* [max_seqs] */
+    cf_lease_request *lease_rq;  /* [max_seqs]: a step's write leases on its sequences */
+    cf_kv_lease *leases;
     int *out_first;              /* [max_seqs]: each item's first logits row */
     cf_graph *graph[N_BUCKETS];  /* decode steps of 2^i sequences */
 };
@@ -34,6 +37,7 @@ struct cf_runner {
 struct cf_rseq {
     cf_runner *r;
     cf_block_table t;
+    cf_lease_state ls;        /* who borrows t (kv/lease.h) */
     int32_t *tokens;
     int cap;
 };
@@ -74,6 +78,8 @@ void cf_runner_free(cf_runner *r) {
     free(r->h_picks);
     free(r->h_logits);
     free(r->copies);
+    free(r->lease_rq);
+    free(r->leases);
     free(r->out_first);
     free(r);
 }
@@ -143,9 +149,11 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
         r->h_picks = malloc((size_t)S * sizeof *r->h_picks);
         r->h_logits = malloc((size_t)logit_rows * (size_t)hp->vocab * sizeof *r->h_logits);
         r->copies = malloc((size_t)S * sizeof *r->copies);
+        r->lease_rq = malloc((size_t)S * sizeof *r->lease_rq);
+        r->leases = malloc((size_t)S * sizeof *r->leases);
         r->out_first = malloc((size_t)S * sizeof *r->out_first);
         if (!r->h_pos || !r->h_row_seq || !r->h_seq_start || !r->h_slot || !r->h_table || !r->h_ids || !r->h_u || !r->h_picks ||
-            !r->h_logits || !r->copies || !r->out_first)
+            !r->h_logits || !r->copies || !r->lease_rq || !r->leases || !r->out_first)
             st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the runner's host buffers");
     }
     if (st != CINFER_OK) {
@@ -202,23 +210,29 @@ int cf_rseq_blocks_needed(const cf_rseq *s, int n) {
 }
 
 cinfer_status cf_rseq_truncate(cf_rseq *s, int n, cinfer_error *err) {
+    if (s->ls.readers || s->ls.writer)
+        return cf_fail(err, CINFER_E_BUSY, "the sequence's KV state is borrowed (%d read lease(s)%s); release it before truncating",
+                       s->ls.readers, s->ls.writer ? ", a write lease" : "");
     if (n < 0 || n > s->t.n_tokens)
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "cannot truncate a sequence of %d tokens to %d", s->t.n_tokens, n);
     cf_block_table_truncate(s->r->kv->blocks, &s->t, n);
     return CINFER_OK;
 }
 
-cinfer_status cf_rseq_fork(const cf_rseq *src, cf_rseq **out, cinfer_error *err) {
-    CF_TRY(cf_rseq_create(src->r, out, err));
-    cinfer_status st = tokens_reserve(*out, src->t.n_tokens, err);
+cinfer_status cf_rseq_fork(cf_rseq *src, cf_rseq **out, cinfer_error *err) {
+    cf_lease_request rq = {src->r->kv->blocks, &src->t, &src->ls, CF_LEASE_READ, "the sequence forked"};
+    cf_kv_lease view;
+    CF_TRY(cf_kv_lease_acquire(&rq, &view, err));
+    cinfer_status st = cf_rseq_create(src->r, out, err);
+    if (st == CINFER_OK) st = tokens_reserve(*out, view.n_tokens, err);
     if (st == CINFER_OK) st = cf_block_table_fork(src->r->kv->blocks, &src->t, &(*out)->t, err);
+    if (st == CINFER_OK && view.n_tokens) memcpy((*out)->tokens, src->tokens, (size_t)view.n_tokens * sizeof *src->tokens);
+    cf_kv_lease_release(&view);
     if (st != CINFER_OK) {
         cf_rseq_free(*out);
         *out = NULL;
-        return st;
     }
-    if (src->t.n_tokens) memcpy((*out)->tokens, src->tokens, (size_t)src->t.n_tokens * sizeof *src->tokens);
-    return CINFER_OK;
+    return st;
 }
 
 cinfer_status cf_rseq_adopt_prefix(cf_rseq *s, const int32_t *ids, int n, int *reused, cinfer_error *err) {
@@ -364,12 +378,24 @@ static cinfer_status run_decode_graph(cf_runner *r, int n_seqs, cinfer_error *er
     return CINFER_OK;
 }
 
+static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_error *err);
+
 cinfer_status cf_runner_step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_error *err) {
+    CF_TRY(check_items(r, it, n_items, err));
+    for (int i = 0; i < n_items; i++)
+        r->lease_rq[i] = (cf_lease_request){r->kv->blocks, &it[i].seq->t, &it[i].seq->ls, CF_LEASE_WRITE, "a sequence of the step"};
+    CF_TRY(cf_kv_lease_acquire_all(r->lease_rq, n_items, r->leases, err));
+    cinfer_status st = step(r, it, n_items, err);
+    for (int i = 0; i < n_items; i++) cf_kv_lease_release(&r->leases[i]);
+    return st;
+}
+
+/* The step of checked items whose sequences it holds. */
+static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_error *err) {
     cf_model *m = r->m;
     cf_backend *be = m->be;
     const cf_backend_ops *op = be->ops;
     const int64_t V = m->hp.vocab;
-    CF_TRY(check_items(r, it, n_items, err));
     for (int i = 0; i < n_items; i++) CF_TRY(tokens_reserve(it[i].seq, it[i].seq->t.n_tokens + it[i].n, err));
 
     /* blocks for every item, all or nothing */

@@ -10,6 +10,9 @@
  * sequence and tries again). Full blocks are published to the prefix cache as they fill, under the chain
  * of their tokens; a new sequence adopts the longest cached prefix of its prompt (cf_rseq_adopt_prefix).
  *
+ * A step holds a write lease (kv/lease.h) on each of its sequences, taken all or nothing before anything
+ * else and released on every path.
+ *
  * Exactness: a row's result depends only on its sequence's tokens, never on the other rows of the step
  * (on the CPU bit for bit; on the GPU the GEMM for a larger batch may sum in another order). */
 #ifndef CF_MODEL_RUNNER_H
@@ -50,10 +53,10 @@ cinfer_status cf_rseq_create(cf_runner *r, cf_rseq **out, cinfer_error *err);
 void cf_rseq_free(cf_rseq *s);
 int cf_rseq_len(const cf_rseq *s);
 const int32_t *cf_rseq_tokens(const cf_rseq *s);     /* [cf_rseq_len] */
-/* Keeps the first n tokens (rollback). Exact: feeding the dropped tokens again gives a fresh run's logits. */
+/* Keeps the first n tokens (rollback); CINFER_E_BUSY while the sequence is leased. Exact: feeding the dropped tokens again gives a fresh run's logits. */
 cinfer_status cf_rseq_truncate(cf_rseq *s, int n, cinfer_error *err);
-/* A new sequence sharing src's blocks (copy-on-write). */
-cinfer_status cf_rseq_fork(const cf_rseq *src, cf_rseq **out, cinfer_error *err);
+/* A new sequence sharing src's blocks (copy-on-write); reads src through a read lease (kv/lease.h). */
+cinfer_status cf_rseq_fork(cf_rseq *src, cf_rseq **out, cinfer_error *err);
 /* s empty: takes the longest cached prefix of ids[0, n), whole blocks only and leaving at least one token to
  * compute (its logits are needed); *reused = the tokens taken (they count in cf_rseq_len). */
 cinfer_status cf_rseq_adopt_prefix(cf_rseq *s, const int32_t *ids, int n, int *reused, cinfer_error *err);
