@@ -390,6 +390,11 @@ cinfer_status cf_runner_step(cf_runner *r, cf_batch_item *it, int n_items, cinfe
     return st;
 }
 
+/* The logits row item i picks from: its last. */
+static int pick_row(const cf_runner *r, const cf_batch_item *b, int i) {
+    return r->out_first[i] + (b->logits == CF_LOGITS_ALL ? b->n - 1 : 0);
+}
+
 /* The step of checked items whose sequences it holds. */
 static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_error *err) {
     cf_model *m = r->m;
@@ -446,7 +451,8 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
         }
     }
 
-    /* picks on the device, then everything back to the host */
+    /* picks on the device, one launch for each run of neighbours that pick alike; then everything back to the
+     * host, a read for each run of neighbouring logits rows */
     int any_pick = 0;
     for (int i = 0; i < n_items && st == CINFER_OK; i++) {
         if (!it[i].pick) continue;
@@ -455,20 +461,28 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
     }
     if (st == CINFER_OK && any_pick) {
         op->write(be, cf_rows(r->u, 0, n_items), r->h_u);
-        for (int i = 0; i < n_items; i++) {
+        for (int i = 0, j; i < n_items; i = j) {
+            j = i + 1;
             if (!it[i].pick) continue;
-            cf_tensor lg = cf_rows(r->sc.logits, r->out_first[i], 1), id = cf_rows(r->picks, i, 1);
-            if (is_greedy(it[i].pick)) op->argmax(be, id, lg);
-            else op->sample(be, id, lg, cf_rows(r->u, i, 1), it[i].pick);
+            const int row = pick_row(r, &it[i], i);
+            const int greedy = is_greedy(it[i].pick);
+            while (j < n_items && it[j].pick && pick_row(r, &it[j], j) == row + (j - i) &&
+                   (greedy ? is_greedy(it[j].pick) : cf_sample_args_equal(it[j].pick, it[i].pick)))
+                j++;
+            cf_tensor lg = cf_rows(r->sc.logits, row, j - i), id = cf_rows(r->picks, i, j - i);
+            if (greedy) op->argmax(be, id, lg);
+            else op->sample(be, id, lg, cf_rows(r->u, i, j - i), it[i].pick);
         }
         st = op->read(be, r->h_picks, cf_rows(r->picks, 0, n_items), err);
     }
-    for (int i = 0; i < n_items && st == CINFER_OK; i++) {
+    for (int i = 0, j; i < n_items && st == CINFER_OK; i = j) {
+        j = i + 1;
         if (it[i].logits == CF_LOGITS_NONE) continue;
-        const int k = it[i].logits == CF_LOGITS_ALL ? it[i].n : 1;
-        float *dst = r->h_logits + (size_t)r->out_first[i] * V;
-        st = op->read(be, dst, cf_rows(r->sc.logits, r->out_first[i], k), err);
-        it[i].out = dst;
+        int end = r->out_first[i] + (it[i].logits == CF_LOGITS_ALL ? it[i].n : 1);
+        while (j < n_items && it[j].logits != CF_LOGITS_NONE && r->out_first[j] == end)
+            end += it[j].logits == CF_LOGITS_ALL ? it[j].n : 1, j++;
+        st = op->read(be, r->h_logits + (size_t)r->out_first[i] * V, cf_rows(r->sc.logits, r->out_first[i], end - r->out_first[i]), err);
+        for (int k = i; k < j; k++) it[k].out = r->h_logits + (size_t)r->out_first[k] * V;
     }
     if (st == CINFER_OK) st = op->sync(be, err);
     if (st != CINFER_OK) {
