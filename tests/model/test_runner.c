@@ -6,6 +6,8 @@
  *   - truncate then feed again, fork then diverge, and a prefix-cache hit give a fresh run's logits;
  *   - a step the KV pool cannot hold fails with CINFER_E_OUT_OF_MEMORY and changes nothing; bad items too;
  *   - every block is back in the pool (free or cached) when the sequences are freed.
+ * Then again on the CPU with a recorder backend whose graph ops behave as CUDA graphs (tests/model/recorder.h),
+ * so the runner's recorded decode steps per bucket run too.
  * On the CPU the logits must be bit-identical to the reference (the batch changes nothing); on CUDA within
  * a tolerance of the largest logit (its GEMMs sum in another order for other batch sizes).
  *
@@ -21,6 +23,7 @@
 #include <string.h>
 
 #include "../check.h"
+#include "recorder.h"
 
 #define N_SEQ 6
 #define MAX_LEN 96
@@ -251,6 +254,23 @@ int main(int argc, char **argv) {
         }
     }
     check_limits(m);
+    if (mp.backend.device == CF_DEVICE_CPU) {
+        /* again with graph ops that behave as CUDA's: decode steps are recorded per bucket (padded with rows
+         * on the scratch block) and replayed */
+        wrap(m, 1);
+        cf_runner_params p = cf_runner_default_params();
+        p.max_seqs = 8;
+        p.max_batch_tokens = 128;
+        cf_runner *r = NULL;
+        CHECK(cf_runner_create(m, &p, &r, &err) == CINFER_OK, "runner: %s", err.message);
+        if (r) {
+            check_batch(m, r);
+            cf_runner_free(r);
+        }
+        CHECK(m->hp.n_experts || (n_recorded > 0 && n_launched > n_recorded), "%d recordings, %d replays", n_recorded, n_launched);
+        CHECK(!misuse && n_live == 0, "%d transfers while recording, %d recordings not freed", misuse, n_live);
+        printf("recorder: %d recordings, %d replays\n", n_recorded, n_launched);
+    }
     printf("%s: worst logit difference %g of the largest logit\n", argv[1], worst);
     cf_model_free(m);
     printf("%d checks, %d failed\n", checks, failures);
