@@ -51,6 +51,9 @@ typedef struct cfk_kv_args {
     cf_tensor pos;
 } cfk_kv_args;
 cudaError_t cfk_kv_store(cudaStream_t st, const cfk_kv_args *s);
+/* attention_paged (backend.h), the plain kernel: head sizes multiples of 32 up to 512 */
+cudaError_t cfk_attention_paged_ref(cudaStream_t st, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_paged_attn_args *a,
+                                    const cf_batch_view *b);
 /* RoPE on n (1 or 2) tensors of the same rows, positions and frequencies (q and k in one launch); with
  * store (NULL: none), the KV stores that follow in the same launch: store->src[0] must be x[1] (stored
  * after its rotation), store->src[1] (v) as it is */
