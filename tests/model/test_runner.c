@@ -104,6 +104,10 @@ static void check_batch(cf_model *m, cf_runner *r) {
         if (!ni) break;
         cinfer_status st = cf_runner_step(r, it, ni, &err);
         CHECK(st == CINFER_OK, "step %d: %s", steps, err.message);
+        if (st != CINFER_OK) {
+            for (int i = 0; i < N_SEQ; i++) { cf_rseq_free(s[i]); free(ref[i]); }
+            return;
+        }
         if (st != CINFER_OK) break;
         for (int k = 0; k < ni; k++) {
             int i = 0;
@@ -129,10 +133,10 @@ static void check_batch(cf_model *m, cf_runner *r) {
     CHECK(cf_rseq_truncate(s[3], 37, &err) == CINFER_OK, "truncate: %s", err.message);
     cf_batch_item it2[2] = {{.seq = s[3], .ids = ids[3] + 37, .n = 20, .logits = CF_LOGITS_ALL},
                             {.seq = f, .ids = ids[3] + 50, .n = 9, .logits = CF_LOGITS_ALL}};
-    CHECK(cf_runner_step(r, it2, 2, &err) == CINFER_OK, "after truncate/fork: %s", err.message);
-    int bad = 0;
-    for (int j = 0; j < 20; j++) bad += !same_row(it2[0].out + (size_t)j * V, ref[3] + (size_t)(37 + j) * V);
-    for (int j = 0; j < 9; j++) bad += !same_row(it2[1].out + (size_t)j * V, ref[3] + (size_t)(50 + j) * V);
+    int ok = cf_runner_step(r, it2, 2, &err) == CINFER_OK, bad = 0;
+    CHECK(ok, "after truncate/fork: %s", err.message);
+    for (int j = 0; ok && j < 20; j++) bad += !same_row(it2[0].out + (size_t)j * V, ref[3] + (size_t)(37 + j) * V);
+    for (int j = 0; ok && j < 9; j++) bad += !same_row(it2[1].out + (size_t)j * V, ref[3] + (size_t)(50 + j) * V);
     CHECK(bad == 0, "%d rows after truncate / fork differ from a fresh run", bad);
 
     /* a prefix-cache hit: sequence 5's first 64 tokens are published; a new sequence adopts them */
@@ -144,9 +148,10 @@ static void check_batch(cf_model *m, cf_runner *r) {
     CHECK(reused == 69 / bs * bs && reused > 0, "adopted %d tokens of a 70-token prompt whose first %d are cached (blocks of %d)", reused,
           total, bs);
     cf_batch_item it3 = {.seq = c, .ids = ids[5] + reused, .n = 70 - reused, .logits = CF_LOGITS_ALL};
-    CHECK(cf_runner_step(r, &it3, 1, &err) == CINFER_OK, "after adopt: %s", err.message);
+    ok = cf_runner_step(r, &it3, 1, &err) == CINFER_OK;
+    CHECK(ok, "after adopt: %s", err.message);
     bad = 0;
-    for (int j = 0; j < it3.n; j++) bad += !same_row(it3.out + (size_t)j * V, ref[5] + (size_t)(reused + j) * V);
+    for (int j = 0; ok && j < it3.n; j++) bad += !same_row(it3.out + (size_t)j * V, ref[5] + (size_t)(reused + j) * V);
     CHECK(bad == 0, "%d rows after a prefix-cache hit differ from a fresh run", bad);
 
     cf_rseq_free(c);

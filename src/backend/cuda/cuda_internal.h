@@ -51,7 +51,7 @@ typedef struct cfk_kv_args {
     cf_tensor pos;
 } cfk_kv_args;
 cudaError_t cfk_kv_store(cudaStream_t st, const cfk_kv_args *s);
-/* attention_paged (backend.h), the plain kernel: head sizes multiples of 32 up to 512 */
+/* attention_paged (backend.h), the plain kernel: head sizes up to 512 */
 cudaError_t cfk_attention_paged_ref(cudaStream_t st, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_paged_attn_args *a,
                                     const cf_batch_view *b);
 /* RoPE on n (1 or 2) tensors of the same rows, positions and frequencies (q and k in one launch); with
