@@ -24,7 +24,8 @@ struct cf_runner {
     /* the batch on the device and its host copies */
     cf_batch_view bv;
     cf_tensor u, picks;          /* F32 [max_seqs, 1] uniforms; I32 [max_seqs, 1] picked tokens */
-    int32_t *h_pos, *h_row_seq, *h_seq_start, *h_slot, *h_table, *h_ids;
+    cf_tensor meta;              /* I32: row_seq [R] | seq_start [S + 1] | slot [R] | block_table [S, cols]: the views in bv */
+    int32_t *h_meta, *h_pos, *h_row_seq, *h_seq_start, *h_slot, *h_table, *h_ids;
     float *h_u, *h_picks;
     float *h_logits;             /* [logit_rows, vocab] */
     cf_block_copy *copies;       /* [max_seqs] */
@@ -63,16 +64,13 @@ void cf_runner_free(cf_runner *r) {
     cf_backend *be = r->m->be;
     for (int i = 0; i < N_BUCKETS; i++)
         if (r->graph[i]) be->ops->graph_free(be, r->graph[i]);
-    cf_tensor *bufs[] = {&r->bv.pos, &r->bv.row_seq, &r->bv.seq_start, &r->bv.slot, &r->bv.block_table, &r->u, &r->picks};
+    cf_tensor *bufs[] = {&r->meta, &r->u, &r->picks};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->data) be->ops->free_tensor(be, bufs[i]);
     cf_scratch_free(r->m, &r->sc);
     cf_kv_pool_free(r->kv);
     free(r->h_pos);
-    free(r->h_row_seq);
-    free(r->h_seq_start);
-    free(r->h_slot);
-    free(r->h_table);
+    free(r->h_meta);
     free(r->h_ids);
     free(r->h_u);
     free(r->h_picks);
@@ -131,19 +129,27 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
     r->p = p;
     free(specs);
     const int R = p.max_batch_tokens, S = p.max_seqs;
-    if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, R, 1, &r->bv.pos, err);
-    if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, R, 1, &r->bv.row_seq, err);
-    if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, S + 1, 1, &r->bv.seq_start, err);
-    if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, R, 1, &r->bv.slot, err);
-    if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, S, table_cols, &r->bv.block_table, err);
+    const int64_t meta_n = 2 * (int64_t)R + S + 1 + (int64_t)S * table_cols;
+    if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, meta_n, 1, &r->meta, err);
+    if (st == CINFER_OK) {
+        r->bv.pos = r->sc.pos;
+        r->bv.row_seq = cf_rows(r->meta, 0, R);
+        r->bv.seq_start = cf_rows(r->meta, R, S + 1);
+        r->bv.slot = cf_rows(r->meta, R + S + 1, R);
+        r->bv.block_table = (cf_tensor){.data = (int32_t *)r->meta.data + 2 * R + S + 1, .dtype = CF_I32, .rows = S,
+                                        .cols = table_cols, .stride = table_cols};
+    }
     if (st == CINFER_OK) st = be->ops->alloc(be, CF_F32, S, 1, &r->u, err);
     if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, S, 1, &r->picks, err);
     if (st == CINFER_OK) {
         r->h_pos = malloc((size_t)R * sizeof *r->h_pos);
-        r->h_row_seq = malloc((size_t)R * sizeof *r->h_row_seq);
-        r->h_seq_start = malloc((size_t)(S + 1) * sizeof *r->h_seq_start);
-        r->h_slot = malloc((size_t)R * sizeof *r->h_slot);
-        r->h_table = malloc((size_t)S * table_cols * sizeof *r->h_table);
+        r->h_meta = malloc((size_t)meta_n * sizeof *r->h_meta);
+        if (r->h_meta) {
+            r->h_row_seq = r->h_meta;
+            r->h_seq_start = r->h_row_seq + R;
+            r->h_slot = r->h_seq_start + S + 1;
+            r->h_table = r->h_slot + R;
+        }
         r->h_ids = malloc((size_t)R * sizeof *r->h_ids);
         r->h_u = malloc((size_t)S * sizeof *r->h_u);
         r->h_picks = malloc((size_t)S * sizeof *r->h_picks);
@@ -152,7 +158,7 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
         r->lease_rq = malloc((size_t)S * sizeof *r->lease_rq);
         r->leases = malloc((size_t)S * sizeof *r->leases);
         r->out_first = malloc((size_t)S * sizeof *r->out_first);
-        if (!r->h_pos || !r->h_row_seq || !r->h_seq_start || !r->h_slot || !r->h_table || !r->h_ids || !r->h_u || !r->h_picks ||
+        if (!r->h_pos || !r->h_meta || !r->h_ids || !r->h_u || !r->h_picks ||
             !r->h_logits || !r->copies || !r->lease_rq || !r->leases || !r->out_first)
             st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the runner's host buffers");
     }
@@ -161,8 +167,9 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
         return cf_wrap(err, st, "creating a runner of %d sequences and %d tokens a step", S, R);
     }
     /* pad rows name the scratch block everywhere; the device table starts so too */
+    for (int64_t i = 0; i < meta_n; i++) r->h_meta[i] = 0;
     for (int64_t i = 0; i < (int64_t)S * table_cols; i++) r->h_table[i] = r->kv->scratch_block;
-    be->ops->write(be, r->bv.block_table, r->h_table);
+    be->ops->write(be, r->meta, r->h_meta);
     *out = r;
     return CINFER_OK;
 }
@@ -327,11 +334,8 @@ static void upload(cf_runner *r, int rows, int n_seqs) {
     cf_backend *be = r->m->be;
     be->ops->write(be, cf_rows(r->sc.ids, 0, rows), r->h_ids);
     be->ops->write(be, cf_rows(r->sc.pos, 0, rows), r->h_pos);
-    be->ops->write(be, cf_rows(r->bv.pos, 0, rows), r->h_pos);
-    be->ops->write(be, cf_rows(r->bv.row_seq, 0, rows), r->h_row_seq);
-    be->ops->write(be, cf_rows(r->bv.seq_start, 0, n_seqs + 1), r->h_seq_start);
-    be->ops->write(be, cf_rows(r->bv.slot, 0, rows), r->h_slot);
-    be->ops->write(be, cf_rows(r->bv.block_table, 0, n_seqs), r->h_table);
+    /* the metadata in one transfer: everything before the table, and the table's first n_seqs rows */
+    be->ops->write(be, cf_rows(r->meta, 0, (r->h_table - r->h_meta) + (int64_t)n_seqs * r->table_cols), r->h_meta);
 }
 
 static cf_batch_view view_of(const cf_runner *r, int rows, int n_seqs, int max_rows_per_seq) {
