@@ -105,6 +105,15 @@ typedef struct cinfer_engine_params {
     size_t struct_size;
     int max_queued;              /* sessions waiting for their turn; beyond it open fails with
                                     CINFER_E_BUSY. 0 = no limit */
+    /* The continuous batch: every step runs one forward pass over the decode rows of every generating
+     * session and prompt chunks of those being prefilled. */
+    int max_batch;               /* sessions in the batch at once; 0 = 128 on CUDA, 16 on the CPU (where a
+                                    step's matmuls stop gaining from more rows sooner) */
+    int max_batch_tokens;        /* rows (tokens) per step, decode rows and prompt chunks together; 0 = the
+                                    backend's prefill chunk (CPU 256); at least max_batch */
+    int64_t kv_memory;           /* bytes of KV cache shared by all sessions; 0 = room for max_batch full
+                                    contexts within 90% of the device's free memory. A request whose prompt
+                                    plus max_tokens cannot fit in it is refused at open */
     /* The clock behind deadlines and timings, in seconds (any origin, never decreasing), called from
      * the engine's and the consumers' threads; NULL = the monotonic clock. Tests inject one to drive
      * deadlines without sleeping. */
@@ -116,11 +125,14 @@ typedef struct cinfer_engine_params {
     void *log_user;
 } cinfer_engine_params;
 
-/* One engine per model: it owns the scheduler thread that runs the model's sessions. */
+/* One engine per model: it owns the scheduler thread that runs the model's sessions in one continuous
+ * batch, and the KV memory they share (with a prefix cache: a prompt that begins like an earlier one reuses
+ * its computed blocks, reported as usage.cached_tokens). */
 typedef struct cinfer_engine cinfer_engine;
 
 cinfer_engine_params cinfer_engine_default_params(void);
-/* CINFER_E_BUSY when the model already has an engine. */
+/* CINFER_E_BUSY when the model already has an engine; CINFER_E_INVALID_ARGUMENT for a negative or
+ * out-of-range batch or memory parameter; CINFER_E_OUT_OF_MEMORY when the KV memory cannot be allocated. */
 cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *p, cinfer_engine **out,
                                    cinfer_error *err);
 /* Cancels every session (reason CINFER_CANCEL_ENGINE_CLOSED), waits until each is terminal and its
@@ -157,8 +169,9 @@ typedef struct cinfer_request {
     int add_generation_prompt;   /* messages: end with the assistant header (default 1) */
 
     int32_t max_tokens;          /* > 0; default 512 */
-    int fit_context;             /* non-zero: lower max_tokens to the room the context leaves after
-                                    the prompt instead of failing with CINFER_E_CONTEXT_OVERFLOW */
+    int fit_context;             /* non-zero: lower max_tokens to the room the context (and the engine's
+                                    KV memory) leaves after the prompt instead of failing with
+                                    CINFER_E_CONTEXT_OVERFLOW (CINFER_E_OUT_OF_MEMORY) */
     float temperature;           /* >= 0, 0 = greedy; default 1 */
     int32_t top_k;               /* >= 0, 0 = off */
     float top_p;                 /* (0, 1], 1 = off */
@@ -190,7 +203,7 @@ cinfer_request cinfer_request_default(void);
 typedef enum cinfer_session_state {
     CINFER_STATE_CREATED,        /* opened, waiting for its turn */
     CINFER_STATE_PREPARING,      /* sequence state allocated, prompt being evaluated */
-    CINFER_STATE_RUNNING,        /* generating */
+    CINFER_STATE_RUNNING,        /* generating (also while preempted: waiting to recompute its KV) */
     CINFER_STATE_SETTLING,       /* generation over, native resources being released */
     CINFER_STATE_TERMINAL,       /* the outcome is final and the result is complete */
 } cinfer_session_state;
@@ -284,7 +297,7 @@ typedef struct cinfer_result {
     cinfer_finish finish;        /* COMPLETED */
     cinfer_cancel_reason cancel_reason; /* CANCELLED */
     cinfer_error error;          /* FAILED: what went wrong */
-    const char *plan;            /* how the request ran, e.g. "text:serial" */
+    const char *plan;            /* how the request ran, e.g. "text:continuous" */
     const char *text;            /* NUL-terminated */
     size_t text_len;
     const int32_t *tokens;       /* the committed tokens (end-of-sequence and stop ids excluded) */
@@ -301,13 +314,15 @@ cinfer_session_params cinfer_session_default_params(void);
  * callbacks may use it. A request that fails validation allocates
  * nothing and returns its own status (CINFER_E_EMPTY_PROMPT, _TOKEN_OUT_OF_RANGE, _MAX_TOKENS,
  * _CONTEXT_OVERFLOW, _TOP_LOGPROBS, _TEMPERATURE, _TOP_K, _TOP_P, _MIN_P, _PENALTY, _NOT_A_NUMBER,
- * _INVALID_ARGUMENT, _UNSUPPORTED for a draft source, _TOKENIZER / _TEMPLATE for text and messages). */
+ * _INVALID_ARGUMENT, _UNSUPPORTED for a draft source, _TOKENIZER / _TEMPLATE for text and messages);
+ * CINFER_E_OUT_OF_MEMORY when its prompt plus max_tokens can never fit in the engine's KV memory (one
+ * that fits once others end waits for its turn). */
 cinfer_status cinfer_session_open(cinfer_engine *e, const cinfer_request *req, const cinfer_session_params *p,
                                   cinfer_session **out, cinfer_error *err);
 /* Thread-safe and idempotent; takes effect within one decode step (or one prompt chunk). */
 void cinfer_session_cancel(cinfer_session *s);
 cinfer_session_state cinfer_session_get_state(const cinfer_session *s);
-/* The plan chosen at open ("text:serial"). */
+/* The plan chosen at open ("text:continuous"). */
 const char *cinfer_session_plan(const cinfer_session *s);
 /* PULL: the next event, waiting up to timeout seconds (< 0 = no limit, 0 = poll). CINFER_E_TIMEOUT when
  * none came in time; CINFER_E_INVALID_ARGUMENT in another output mode; after END, END again. */

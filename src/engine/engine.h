@@ -1,6 +1,6 @@
 /* engine.h: the insides of the public handles (cinfer_model, cinfer_engine, cinfer_session) shared by
  * the engine's files: the validated copy of a request, the planner, the session's published output and
- * the scheduler's per-session state. */
+ * the scheduler's per-session state (its runner sequence, sampler, detokenizer, stop matcher). */
 #ifndef CF_ENGINE_ENGINE_H
 #define CF_ENGINE_ENGINE_H
 
@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include "cinfer.h"
 #include "model/model.h"
+#include "model/runner.h"
 #include "sample/sampler.h"
 
 typedef struct cf_tokenizer cf_tokenizer;
@@ -44,6 +45,7 @@ typedef struct cf_request {
     int n_stop_ids;
     int ignore_eos;
     int ids_only;
+    int fit_context;            /* max_tokens may be lowered to what the engine's KV memory leaves */
     char draft[64];
 } cf_request;
 
@@ -52,11 +54,11 @@ cinfer_status cf_request_build(const cinfer_model *m, const cinfer_request *r, c
 void cf_request_free(cf_request *q);
 
 /* How a request runs; chosen once at open, never changed. */
-typedef enum cf_mechanism { CF_MECH_SERIAL } cf_mechanism;
+typedef enum cf_mechanism { CF_MECH_CONTINUOUS } cf_mechanism;
 
 typedef struct cf_plan {
     cf_mechanism mechanism;
-    char id[48];                /* "text:serial" */
+    char id[48];                /* "text:continuous" */
     int output_limit;           /* tokens the request may generate */
 } cf_plan;
 
@@ -81,17 +83,20 @@ struct cinfer_session {
     _Atomic int state;          /* cinfer_session_state */
     _Atomic int cancel;         /* cinfer_cancel_reason; the first reason wins */
 
-    /* the scheduler's: native resources and progress, touched by the engine thread only */
-    cf_seq *seq;
+    /* the scheduler's: native resources and progress, touched by the engine thread only. Everything but rs
+     * outlives a preemption: the sampler's history and seeded draws, the text held back, the tokens. */
+    int prepared;               /* smp, detok, stop, logits and ids exist */
+    cf_rseq *rs;                /* the sequence in the runner; NULL while waiting */
     cf_sampler *smp;            /* the history and the seeded uniforms, on either path */
-    int device_pick;            /* tokens are picked on the device (cf_model_decode_run), not from host logits */
+    int device_pick;            /* tokens are picked on the device by the runner, not from host logits */
     cf_sample_args pick_args;
     cf_detok *detok;            /* NULL without a tokenizer: the output has no text */
     cf_stop *stop;              /* NULL without stop strings */
-    float *logits;
-    int n_prefilled;
-    int pending;                /* a committed token not yet evaluated */
-    int32_t last;
+    float *logits;              /* host picks: a copy of the step's row, processed in place by the sampler */
+    int32_t *ids;               /* the prompt, then each committed token: what the sequence must hold */
+    int n_ids;
+    int cached;                 /* prompt tokens the first admission took from the prefix cache */
+    int n_preempted;
     int n_sampled;
     double t_prep, t_prefilled, t_first, t_last;
 
@@ -114,7 +119,7 @@ struct cinfer_session {
     size_t ev_cap;
     cinfer_logprobs ev_lp;
 
-    cinfer_session *next;       /* the engine's queue */
+    cinfer_session *next;       /* the engine's waiting list */
 };
 
 /* session.c: publishing, for the scheduler. */
@@ -129,5 +134,18 @@ void cf_session_release(cinfer_session *s);
 /* Records a cancel reason if none is recorded yet. */
 void cf_session_request_cancel(cinfer_session *s, cinfer_cancel_reason r);
 void cf_session_destroy(cinfer_session *s);
+
+/* The engine's batch and KV memory, for tests: blocks in all, available (free or cached) and cached
+ * (unreferenced prefix blocks), of which every one is available again once no session is admitted; the
+ * most sessions one step ran, the steps and the preemptions so far. Read it while the engine is idle (after
+ * its sessions ended). */
+typedef struct cf_engine_stats {
+    int blocks_total, blocks_available, blocks_cached;
+    int block_size;             /* token positions per block */
+    int64_t block_bytes;
+    int peak_batch;
+    long steps, preemptions;
+} cf_engine_stats;
+cf_engine_stats cf_engine_get_stats(const cinfer_engine *e);
 
 #endif

@@ -218,6 +218,7 @@ cinfer_status cf_request_build(const cinfer_model *m, const cinfer_request *r, c
     out->sp = sampling_of(r);
     out->ignore_eos = r->ignore_eos != 0;
     out->ids_only = r->ids_only != 0;
+    out->fit_context = r->fit_context != 0;
     snprintf(out->draft, sizeof out->draft, "%s", r->draft ? r->draft : "");
 
     int oom = 0;

@@ -1,15 +1,23 @@
-/* scheduler.c: the engine: one per model, owning the scheduler thread, the FIFO of sessions waiting for
- * their turn, and the step function that advances a session by one prompt chunk or one decoded token.
- * The loop runs one session at a time (the plan "text:serial"); continuous batching replaces the loop's
- * choice of what to step, not the step.
+/* scheduler.c: the engine: one per model, owning the scheduler thread, the model runner (model/runner.h:
+ * the scratch, the paged KV memory and its prefix cache), the list of sessions waiting for their turn and
+ * the batch of admitted ones, and the loop that runs the batch by continuous (iteration-level) batching.
  *
- * Two ways to pick a token: on the device (cf_model_decode_run: only the id crosses to the host, the step
- * replays as a graph where the backend records them, and the device runs one step ahead of the host, up
- * to RUN_AHEAD tokens a loop step) when the request needs nothing but temperature, top-k, top-p and min-p
- * and the backend has the op; otherwise the logits are read back and the host sampler runs its
- * processors and log-probabilities. Both draw with the sampler's seeded uniform
- * (cf_sampler_uniform), so a seed repeats its output, and on the CPU both paths give the same tokens.
- * CINFER_DEVICE_SAMPLING=0 in the environment keeps every request on the host path. */
+ * Each turn of the loop: settle what was cancelled; admit waiting sessions in arrival order while the batch
+ * has room and the KV memory has blocks for their input (a session that does not fit yet waits, and nothing
+ * behind it overtakes it); then one runner step: a decode row for every generating session, then prompt
+ * chunks of the sessions being prefilled, oldest first, within the step's token budget (a long prompt takes
+ * several steps beside the others' decode rows instead of stalling them). When the pool cannot hold the
+ * step, the newest admitted session is preempted: its sequence is freed (its full blocks stay in the prefix
+ * cache) and it waits again with its sampler, text state and tokens, to recompute prompt + tokens when
+ * readmitted. A row's result depends only on its own sequence, so a session's output is the same alone, in
+ * any batch, and across preemptions.
+ *
+ * Two ways to pick a token, both inside the same step: on the device (the runner's pick: only the id comes
+ * back) when the request needs nothing but temperature, top-k, top-p and min-p and the backend has the op;
+ * otherwise the step returns the row's logits and the host sampler runs its processors and
+ * log-probabilities. Both draw with the sampler's seeded uniform (cf_sampler_uniform), so a seed repeats its
+ * output, and on the CPU both paths give the same tokens. CINFER_DEVICE_SAMPLING=0 in the environment keeps
+ * every request on the host path. */
 #include "engine/engine.h"
 #include "base/status.h"
 #include "text/detok.h"
@@ -25,13 +33,25 @@
 struct cinfer_engine {
     cinfer_model *model;
     cinfer_engine_params p;
+    cf_runner *runner;
+    int max_batch, budget;        /* sessions and rows per step */
+    int block_size, blocks_total;
+    int64_t block_bytes;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    cinfer_session *head, *tail;  /* waiting, FIFO */
-    int n_queued;
+    cinfer_session *head, *tail;  /* waiting, by arrival (preempted sessions go back to their place) */
+    int n_queued;                 /* waiting sessions never admitted (max_queued counts these) */
     int closing;
     uint64_t next_id;
+    /* the engine thread's */
+    cinfer_session **run;         /* [max_batch] admitted, by arrival */
+    int n_run;
+    cf_batch_item *items;         /* [max_batch] the step */
+    cinfer_session **item_s;      /* [max_batch] the session of each item */
+    cinfer_session **fresh;       /* [max_batch] admitted in this turn */
+    int peak_batch;
+    long n_steps, n_preemptions;
 };
 
 static double monotonic_now(void *user) {
@@ -51,11 +71,36 @@ static void elog(const cinfer_engine *e, const char *fmt, ...) {
     e->p.log(line, e->p.log_user);
 }
 
+/* n bytes in a unit that shows them: "512 B", "12.0 KiB", "3.5 GiB". */
+static const char *bytes_text(int64_t n, char *buf, size_t len) {
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    if (u) snprintf(buf, len, "%.1f %s", v, unit[u]);
+    else snprintf(buf, len, "%lld B", (long long)n);
+    return buf;
+}
+
 cinfer_engine_params cinfer_engine_default_params(void) {
     return (cinfer_engine_params){.struct_size = sizeof(cinfer_engine_params)};
 }
 
-/* ---- the step ---- */
+cf_engine_stats cf_engine_get_stats(const cinfer_engine *e) {
+    return (cf_engine_stats){.blocks_total = cf_runner_blocks_total(e->runner),
+                             .blocks_available = cf_runner_blocks_available(e->runner),
+                             .blocks_cached = cf_runner_blocks_cached(e->runner),
+                             .block_size = e->block_size,
+                             .block_bytes = e->block_bytes,
+                             .peak_batch = e->peak_batch,
+                             .steps = e->n_steps,
+                             .preemptions = e->n_preemptions};
+}
+
+/* ---- a session's resources and tokens ---- */
 
 typedef struct step_end {
     cinfer_outcome outcome;
@@ -82,17 +127,41 @@ static int device_pick_ok(const cf_model *m, const cf_request *q, cf_sample_args
     return cf_model_can_pick_on_device(m, sa);
 }
 
-/* CREATED -> PREPARING: the session's native resources. */
+static int blocks_for(const cinfer_engine *e, int64_t positions) {
+    return (int)((positions + e->block_size - 1) / e->block_size);
+}
+
+/* First admission (CREATED -> PREPARING): what the session keeps until it settles, preemptions included. */
 static cinfer_status prepare(cinfer_engine *e, cinfer_session *s, cinfer_error *err) {
     cf_model *m = e->model->m;
     const cf_request *q = &s->req;
-    CF_TRY(cf_seq_create(m, q->n_prompt + q->max_tokens, &s->seq, err));
+    s->prepared = 1;
     CF_TRY(cf_sampler_create(&q->sp, m->hp.vocab, &s->smp, err));
     CF_TRY(cf_sampler_accept_many(s->smp, q->prompt, (size_t)q->n_prompt, err));
-    s->logits = malloc((size_t)m->hp.vocab * sizeof *s->logits);
-    if (!s->logits) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the logits of %d tokens", m->hp.vocab);
+    s->ids = malloc(((size_t)q->n_prompt + (size_t)q->max_tokens) * sizeof *s->ids);
+    if (!s->ids) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for %d tokens", q->n_prompt + q->max_tokens);
+    memcpy(s->ids, q->prompt, (size_t)q->n_prompt * sizeof *s->ids);
+    s->n_ids = q->n_prompt;
+    if (!s->device_pick) {
+        s->logits = malloc((size_t)m->hp.vocab * sizeof *s->logits);
+        if (!s->logits) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the logits of %d tokens", m->hp.vocab);
+    }
     if (e->model->tok && !q->ids_only) CF_TRY(cf_detok_create(cf_detok_tokenizer_decode, e->model->tok, 1, &s->detok, err));
     if (q->n_stop) CF_TRY(cf_stop_create((const char *const *)q->stop, q->n_stop, NULL, 0, &s->stop, err));
+    return CINFER_OK;
+}
+
+/* Gives s a sequence holding the longest cached prefix of its tokens; the rest is computed by the steps. */
+static cinfer_status admit(cinfer_engine *e, cinfer_session *s, cinfer_error *err) {
+    if (!s->prepared) {
+        s->t_prep = s->now(s->now_user);
+        atomic_store(&s->state, CINFER_STATE_PREPARING);
+        CF_TRY(prepare(e, s, err));
+    }
+    CF_TRY(cf_rseq_create(e->runner, &s->rs, err));
+    int reused = 0;
+    CF_TRY(cf_rseq_adopt_prefix(s->rs, s->ids, s->n_ids, &reused, err));
+    if (!s->n_preempted) s->cached = reused;
     return CINFER_OK;
 }
 
@@ -135,10 +204,6 @@ static cinfer_status text_end(cinfer_session *s, int *stopped, cinfer_error *err
     return cf_session_publish_tail(s, r.text, r.len, err);
 }
 
-/* Tokens a device-picking session decodes in one loop step (a cancellation or an idle consumer is seen
- * after every token). */
-#define RUN_AHEAD 32
-
 /* A pull consumer that has left tokens unread longer than its idle timeout: the session is cancelled. */
 static int consumer_idle(cinfer_session *s) {
     if (s->ctl.output != CINFER_OUTPUT_PULL || s->ctl.idle_timeout <= 0) return 0;
@@ -149,8 +214,8 @@ static int consumer_idle(cinfer_session *s) {
     return idle;
 }
 
-/* Commits a picked token: stop ids, the sampler's history, the text, the output limit. Returns 1 when
- * generation is over (*end says how). */
+/* Commits a picked token: stop ids, the sampler's history, the text, the output limit; a token that does
+ * not end generation is the sequence's next input. Returns 1 when generation is over (*end says how). */
 static int commit(cinfer_engine *e, cinfer_session *s, const cf_sample_result *sr, step_end *end) {
     cinfer_error *err = &end->err;
     double now = s->now(s->now_user);
@@ -168,8 +233,7 @@ static int commit(cinfer_engine *e, cinfer_session *s, const cf_sample_result *s
         end->finish = CINFER_FINISH_LENGTH;
         goto text_end;
     }
-    s->last = sr->token;
-    s->pending = 1;
+    s->ids[s->n_ids++] = sr->token;
     return 0;
 text_end: {
         int stopped = 0;
@@ -182,121 +246,30 @@ failed:
     return 1;
 }
 
-typedef struct run_ctx {
-    cinfer_engine *e;
-    cinfer_session *s;
-    step_end *end;
-    int over;
-} run_ctx;
-
-/* cf_model_decode_run's callback: commits the token; stops the run when generation is over or cancelled */
-static int run_token(void *ctx, int32_t token) {
-    run_ctx *c = ctx;
-    cf_sample_result sr;
-    memset(&sr, 0, sizeof sr);
-    sr.token = token;
-    c->over = commit(c->e, c->s, &sr, c->end);
-    return c->over || atomic_load(&c->s->cancel) != CINFER_CANCEL_NONE || consumer_idle(c->s);
-}
-
-/* Decodes: evaluates the last committed token (if any), picks, commits; on the device, a run of up to
- * RUN_AHEAD such steps. Returns 1 when generation is over (*end says how). */
-static int decode(cinfer_engine *e, cinfer_session *s, step_end *end) {
-    cf_model *m = e->model->m;
-    cinfer_error *err = &end->err;
-    cf_sample_result sr;
-    memset(&sr, 0, sizeof sr);
-    if (s->device_pick && s->pending) {
-        /* no more steps than the context and the output limit leave (at least one: a full context fails) */
-        int n = RUN_AHEAD, room = cf_seq_max_ctx(s->seq) - cf_seq_len(s->seq), left = s->plan.output_limit - (int)s->n_tokens;
-        if (n > room) n = room;
-        if (n > left) n = left;
-        if (n < 1) n = 1;
-        float u[RUN_AHEAD];   /* the uniforms the sampler would draw for these steps one by one */
-        for (int k = 0; k < n; k++) u[k] = cf_sampler_uniform_ahead(s->smp, (size_t)k);
-        run_ctx c = {e, s, end, 0};
-        int done = 0;
-        if (cf_model_decode_run(m, s->seq, s->last, &s->pick_args, u, n, run_token, &c, &done, err) != CINFER_OK) goto failed;
-        return c.over;
-    }
-    if (s->device_pick) {
-        /* the last prompt token's logits stay on the device after the prefill: the first pick reads them */
-        if (cf_model_pick_last(m, s->seq, &s->pick_args, cf_sampler_uniform(s->smp), &sr.token, err) != CINFER_OK) goto failed;
-    } else {
-        if (s->pending) {
-            if (cf_model_eval(m, s->seq, &s->last, 1, s->logits, 0, err) != CINFER_OK) goto failed;
-            s->pending = 0;
-        }
-        if (cf_sampler_sample(s->smp, s->logits, &sr, err) != CINFER_OK) goto failed;
-    }
-    return commit(e, s, &sr, end);
-failed:
-    end->outcome = CINFER_OUTCOME_FAILED;
-    return 1;
-}
-
-/* Advances s by one step. Returns 1 when the session's generation is over. */
-static int step(cinfer_engine *e, cinfer_session *s, step_end *end) {
-    if (atomic_load(&s->cancel) != CINFER_CANCEL_NONE) {
-        end->outcome = CINFER_OUTCOME_CANCELLED;
-        return 1;
-    }
-    if (consumer_idle(s)) {
-        end->outcome = CINFER_OUTCOME_CANCELLED;
-        return 1;
-    }
-    switch (atomic_load(&s->state)) {
-    case CINFER_STATE_CREATED:
-        s->t_prep = s->now(s->now_user);
-        atomic_store(&s->state, CINFER_STATE_PREPARING);
-        if (prepare(e, s, &end->err) != CINFER_OK) {
-            end->outcome = CINFER_OUTCOME_FAILED;
-            return 1;
-        }
-        return 0;
-    case CINFER_STATE_PREPARING: {
-        /* one forward pass per step: the granularity of cancellation during prefill */
-        int n = s->req.n_prompt - s->n_prefilled;
-        if (n > cf_seq_chunk(s->seq)) n = cf_seq_chunk(s->seq);
-        int last = s->n_prefilled + n == s->req.n_prompt;
-        float *logits = last && !s->device_pick ? s->logits : NULL;
-        if (cf_model_eval(e->model->m, s->seq, s->req.prompt + s->n_prefilled, n, logits, 0, &end->err) != CINFER_OK) {
-            end->outcome = CINFER_OUTCOME_FAILED;
-            return 1;
-        }
-        s->n_prefilled += n;
-        if (last) {
-            s->t_prefilled = s->now(s->now_user);
-            atomic_store(&s->state, CINFER_STATE_RUNNING);
-        }
-        return 0;
-    }
-    default:
-        return decode(e, s, end);
-    }
-}
-
-/* Releases the native resources, records usage and the outcome, and lets go of s. */
+/* Releases the native resources (the sequence's full blocks stay in the prefix cache), records usage and
+ * the outcome, and lets go of s. */
 static void settle(cinfer_engine *e, cinfer_session *s, step_end *end) {
     atomic_store(&s->state, CINFER_STATE_SETTLING);
-    cf_seq_free(s->seq);
+    cf_rseq_free(s->rs);
     cf_sampler_free(s->smp);
     cf_detok_free(s->detok);
     cf_stop_free(s->stop);
     free(s->logits);
-    s->seq = NULL;
+    free(s->ids);
+    s->rs = NULL;
     s->smp = NULL;
     s->detok = NULL;
     s->stop = NULL;
     s->logits = NULL;
+    s->ids = NULL;
 
     double now = s->now(s->now_user);
     cinfer_usage *u = &s->result.usage;
     u->prompt_tokens = s->req.n_prompt;
-    u->cached_tokens = 0;
+    u->cached_tokens = s->cached;
     if (s->t_prep > 0) u->queue_s = s->t_prep - s->t_open;
     if (s->n_sampled > 0) u->ttft_s = s->t_first - s->t_open;
-    if (s->t_prefilled > s->t_prep) u->prefill_tps = s->req.n_prompt / (s->t_prefilled - s->t_prep);
+    if (s->t_prefilled > s->t_prep) u->prefill_tps = (s->req.n_prompt - s->cached) / (s->t_prefilled - s->t_prep);
     if (s->n_sampled > 1 && s->t_last > s->t_first) u->decode_tps = (s->n_sampled - 1) / (s->t_last - s->t_first);
     u->total_s = now - s->t_open;
     s->result.seed = s->req.sp.seed;
@@ -306,26 +279,197 @@ static void settle(cinfer_engine *e, cinfer_session *s, step_end *end) {
     if (r->outcome == CINFER_OUTCOME_FAILED)
         elog(e, "session %llu: failed after %zu tokens: %s", (unsigned long long)s->id, r->n_tokens, r->error.message);
     else
-        elog(e, "session %llu: %s%s%s, %d prompt + %zu generated tokens, %.1f tokens/s", (unsigned long long)s->id,
-             cinfer_outcome_name(r->outcome), r->outcome == CINFER_OUTCOME_CANCELLED ? " by " : " with ",
+        elog(e, "session %llu: %s%s%s, %d prompt (%d cached) + %zu generated tokens, %.1f tokens/s, %d preemptions",
+             (unsigned long long)s->id, cinfer_outcome_name(r->outcome), r->outcome == CINFER_OUTCOME_CANCELLED ? " by " : " with ",
              r->outcome == CINFER_OUTCOME_CANCELLED ? cinfer_cancel_reason_name(r->cancel_reason) : cinfer_finish_name(r->finish),
-             u->prompt_tokens, r->n_tokens, u->decode_tps);
+             u->prompt_tokens, u->cached_tokens, r->n_tokens, u->decode_tps, s->n_preempted);
     cf_session_release(s);
+}
+
+/* ---- the batch ---- */
+
+/* Inserts s into the waiting list in arrival order. Under e->mu. */
+static void wait_in_order(cinfer_engine *e, cinfer_session *s) {
+    cinfer_session **link = &e->head;
+    while (*link && (*link)->id < s->id) link = &(*link)->next;
+    s->next = *link;
+    *link = s;
+    if (!s->next) e->tail = s;
+}
+
+static void run_insert(cinfer_engine *e, cinfer_session *s) {
+    int i = e->n_run++;
+    while (i > 0 && e->run[i - 1]->id > s->id) {
+        e->run[i] = e->run[i - 1];
+        i--;
+    }
+    e->run[i] = s;
+}
+
+static void run_remove(cinfer_engine *e, const cinfer_session *s) {
+    int i = 0;
+    while (i < e->n_run && e->run[i] != s) i++;
+    if (i == e->n_run) return;
+    memmove(e->run + i, e->run + i + 1, (size_t)(e->n_run - i - 1) * sizeof *e->run);
+    e->n_run--;
+}
+
+/* Blocks s may still take before its next token: the rest of its input and the token's row (the whole
+ * input when it holds no sequence, as if nothing were cached). */
+static int blocks_wanted(const cinfer_engine *e, const cinfer_session *s) {
+    const int n = s->prepared ? s->n_ids : s->req.n_prompt;
+    if (s->rs) return cf_rseq_blocks_needed(s->rs, n - cf_rseq_len(s->rs) + 1);
+    return blocks_for(e, (int64_t)n + 1);
+}
+
+/* Frees the sequence of the newest admitted session and puts it back among the waiting ones; it keeps
+ * everything else and recomputes its tokens when readmitted. */
+static void preempt_newest(cinfer_engine *e, int need, int avail) {
+    cinfer_session *s = e->run[e->n_run - 1];
+    e->n_run--;
+    const int held = cf_rseq_blocks_held(s->rs);
+    cf_rseq_free(s->rs);
+    s->rs = NULL;
+    s->n_preempted++;
+    e->n_preemptions++;
+    pthread_mutex_lock(&e->mu);
+    wait_in_order(e, s);
+    pthread_mutex_unlock(&e->mu);
+    elog(e, "session %llu: preempted after %zu tokens: the step needs %d KV blocks and %d are available; its %d blocks go "
+            "back and it recomputes %d tokens when readmitted",
+         (unsigned long long)s->id, s->n_tokens, need, avail, held, s->n_ids);
+}
+
+/* Item k of the step: n of s's tokens from position len, with the pick or logits of the last row when they
+ * are the last of its input. */
+static void add_item(cinfer_engine *e, int k, cinfer_session *s, int len, int n) {
+    cf_batch_item *it = &e->items[k];
+    *it = (cf_batch_item){.seq = s->rs, .ids = s->ids + len, .n = n, .logits = CF_LOGITS_NONE};
+    if (len + n == s->n_ids) {
+        if (s->device_pick) {
+            it->pick = &s->pick_args;
+            it->u = cf_sampler_uniform(s->smp);
+        } else {
+            it->logits = CF_LOGITS_LAST;
+        }
+    }
+    e->item_s[k] = s;
+}
+
+/* Lays out the step: one decode row per generating session, then prompt chunks (or a preempted session's
+ * recomputation) oldest first within the token budget. Returns the items. */
+static int build_step(cinfer_engine *e) {
+    int n = 0, budget = e->budget;
+    for (int i = 0; i < e->n_run; i++) {
+        cinfer_session *s = e->run[i];
+        const int len = cf_rseq_len(s->rs);
+        if (s->n_ids - len != 1) continue;
+        add_item(e, n++, s, len, 1);
+        budget--;
+    }
+    for (int i = 0; i < e->n_run && budget > 0; i++) {
+        cinfer_session *s = e->run[i];
+        const int len = cf_rseq_len(s->rs), rest = s->n_ids - len;
+        if (rest <= 1) continue;
+        const int k = rest < budget ? rest : budget;
+        add_item(e, n++, s, len, k);
+        budget -= k;
+    }
+    return n;
+}
+
+/* The token the step gave s through its item: the device's pick, or the host sampler's from the logits. */
+static cinfer_status pick(cinfer_engine *e, cinfer_session *s, const cf_batch_item *it, cf_sample_result *sr, cinfer_error *err) {
+    memset(sr, 0, sizeof *sr);
+    if (it->pick) {
+        if (it->token < 0)
+            return cf_fail(err, CINFER_E_NOT_A_NUMBER, "the model produced non-finite logits (NaN/inf) at position %d", s->n_ids - 1);
+        sr->token = it->token;
+        return CINFER_OK;
+    }
+    memcpy(s->logits, it->out, (size_t)e->model->m->hp.vocab * sizeof *s->logits);
+    return cf_sampler_sample(s->smp, s->logits, sr, err);
+}
+
+/* One turn: settles what was cancelled, runs one step over the batch (preempting while the KV memory
+ * cannot hold it) and commits the tokens it picked. */
+static void iterate(cinfer_engine *e) {
+    for (int i = 0; i < e->n_run;) {
+        cinfer_session *s = e->run[i];
+        if (atomic_load(&s->cancel) != CINFER_CANCEL_NONE || consumer_idle(s)) {
+            run_remove(e, s);
+            step_end end = {.outcome = CINFER_OUTCOME_CANCELLED};
+            settle(e, s, &end);
+            continue;
+        }
+        i++;
+    }
+    if (!e->n_run) return;
+
+    cinfer_error err = {0};
+    cinfer_status st;
+    int n;
+    for (;;) {
+        n = build_step(e);
+        int need = 0;
+        for (int i = 0; i < n; i++) need += cf_rseq_blocks_needed(e->items[i].seq, e->items[i].n);
+        const int avail = cf_runner_blocks_available(e->runner);
+        if (need > avail && e->n_run > 1) {
+            preempt_newest(e, need, avail);
+            continue;
+        }
+        st = cf_runner_step(e->runner, e->items, n, &err);
+        e->n_steps++;
+        if (n > e->peak_batch) e->peak_batch = n;
+        if (st == CINFER_E_OUT_OF_MEMORY && e->n_run > 1) {
+            preempt_newest(e, need, avail);
+            continue;
+        }
+        break;
+    }
+    if (st != CINFER_OK) {
+        for (int i = 0; i < n; i++) {
+            cinfer_session *s = e->item_s[i];
+            step_end end = {.outcome = CINFER_OUTCOME_FAILED};
+            cf_fail(&end.err, st, "a step of %d sequences failed: %s", n, err.message);
+            run_remove(e, s);
+            settle(e, s, &end);
+        }
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        const cf_batch_item *it = &e->items[i];
+        if (!it->pick && it->logits == CF_LOGITS_NONE) continue;   /* a prompt chunk short of the end */
+        cinfer_session *s = e->item_s[i];
+        if (atomic_load(&s->state) == CINFER_STATE_PREPARING) {
+            s->t_prefilled = s->now(s->now_user);
+            atomic_store(&s->state, CINFER_STATE_RUNNING);
+        }
+        step_end end = {0};
+        cf_sample_result sr;
+        int over = pick(e, s, it, &sr, &end.err) != CINFER_OK;
+        if (over) end.outcome = CINFER_OUTCOME_FAILED;
+        else over = commit(e, s, &sr, &end);
+        if (over) {
+            run_remove(e, s);
+            settle(e, s, &end);
+        }
+    }
 }
 
 /* ---- the loop ---- */
 
 static void *sched_main(void *arg) {
     cinfer_engine *e = arg;
-    cinfer_session *active = NULL;
+    cinfer_session **fresh = e->fresh;
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        while (!e->closing && !e->head && !active) pthread_cond_wait(&e->cv, &e->mu);
+        while (!e->closing && !e->head && !e->n_run) pthread_cond_wait(&e->cv, &e->mu);
         if (e->closing) {
-            if (active) cf_session_request_cancel(active, CINFER_CANCEL_ENGINE_CLOSED);
+            for (int i = 0; i < e->n_run; i++) cf_session_request_cancel(e->run[i], CINFER_CANCEL_ENGINE_CLOSED);
             for (cinfer_session *s = e->head; s; s = s->next) cf_session_request_cancel(s, CINFER_CANCEL_ENGINE_CLOSED);
         }
-        /* Waiting sessions that were cancelled leave the queue now, not when their turn comes. */
+        /* Waiting sessions that were cancelled leave now, not when their turn comes. */
         cinfer_session *gone = NULL, **link = &e->head;
         e->tail = NULL;
         while (*link) {
@@ -334,18 +478,30 @@ static void *sched_main(void *arg) {
                 *link = s->next;
                 s->next = gone;
                 gone = s;
-                e->n_queued--;
+                if (!s->prepared) e->n_queued--;
             } else {
                 e->tail = s;
                 link = &s->next;
             }
         }
-        if (!active && e->head) {
-            active = e->head;
-            e->head = active->next;
-            if (!e->head) e->tail = NULL;
-            active->next = NULL;
-            e->n_queued--;
+        /* Admission in arrival order: a session whose input the free KV blocks cannot hold beside what the
+         * batch still needs waits, and so does everything behind it (an empty batch takes it anyway: every
+         * request was checked at open to fit the whole pool). */
+        int n_fresh = 0;
+        if (!e->closing) {
+            int room = cf_runner_blocks_available(e->runner);
+            for (int i = 0; i < e->n_run; i++) room -= blocks_wanted(e, e->run[i]);
+            while (e->head && e->n_run + n_fresh < e->max_batch) {
+                cinfer_session *s = e->head;
+                const int want = blocks_wanted(e, s);
+                if ((e->n_run || n_fresh) && want > room) break;
+                room -= want;
+                e->head = s->next;
+                if (!e->head) e->tail = NULL;
+                s->next = NULL;
+                if (!s->prepared) e->n_queued--;
+                fresh[n_fresh++] = s;
+            }
         }
         pthread_mutex_unlock(&e->mu);
 
@@ -355,19 +511,30 @@ static void *sched_main(void *arg) {
             step_end end = {.outcome = CINFER_OUTCOME_CANCELLED};
             settle(e, s, &end);
         }
-        if (active) {
-            step_end end = {0};
-            if (step(e, active, &end)) {
-                settle(e, active, &end);
-                active = NULL;
-            }
+        for (int i = 0; i < n_fresh; i++) {
+            cinfer_session *s = fresh[i];
+            step_end end = {.outcome = CINFER_OUTCOME_FAILED};
+            if (admit(e, s, &end.err) != CINFER_OK) settle(e, s, &end);
+            else run_insert(e, s);
         }
+        iterate(e);
 
         pthread_mutex_lock(&e->mu);
-        if (e->closing && !e->head && !active) break;
+        if (e->closing && !e->head && !e->n_run) break;
     }
     pthread_mutex_unlock(&e->mu);
     return NULL;
+}
+
+static void engine_destroy(cinfer_engine *e) {
+    cf_runner_free(e->runner);
+    free(e->run);
+    free(e->items);
+    free(e->item_s);
+    free(e->fresh);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
 }
 
 cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *p, cinfer_engine **out, cinfer_error *err) {
@@ -382,24 +549,65 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
                        p->struct_size, sizeof *p);
     if (p->max_queued < 0)
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "max_queued is %d; it must be >= 0 (0 = no limit)", p->max_queued);
+    if (p->max_batch < 0)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "max_batch is %d; it must be >= 0 (0 = 128 on CUDA, 16 on the CPU)",
+                       p->max_batch);
+    if (p->max_batch_tokens < 0)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT,
+                       "max_batch_tokens is %d; it must be >= 0 (0 = the backend's prefill chunk)", p->max_batch_tokens);
+    if (p->kv_memory < 0)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "kv_memory is %lld bytes; it must be >= 0 (0 = sized from free memory)",
+                       (long long)p->kv_memory);
     if (m->engine)
         return cf_fail(err, CINFER_E_BUSY, "the model already has an engine; free it before creating another");
+
+    cf_runner_params rp = cf_runner_default_params();
+    rp.max_seqs = p->max_batch ? p->max_batch : strcmp(m->m->be->ops->name, "cuda") ? 16 : 128;
+    rp.max_batch_tokens = p->max_batch_tokens;
+    rp.kv_bytes = p->kv_memory;
+    cf_runner *runner = NULL;
+    cinfer_status st = cf_runner_create(m->m, &rp, &runner, err);
+    if (st != CINFER_OK) return cf_wrap(err, st, "creating the engine's batch of %d sequences", rp.max_seqs);
+    const cf_runner_params *rq = cf_runner_params_of(runner);
     cinfer_engine *e = calloc(1, sizeof *e);
-    if (!e) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the engine");
+    if (e) {
+        e->run = calloc((size_t)rq->max_seqs, sizeof *e->run);
+        e->items = calloc((size_t)rq->max_seqs, sizeof *e->items);
+        e->item_s = calloc((size_t)rq->max_seqs, sizeof *e->item_s);
+        e->fresh = calloc((size_t)rq->max_seqs, sizeof *e->fresh);
+    }
+    if (!e || !e->run || !e->items || !e->item_s || !e->fresh) {
+        if (e) {
+            free(e->run);
+            free(e->items);
+            free(e->item_s);
+            free(e->fresh);
+        }
+        free(e);
+        cf_runner_free(runner);
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the engine");
+    }
     e->model = m;
     e->p = *p;
     if (!e->p.now) e->p.now = monotonic_now;
+    e->runner = runner;
+    e->max_batch = rq->max_seqs;
+    e->budget = rq->max_batch_tokens;
+    e->block_size = rq->block_size;
+    e->blocks_total = cf_runner_blocks_total(runner);
+    e->block_bytes = e->blocks_total ? rq->kv_bytes / e->blocks_total : 0;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     int rc = pthread_create(&e->thread, NULL, sched_main, e);
     if (rc) {
-        pthread_cond_destroy(&e->cv);
-        pthread_mutex_destroy(&e->mu);
-        free(e);
+        engine_destroy(e);
         return cf_fail(err, CINFER_E_INTERNAL, "cannot start the scheduler thread: %s", strerror(rc));
     }
     m->engine = e;
     *out = e;
+    char kv_b[32];
+    elog(e, "engine: batches of up to %d sequences and %d tokens a step; KV memory %s in %d blocks of %d tokens", e->max_batch,
+         e->budget, bytes_text(rq->kv_bytes, kv_b, sizeof kv_b), e->blocks_total, e->block_size);
     return CINFER_OK;
 }
 
@@ -411,9 +619,35 @@ void cinfer_engine_free(cinfer_engine *e) {
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
     e->model->engine = NULL;
-    pthread_cond_destroy(&e->cv);
-    pthread_mutex_destroy(&e->mu);
-    free(e);
+    engine_destroy(e);
+}
+
+/* The KV memory holds the request's prompt and max_tokens (less the last token, which is never fed back),
+ * or fit_context lowers max_tokens to what it holds. */
+static cinfer_status fit_kv(const cinfer_engine *e, cf_request *q, cinfer_error *err) {
+    const int64_t room = (int64_t)e->blocks_total * e->block_size;
+    if ((int64_t)q->n_prompt + q->max_tokens - 1 <= room) return CINFER_OK;
+    if (q->fit_context && q->n_prompt <= room) {
+        q->max_tokens = (int)(room - q->n_prompt + 1);
+        return CINFER_OK;
+    }
+    char need_b[32], pool_b[32];
+    bytes_text((int64_t)e->blocks_total * e->block_bytes, pool_b, sizeof pool_b);
+    if (q->n_prompt > room) {
+        const int need = blocks_for(e, q->n_prompt);
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY,
+                       "the prompt of %d tokens needs %d KV blocks of %d tokens (%s), but the engine's KV memory holds %d blocks "
+                       "(%s); shorten the prompt to at most %lld tokens or create the engine with a larger kv_memory",
+                       q->n_prompt, need, e->block_size, bytes_text(need * e->block_bytes, need_b, sizeof need_b), e->blocks_total,
+                       pool_b, (long long)room);
+    }
+    const int need = blocks_for(e, (int64_t)q->n_prompt + q->max_tokens - 1);
+    return cf_fail(err, CINFER_E_OUT_OF_MEMORY,
+                   "the prompt (%d tokens) plus max_tokens (%d) needs %d KV blocks of %d tokens (%s), but the engine's KV "
+                   "memory holds %d blocks (%s); lower max_tokens to at most %lld, set fit_context, or create the engine "
+                   "with a larger kv_memory",
+                   q->n_prompt, q->max_tokens, need, e->block_size, bytes_text(need * e->block_bytes, need_b, sizeof need_b),
+                   e->blocks_total, pool_b, (long long)(room - q->n_prompt + 1));
 }
 
 static cinfer_status check_control(const cinfer_session_params *c, cinfer_error *err) {
@@ -450,7 +684,8 @@ cinfer_status cinfer_session_open(cinfer_engine *e, const cinfer_request *req, c
     cf_request q;
     CF_TRY(cf_request_build(e->model, req, &q, err));
     cf_plan plan;
-    cinfer_status st = cf_plan_request(&q, &plan, err);
+    cinfer_status st = fit_kv(e, &q, err);
+    if (st == CINFER_OK) st = cf_plan_request(&q, &plan, err);
     cinfer_session *s = st == CINFER_OK ? calloc(1, sizeof *s) : NULL;
     if (st == CINFER_OK && !s) st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for a session");
     if (st != CINFER_OK) {

@@ -150,7 +150,7 @@ static void check_greedy(void) {
         int same = res->n_tokens == N;
         for (size_t i = 0; same && i < N; i++) same = res->tokens[i] == want[i];
         CHECK(same, "greedy output differs from cf_model_eval + argmax");
-        CHECK(!strcmp(res->plan, "text:serial") && !strcmp(cinfer_session_plan(s), "text:serial"), "plan %s", res->plan);
+        CHECK(!strcmp(res->plan, "text:continuous") && !strcmp(cinfer_session_plan(s), "text:continuous"), "plan %s", res->plan);
         CHECK(res->usage.prompt_tokens == NP && res->usage.completion_tokens == N && res->usage.cached_tokens == 0,
               "usage %d/%d/%d", res->usage.prompt_tokens, res->usage.completion_tokens, res->usage.cached_tokens);
         CHECK(res->usage.ttft_s > 0 && res->usage.decode_tps > 0 && res->usage.total_s >= res->usage.ttft_s,
@@ -656,9 +656,9 @@ static void check_cancel(void) {
     /* freed from inside its own callback: the engine frees it when done */
     c = (cancel_at){.at = 1, .free_self = 1};
     CHECK(cinfer_session_open(E, &r, &p, &c.s, &err) == CINFER_OK, "open: %s", err.message);
-    cinfer_request r2 = greedy_request(1);
+    cinfer_request r2 = greedy_request(8);
     cinfer_session *after;
-    res = run(&r2, &after);  /* queued behind: done means the first one was settled */
+    res = run(&r2, &after);  /* admitted with it or after it: 8 tokens later the first one has settled */
     CHECK(c.seen == 2, "tokens after a free in the callback: %d", c.seen);
     cinfer_session_free(after);
 
@@ -816,11 +816,14 @@ static void check_close(void) {
         CHECK(cinfer_session_wait(s[i], 0, &res, &err) == CINFER_OK, "wait");
         CHECK(res && res->outcome == CINFER_OUTCOME_CANCELLED && res->cancel_reason == CINFER_CANCEL_ENGINE_CLOSED,
               "session %d: %s/%s", i, res ? cinfer_outcome_name(res->outcome) : "-", res ? cinfer_cancel_reason_name(res->cancel_reason) : "-");
-        CHECK(i == 0 ? res && res->n_tokens >= 1 && res->n_tokens < (size_t)(CTX - NP) : res && res->n_tokens == 0,
-              "session %d: %zu tokens", i, res ? res->n_tokens : 0);
+        /* the four share the batch: each may have a token of the step that was running */
+        CHECK(res && (i == 0 ? res->n_tokens >= 1 : 1) && res->n_tokens < (size_t)(CTX - NP), "session %d: %zu tokens", i,
+              res ? res->n_tokens : 0);
     }
     cinfer_event ev;
-    CHECK(cinfer_session_next(s[1], &ev, -1, &err) == CINFER_OK && ev.kind == CINFER_EVENT_END, "pull session ends");
+    size_t pulled = 0;
+    while (cinfer_session_next(s[1], &ev, -1, &err) == CINFER_OK && ev.kind == CINFER_EVENT_TOKEN) pulled++;
+    CHECK(ev.kind == CINFER_EVENT_END, "pull session ends after its %zu tokens", pulled);
     for (int i = 0; i < 4; i++) cinfer_session_free(s[i]);
 }
 

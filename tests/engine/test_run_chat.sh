@@ -25,7 +25,7 @@ capture "$bin" run "${gen[@]}" -p "In the beginning" --stats && ok || bad "run -
 python3 - "$tmp/out" <<'PY' && ok || bad "run -p output"
 import sys; t = open(sys.argv[1], 'rb').read(); sys.exit(0 if len(t) > 1 and t.endswith(b'\n') else 1)
 PY
-grep -q "12 tokens (completed: length) after a .*-token prompt; TTFT .* decode [0-9.]* tokens/s; plan text:serial" "$tmp/err" && ok || bad "--stats line: $(cat "$tmp/err")"
+grep -q "12 tokens (completed: length) after a .*-token prompt; TTFT .* decode [0-9.]* tokens/s; plan text:continuous" "$tmp/err" && ok || bad "--stats line: $(cat "$tmp/err")"
 cp "$tmp/out" "$tmp/greedy"
 
 # a stop string taken from the greedy text: the output is the text before its first occurrence

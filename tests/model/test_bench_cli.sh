@@ -18,7 +18,7 @@ if [ "$st" != 0 ] || ! printf '%s' "$out" | grep -q '"prompt_tokens":8'; then
 fi
 out=$("$bin" bench --model "$model" --prompt 8 --gen 6 --threads 1 --concurrency 1,3 --json 2>&1); st=$?
 runs=$(printf '%s' "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join("%d:%s:%d" % (r["concurrency"], r["plan"], r["decode_tokens_per_s"] > 0) for r in d["runs"]))' 2>&1)
-if [ "$st" != 0 ] || [ "$runs" != "1:text:serial:1 3:text:serial:1" ]; then
+if [ "$st" != 0 ] || [ "$runs" != "1:text:continuous:1 3:text:continuous:1" ]; then
   echo "FAIL bench --concurrency 1,3: exit $st, runs '$runs', output: $out"; fails=$((fails+1))
 fi
 for bad in 0 1,,2 -1 2000 x; do
