@@ -649,7 +649,16 @@ static void cuda_attention_paged(cf_backend *be, cf_tensor out, cf_tensor q, cf_
     cuda_backend *b = CB(be);
     flush(b);
     if (bv->n_rows <= 0) return;
-    check(b, cfk_attention_paged_ref(b->stream, out, q, k, v, a, bv), "attention_paged");
+    if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || a->block_size <= 0 || a->head_dim > CFK_ATTN_MAX_D ||
+        a->v_head_dim > CFK_ATTN_MAX_D) {
+        fail(b, CINFER_E_UNSUPPORTED, "attention_paged: %d query heads over %d KV heads, head sizes %d/%d (at most %d), block size %d",
+             a->n_heads, a->n_kv_heads, a->head_dim, a->v_head_dim, CFK_ATTN_MAX_D, a->block_size);
+        return;
+    }
+    size_t sb = cfk_paged_scratch(k, v, a, bv);
+    void *part = sb ? scratch(b, sb) : NULL;
+    if (sb && !part) return;
+    check(b, cfk_attention_paged(b->stream, out, q, k, v, a, bv, part, b->attn_counters), "attention_paged");
 }
 
 static void cuda_argmax(cf_backend *be, cf_tensor ids, cf_tensor logits) {
@@ -781,6 +790,7 @@ static int env_int(const char *name, int dflt) {
 static cinfer_status setup(cuda_backend *b, const cf_backend_params *p, cinfer_error *err) {
     cudaError_t e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cfk_init();
+    if (e == cudaSuccess) e = cfk_paged_init();
     if (e == cudaSuccess) e = cudaMallocHost((void **)&b->staging, STAGING_BYTES + 2 * READ_SLOT_BYTES);
     for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(&b->read_done[i], cudaEventDisableTiming);
     if (e != cudaSuccess) return cf_fail(err, CINFER_E_DEVICE, "CUDA setup: %s", cudaGetErrorString(e));

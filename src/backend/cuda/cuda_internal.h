@@ -100,6 +100,14 @@ size_t cfk_attention_scratch(cf_tensor k, cf_tensor v, const cf_attn_args *a, in
 cudaError_t cfk_attention(cudaStream_t st, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a,
                           const int32_t *pos_dev, int max_keys, void *partial, int *counters);
 
+/* attention_paged (backend.h), the tuned kernels (k_paged.cu; the plain one for what they do not take): partial
+ * is scratch of cfk_paged_scratch() bytes, counters as cfk_attention's (CFK_ATTN_COUNTERS zeroed ints, left
+ * zeroed). cfk_paged_init: the kernels' shared-memory limits, once per process. */
+cudaError_t cfk_paged_init(void);
+size_t cfk_paged_scratch(cf_tensor k, cf_tensor v, const cf_paged_attn_args *a, const cf_batch_view *b);
+cudaError_t cfk_attention_paged(cudaStream_t st, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_paged_attn_args *a,
+                                const cf_batch_view *b, void *partial, int *counters);
+
 /* sampling (k_sample.cu). argmax's state: CFK_PICK_ROWS * 2 zeroed 64-bit words, left zeroed (rows up to
  * that many are spread over many blocks, whose last block per row writes the id) */
 #define CFK_PICK_ROWS 1024
