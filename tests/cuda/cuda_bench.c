@@ -224,9 +224,14 @@ static void paged_work(void *c, int i) {
     op->attention_paged(be, t->out, t->q, t->kp, t->vp, &t->a, &t->b[i % t->nc]);
 }
 
+/* the decode settings a paged table compares: cfk_cfg.paged_mma_group, paged_sm_blocks (the default: the first) */
+static const int paged_cfgs[][2] = {{0, 4}, {4, 4}, {4, 8}};
+#define N_PAGED_CFGS 3
+
 /* n sequences of `rows` rows each, the last at position keys - 1, over shuffled 16-slot blocks; nc copies of
- * the KV (tables into disjoint blocks) rotate, as in bench_attention. Seconds per call; *gbs: KV GB/s. */
-static double time_paged(int H, int KVH, int D, int n, int rows, int keys, int max_keys, double *gbs) {
+ * the KV (tables into disjoint blocks) rotate, as in bench_attention. secs[v]: seconds per call with
+ * paged_cfgs[v] (nv of them; nv 0: the defaults only, in secs[0]); *gbs: KV GB/s of the last. */
+static void time_paged(int H, int KVH, int D, int n, int rows, int keys, int max_keys, int nv, double *secs, double *gbs) {
     paged_ctx t;
     const int B = 16, bps = (keys + B - 1) / B, nr = n * rows;
     const double bytes = 2.0 * n * keys * KVH * D * 2;
@@ -268,8 +273,13 @@ static double time_paged(int H, int KVH, int D, int n, int rows, int keys, int m
     }
     t.a = (cf_paged_attn_args){.n_heads = H, .n_kv_heads = KVH, .head_dim = D, .v_head_dim = D, .block_size = B, .table_cols = bps,
                                .max_keys = max_keys, .scale = 1.0f / sqrtf((float)D)};
-    double s = time_graph(paged_work, &t, rows > 1 ? 2 * t.nc : 4 * t.nc);
-    *gbs = bytes / s / 1e9;
+    const int g0 = cfk_cfg.paged_mma_group, b0 = cfk_cfg.paged_sm_blocks;
+    for (int v = 0; v < (nv ? nv : 1); v++) {
+        if (nv) cfk_cfg.paged_mma_group = paged_cfgs[v][0], cfk_cfg.paged_sm_blocks = paged_cfgs[v][1];
+        secs[v] = time_graph(paged_work, &t, rows > 1 ? 2 * t.nc : 4 * t.nc);
+        *gbs = bytes / secs[v] / 1e9;
+    }
+    cfk_cfg.paged_mma_group = g0, cfk_cfg.paged_sm_blocks = b0;
     for (int c = 0; c < t.nc; c++) op->free_tensor(be, &t.table[c]);
     cf_tensor *all[] = {&t.kp, &t.vp, &t.q, &t.out, &t.pos, &t.row_seq, &t.seq_start, &t.slot};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) op->free_tensor(be, all[i]);
@@ -278,7 +288,6 @@ static double time_paged(int H, int KVH, int D, int n, int rows, int keys, int m
     free(rs);
     free(ss);
     free(tab);
-    return s;
 }
 
 /* the contiguous attention op on one sequence of the same shape: n_q queries, the last at keys - 1 */
@@ -303,16 +312,19 @@ static double time_contig(int H, int KVH, int D, int n_q, int keys) {
 static void bench_paged(int quick) {
     printf("\n## attention_paged (bf16 caches in shuffled 16-slot blocks; each graph replay rotates over copies of the KV)\n"
            "## decode: n sequences of one row, all at the same context; contiguous: the attention op on one sequence\n");
-    printf("| shape | rows x keys | max_keys | paged us | KV GB/s (%% of copy) | contiguous us (1 sequence) |\n|---|---|---:|---:|---:|---:|\n");
+    printf("## paged us with (decode on tensor cores from GQA group, blocks per SM): CUDA cores (0, 4); tensor cores (4, 4) and (4, 8)\n");
+    printf("| shape | rows x keys | max_keys | CUDA cores | tensor 4/SM | tensor 8/SM | KV GB/s (%% of copy), last | contiguous us (1 sequence) |\n"
+           "|---|---|---:|---:|---:|---:|---:|---:|\n");
     struct { const char *name; int H, KVH, D; } shapes[] = {{"Llama-3-8B 32/8 hd 128", 32, 8, 128}, {"Gemma-4 global 8/2 hd 512", 8, 2, 512}};
     struct { int n, keys, max_keys; } cs[] = {{1, 256, 8192}, {8, 256, 8192}, {64, 256, 8192}, {128, 256, 8192},
                                               {1, 200, 131072}, {1, 4096, 8192}, {32, 4096, 8192}};
     for (size_t si = 0; si < 2; si++)
         for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
             if (quick && cs[c].keys > 256) continue;
-            double gbs, s = time_paged(shapes[si].H, shapes[si].KVH, shapes[si].D, cs[c].n, 1, cs[c].keys, cs[c].max_keys, &gbs);
-            printf("| %s | %d x %d | %d | %.1f | %.0f (%.0f%%) |", shapes[si].name, cs[c].n, cs[c].keys, cs[c].max_keys, s * 1e6, gbs,
-                   100 * gbs / copy_bw);
+            double gbs, s[N_PAGED_CFGS];
+            time_paged(shapes[si].H, shapes[si].KVH, shapes[si].D, cs[c].n, 1, cs[c].keys, cs[c].max_keys, N_PAGED_CFGS, s, &gbs);
+            printf("| %s | %d x %d | %d | %.1f | %.1f | %.1f | %.0f (%.0f%%) |", shapes[si].name, cs[c].n, cs[c].keys, cs[c].max_keys,
+                   s[0] * 1e6, s[1] * 1e6, s[2] * 1e6, gbs, 100 * gbs / copy_bw);
             if (cs[c].n == 1) printf(" %.1f |\n", time_contig(shapes[si].H, shapes[si].KVH, shapes[si].D, 1, cs[c].keys) * 1e6);
             else printf(" |\n");
         }
@@ -322,7 +334,8 @@ static void bench_paged(int quick) {
         {"Gemma-4 global hd 512, causal from 0", 8, 2, 512, 1024, 1024}};
     for (size_t c = 0; c < sizeof ps / sizeof ps[0]; c++) {
         if (quick && ps[c].rows > 1024) continue;
-        double gbs, s = time_paged(ps[c].H, ps[c].KVH, ps[c].D, 1, ps[c].rows, ps[c].keys, 8192, &gbs);
+        double gbs, s;
+        time_paged(ps[c].H, ps[c].KVH, ps[c].D, 1, ps[c].rows, ps[c].keys, 8192, 0, &s, &gbs);
         double pairs = 0;
         for (int i = 0; i < ps[c].rows; i++) pairs += ps[c].keys - ps[c].rows + i + 1;
         const double flops = 4.0 * ps[c].D * ps[c].H * pairs;

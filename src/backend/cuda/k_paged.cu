@@ -1,7 +1,7 @@
 /* k_paged.cu: attention_paged (backend.h) over a batch of rows of many sequences (cf_batch_view), where
  * position j of sequence s lives in cache slot table[s][j / B] * B + j % B. Launch shapes depend only on the
  * host arguments (so a step can be recorded as a graph); the kernels read pos, row_seq, seq_start and the
- * block table on the device and skip what lies past each row's keys. Two kernels, and a fallback:
+ * block table on the device and skip what lies past each row's keys. Three kernels, and a fallback:
  *
  * - pg_decode_kernel (fewer than PG_MMA_MIN_ROWS rows per sequence; 16-bit caches, head size 64/128/256/512,
  *   v_head_dim == head_dim): one block per (row, KV head (8 of its query heads at most), key split), a warp per
@@ -9,6 +9,10 @@
  *   cp.async, double-buffered; lane j scores key j of a tile (head size 512: 16-key tiles, two lanes a key,
  *   half the dimensions each) and the warp accumulates V with lanes across dimensions. A row's splits are
  *   sized from its own key count, so the splits past it exit at once; the last split to finish merges.
+ * - pg_dmma_kernel (the same on tensor cores, for GQA groups of at least cfk_cfg.paged_mma_group query heads;
+ *   off by default): the group's heads are the rows of m16n8k16 tiles; every warp scores all heads and
+ *   accumulates a quarter of the value dimensions. Slower than pg_decode_kernel at batch 1 and short
+ *   contexts on the H200, faster only for many long sequences (cuda_bench --paged compares them).
  * - pg_mma_kernel (prefill; 16-bit caches, head size 64/128/256/512, v == k): FlashAttention-2 on tensor
  *   cores as attn_mma_kernel in k_attention.cu: 64 rows of one sequence and 1, 2 or 4 query heads of one
  *   GQA group per block, sharing the K/V tiles; head size 512 splits the value dimensions over two blocks
@@ -17,7 +21,7 @@
  *   pg_reduce_kernel.
  * - anything else (f32 caches, other head sizes, v_head_dim != head_dim): the plain kernel of k_paged_ref.cu.
  *
- * The decode kernel fetches the K/V rows of positions before the sequence's first row in this batch before
+ * The decode kernels fetch the K/V rows of positions before the sequence's first row in this batch before
  * it waits for the kernel ahead (programmatic dependent launch): those rows, and the batch tables, must not
  * be written by the op right before attention_paged (the new rows' store may be). Scores are in log2 units. */
 #include "backend/cuda/k_common.cuh"
@@ -330,6 +334,202 @@ __global__ void __launch_bounds__(32 * NW) pg_decode_kernel(PagedP P) {
         for (int j = 0; j < CH; j++) st(P.out, i, oc + u * 32 * CH + j, acc[u * CH + j] * inv);
 }
 
+/* ---- decode on tensor cores: the GQA group's query heads are the rows of one m16n8k16 tile ----
+ * One block of 4 warps per (row, KV head (16 of its query heads at most), key split). The K/V tiles stream
+ * as in pg_decode_kernel; every warp computes the scores of all heads for the tile (Q K^T, cheap on tensor
+ * cores) and accumulates its quarter of the value dimensions, so the warps need no combining. Splits merge
+ * as in pg_decode_kernel, the last block over all its heads. */
+
+__host__ __device__ constexpr int dm_tk(int D) { return D == 512 ? 16 : 32; }   /* keys per tile */
+
+template <int D>
+constexpr size_t dm_smem() {
+    return ((size_t)16 * (D + 8) + (size_t)4 * dm_tk(D) * (D + 8)) * 2;
+}
+
+template <int D, typename KT>
+__global__ void __launch_bounds__(128) pg_dmma_kernel(PagedP P) {
+    constexpr int TK = dm_tk(D), LD = D + 8, DW = D / 4, PR = D / 8;   /* DW: value dimensions per warp */
+    extern __shared__ __align__(16) unsigned char smem[];
+    KT *Qs = reinterpret_cast<KT *>(smem), *Ks = Qs + 16 * LD, *Vs = Ks + 2 * TK * LD;   /* [16][LD], [2][TK][LD] x 2 */
+    __shared__ float wgt[16][PG_MAX_SPLITS], tot[16];
+    const int i = blockIdx.x, kvh = blockIdx.y / P.sub, sg = blockIdx.y % P.sub, split = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int h0 = kvh * P.group + sg * 16, nh = min(16, P.group - sg * 16);
+    const int p = P.pos[i], seq = P.row_seq[i];
+    const int first_new = P.one_row ? p : P.pos[P.seq_start[seq]];
+    const int lo = first_key(P.window, p), n = p - lo + 1;
+    const int chunk = split_chunk(n, P.n_splits, TK), nact = (n + chunk - 1) / chunk;
+    if (split >= nact) return;
+    const int k0 = lo + split * chunk, k1 = min(p + 1, k0 + chunk), ntiles = (k1 - k0 + TK - 1) / TK;
+    const int32_t *tab = P.table + (int64_t)seq * P.tstride;
+    const KT *K = (const KT *)P.k + (int64_t)kvh * D, *V = (const KT *)P.v + (int64_t)kvh * D;
+    auto load_tile = [&](int t, int old) {   /* as pg_decode_kernel's */
+        const int b = t & 1, base = k0 + t * TK;
+        for (int e = threadIdx.x; e < 2 * TK * PR; e += 128) {
+            const int r = (e / PR) % TK, c = e % PR, key = min(base + r, k1 - 1);
+            if (old >= 0 && (key < first_new) != (old == 1)) continue;
+            const int64_t sl = slot_of(P, tab, key);
+            if (e < TK * PR) cp_async16(Ks + (b * TK + r) * LD + c * 8, K + sl * P.kstride + c * 8);
+            else cp_async16(Vs + (b * TK + r) * LD + c * 8, V + sl * P.vstride + c * 8);
+        }
+    };
+    const int first_tiles = min(ntiles, 2);
+    for (int t = 0; t < first_tiles; t++) load_tile(t, 1);
+    cp_async_commit();
+    pdl_wait();
+    pdl_launch_next();
+    for (int t = 0; t < first_tiles; t++) load_tile(t, 0);
+    cp_async_commit();
+    for (int idx = threadIdx.x; idx < 16 * D; idx += 128) {
+        const int r = idx / D, c = idx % D;
+        const float v = r < nh ? ld_elem(P.q, P.qdt, (int64_t)i * P.qstride + (int64_t)(h0 + r) * D + c) : 0.0f;
+        Qs[r * LD + c] = to_kt<KT>(v);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    float o[DW / 8][4];
+#pragma unroll
+    for (int nn = 0; nn < DW / 8; nn++) o[nn][0] = o[nn][1] = o[nn][2] = o[nn][3] = 0.0f;
+    float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};
+    const float sl = P.softcap > 0 ? P.scale : P.scale * LOG2E;
+    const int mi = lane >> 3;
+    for (int t = 0; t < ntiles; t++) {
+        if (t >= 2) {
+            cp_async_wait<1>();
+            __syncthreads();
+        }
+        const int b = t & 1, kt = k0 + t * TK;
+        float s4[TK / 8][4];
+#pragma unroll
+        for (int j = 0; j < TK / 8; j++) s4[j][0] = s4[j][1] = s4[j][2] = s4[j][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t a[4];
+            ldsm_x4(a, Qs + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int j = 0; j < TK / 8; j += 2) {
+                uint32_t bb[4];
+                ldsm_x4(bb, Ks + (b * TK + (j + (mi >> 1)) * 8 + (lane & 7)) * LD + kk * 16 + (mi & 1) * 8);
+                mma16<KT>(s4[j], a, bb[0], bb[1]);
+                mma16<KT>(s4[j + 1], a, bb[2], bb[3]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < TK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = s4[j][e] * sl;
+                if (P.softcap > 0) x = P.softcap * tanhf(x / P.softcap) * LOG2E;
+                if (kt + j * 8 + tq * 2 + (e & 1) >= k1) x = -INFINITY;
+                s4[j][e] = x;
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {   /* key 0 of the tile is real: every row's max is finite */
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < TK / 8; j++) mx = fmaxf(mx, fmaxf(s4[j][2 * r], s4[j][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mn = fmaxf(m_r[r], mx), corr = exp2f(m_r[r] - mn);
+            m_r[r] = mn;
+            float ls = 0.0f;
+#pragma unroll
+            for (int j = 0; j < TK / 8; j++) {
+                s4[j][2 * r] = exp2f(s4[j][2 * r] - mn);
+                s4[j][2 * r + 1] = exp2f(s4[j][2 * r + 1] - mn);
+                ls += s4[j][2 * r] + s4[j][2 * r + 1];
+            }
+            l_r[r] = l_r[r] * corr + ls;
+#pragma unroll
+            for (int nn = 0; nn < DW / 8; nn++) {
+                o[nn][2 * r] *= corr;
+                o[nn][2 * r + 1] *= corr;
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < TK / 16; kk++) {
+            const uint32_t a[4] = {pack2<KT>(s4[2 * kk][0], s4[2 * kk][1]), pack2<KT>(s4[2 * kk][2], s4[2 * kk][3]),
+                                   pack2<KT>(s4[2 * kk + 1][0], s4[2 * kk + 1][1]), pack2<KT>(s4[2 * kk + 1][2], s4[2 * kk + 1][3])};
+#pragma unroll
+            for (int nn = 0; nn < DW / 8; nn += 2) {
+                uint32_t bb[4];
+                ldsm_x4_t(bb, Vs + (b * TK + kk * 16 + (mi & 1) * 8 + (lane & 7)) * LD + warp * DW + (nn + (mi >> 1)) * 8);
+                mma16<KT>(o[nn], a, bb[0], bb[1]);
+                mma16<KT>(o[nn + 1], a, bb[2], bb[3]);
+            }
+        }
+        if (t + 2 < ntiles) {
+            __syncthreads();   /* buffer b is free */
+            load_tile(t + 2, -1);
+        }
+        cp_async_commit();
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 1);
+        l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 2);
+    }
+
+    if (nact == 1) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = g + 8 * r;
+            if (row >= nh) continue;
+            const float inv = 1.0f / l_r[r];
+#pragma unroll
+            for (int nn = 0; nn < DW / 8; nn++) {
+                const int64_t c = (int64_t)(h0 + row) * D + warp * DW + nn * 8 + tq * 2;
+                st(P.out, i, c, o[nn][2 * r] * inv);
+                st(P.out, i, c + 1, o[nn][2 * r + 1] * inv);
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = g + 8 * r;
+        if (row >= nh) continue;
+        float *part = part_at(P, i, h0 + row, split);
+        if (warp == 0 && tq == 0) { part[0] = m_r[r]; part[1] = l_r[r]; }
+#pragma unroll
+        for (int nn = 0; nn < DW / 8; nn++) {
+            part[2 + warp * DW + nn * 8 + tq * 2] = o[nn][2 * r];
+            part[2 + warp * DW + nn * 8 + tq * 2 + 1] = o[nn][2 * r + 1];
+        }
+    }
+    if (!last_to_arrive(P.counters + ((int64_t)i * P.n_kv_heads + kvh) * P.sub + sg, nact)) return;
+    /* the last block merges: each warp weighs the splits of its heads, then all threads sum (reading past L1) */
+    for (int hh = warp; hh < nh; hh += 4) {
+        const float *pp = part_at(P, i, h0 + hh, 0);
+        float ms[2], ls[2], ws[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int sp = lane + 32 * u;
+            ms[u] = sp < nact ? __ldcg(pp + sp * (D + 2)) : -INFINITY;
+            ls[u] = sp < nact ? __ldcg(pp + sp * (D + 2) + 1) : 0.0f;
+        }
+        const float M = warp_max(fmaxf(ms[0], ms[1]));
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            ws[u] = ms[u] == -INFINITY ? 0.0f : exp2f(ms[u] - M);
+            if (lane + 32 * u < nact) wgt[hh][lane + 32 * u] = ws[u];
+        }
+        const float L = warp_sum(ws[0] * ls[0] + ws[1] * ls[1]);
+        if (lane == 0) tot[hh] = L;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < nh * D; e += 128) {
+        const int hh = e / D, c = e % D;
+        const float *pp = part_at(P, i, h0 + hh, 0) + 2 + c;
+        float acc = 0.0f;
+#pragma unroll 8
+        for (int s = 0; s < nact; s++) acc = fmaf(wgt[hh][s], __ldcg(pp + (int64_t)s * (D + 2)), acc);
+        st(P.out, i, (int64_t)(h0 + hh) * D + c, acc / tot[hh]);
+    }
+}
+
 /* ---- prefill: tensor cores ---- */
 
 template <int D, int DV, int BC, int HPB>
@@ -542,7 +742,7 @@ bool fast_ok(cf_tensor k, cf_tensor v, const cf_paged_attn_args *a) {
            (uintptr_t)k.data % 16 == 0 && (uintptr_t)v.data % 16 == 0 && k.stride % 8 == 0 && v.stride % 8 == 0;
 }
 
-enum PgKind { PG_DECODE, PG_MMA, PG_GENERIC };
+enum PgKind { PG_DECODE, PG_DMMA, PG_MMA, PG_GENERIC };
 
 struct Plan {
     PgKind kind;
@@ -556,8 +756,8 @@ int keys_bound(const cf_paged_attn_args *a) {
     return a->window > 0 && a->window < mk ? a->window : mk;
 }
 
-int pick_splits(int64_t base, int64_t limit) {
-    int64_t want = ceil_div(4 * (int64_t)cfk_cfg.n_sm, base);   /* 4 blocks per SM, as k_attention.cu */
+int pick_splits(int64_t base, int64_t limit, int per_sm) {
+    int64_t want = ceil_div((int64_t)per_sm * cfk_cfg.n_sm, base);
     if (want > limit) want = limit;
     if (want > PG_MAX_SPLITS) want = PG_MAX_SPLITS;
     return want < 1 ? 1 : (int)want;
@@ -580,17 +780,25 @@ Plan plan(cf_tensor k, cf_tensor v, const cf_paged_attn_args *a, const cf_batch_
         while (hpb > 1 && G % hpb) hpb /= 2;
         p.hpb = hpb < 1 ? 1 : hpb;
         const int64_t tiles = b->n_rows / 64 + b->n_seqs;
-        p.splits = pick_splits(tiles * (a->n_heads / p.hpb) * (D / p.dv), ceil_div(keys_bound(a), 4 * p.bc));
+        p.splits = pick_splits(tiles * (a->n_heads / p.hpb) * (D / p.dv), ceil_div(keys_bound(a), 4 * p.bc), 4);
         return p;
     }
-    p.kind = PG_DECODE;
-    const int g8 = G < 8 ? G : 8;
-    p.nw = g8 <= 1 ? 1 : g8 <= 2 ? 2 : g8 <= 4 ? 4 : 8;
-    p.sub = (int)ceil_div(G, p.nw);
+    int tk;
+    if (cfk_cfg.paged_mma_group > 0 && G >= cfk_cfg.paged_mma_group) {
+        p.kind = PG_DMMA;
+        p.sub = (int)ceil_div(G, 16);
+        tk = dm_tk(D);
+    } else {
+        p.kind = PG_DECODE;
+        const int g8 = G < 8 ? G : 8;
+        p.nw = g8 <= 1 ? 1 : g8 <= 2 ? 2 : g8 <= 4 ? 4 : 8;
+        p.sub = (int)ceil_div(G, p.nw);
+        tk = dec_tk(D);
+    }
     const int64_t merges = (int64_t)b->n_rows * a->n_kv_heads * p.sub;   /* a counter each */
     if (merges <= CFK_ATTN_COUNTERS) {
         int cap = cfk_cfg.attn_group_splits;
-        p.splits = pick_splits(merges, ceil_div(keys_bound(a), dec_tk(D)));
+        p.splits = pick_splits(merges, ceil_div(keys_bound(a), tk), cfk_cfg.paged_sm_blocks);
         if (p.splits > cap) p.splits = cap < 1 ? 1 : cap;
     }
     return p;
@@ -671,9 +879,26 @@ cudaError_t mma_dispatch(cudaStream_t st, dim3 grid, int D, int hpb, const Paged
     return mma_launch_hpb<512, 256, 32, KT>(st, grid, hpb, P);
 }
 
+template <int D, typename KT>
+cudaError_t dmma_attr() {
+    return cudaFuncSetAttribute(pg_dmma_kernel<D, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dm_smem<D>());
+}
+
+template <typename KT>
+cudaError_t dmma_dispatch(cudaStream_t st, dim3 grid, int D, const PagedP &P) {
+    if (D == 64) return launch(pg_dmma_kernel<64, KT>, grid, dim3(128), dm_smem<64>(), st, P);
+    if (D == 128) return launch(pg_dmma_kernel<128, KT>, grid, dim3(128), dm_smem<128>(), st, P);
+    if (D == 256) return launch(pg_dmma_kernel<256, KT>, grid, dim3(128), dm_smem<256>(), st, P);
+    return launch(pg_dmma_kernel<512, KT>, grid, dim3(128), dm_smem<512>(), st, P);
+}
+
 template <typename KT>
 cudaError_t init_type() {
-    cudaError_t e = dec_init<64, KT>();
+    cudaError_t e = dmma_attr<64, KT>();
+    if (e == cudaSuccess) e = dmma_attr<128, KT>();
+    if (e == cudaSuccess) e = dmma_attr<256, KT>();
+    if (e == cudaSuccess) e = dmma_attr<512, KT>();
+    if (e == cudaSuccess) e = dec_init<64, KT>();
     if (e == cudaSuccess) e = dec_init<128, KT>();
     if (e == cudaSuccess) e = dec_init<256, KT>();
     if (e == cudaSuccess) e = dec_init<512, KT>();
@@ -738,6 +963,10 @@ extern "C" cudaError_t cfk_attention_paged(cudaStream_t st, cf_tensor out, cf_te
     P.softcap = a->softcap;
     if (p.splits > 1 && !partial) return cudaErrorInvalidValue;
     cudaError_t e;
+    if (p.kind == PG_DMMA) {
+        dim3 grid((unsigned)b->n_rows, (unsigned)(a->n_kv_heads * p.sub), (unsigned)p.splits);
+        return k.dtype == CF_BF16 ? dmma_dispatch<__nv_bfloat16>(st, grid, a->head_dim, P) : dmma_dispatch<__half>(st, grid, a->head_dim, P);
+    }
     if (p.kind == PG_DECODE) {
         dim3 grid((unsigned)b->n_rows, (unsigned)(a->n_kv_heads * p.sub), (unsigned)p.splits);
         return k.dtype == CF_BF16 ? dec_dispatch<__nv_bfloat16>(st, grid, a->head_dim, p.nw, P)
