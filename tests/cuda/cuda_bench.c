@@ -8,8 +8,9 @@
  * - decode step (32 layers, graph with the *_pos ops, then host reads the argmax id): tokens/s against
  *   copy bandwidth / (weight bytes without the embedding table + KV bytes), as cinfer bench counts.
  * - prefill: 4096 tokens in chunks (256 as the model does, and 4096), FLOPs 2 * params * tokens.
- * Usage: cuda_bench [--quick | --short | --gemv]  (quick: a 4-layer model and small sweeps, a smoke run; short:
- * the full model, fewer sweep points; gemv: the one-row GEMV table alone) */
+ * - paged attention (attention_paged): decode of 1..128 sequences and prefill, against the contiguous op.
+ * Usage: cuda_bench [--quick | --short | --gemv | --paged]  (quick: a 4-layer model and small sweeps, a smoke run;
+ * short: the full model, fewer sweep points; gemv: the one-row GEMV table alone; paged: the paged attention table alone) */
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
@@ -207,6 +208,140 @@ static void bench_attention(int quick) {
     op->free_tensor(be, &t.v[0]);
     op->free_tensor(be, &t.q);
     op->free_tensor(be, &t.out);
+}
+
+/* ---- paged attention ---- */
+
+typedef struct paged_ctx {
+    cf_tensor q, out, kp, vp, pos, row_seq, seq_start, slot, table[16];
+    cf_paged_attn_args a;
+    cf_batch_view b[16];
+    int nc;
+} paged_ctx;
+
+static void paged_work(void *c, int i) {
+    paged_ctx *t = c;
+    op->attention_paged(be, t->out, t->q, t->kp, t->vp, &t->a, &t->b[i % t->nc]);
+}
+
+/* the decode settings a paged table compares: cfk_cfg.paged_mma_group, paged_sm_blocks (the default: the first) */
+static const int paged_cfgs[][2] = {{0, 4}, {4, 4}, {4, 8}};
+#define N_PAGED_CFGS 3
+
+/* n sequences of `rows` rows each, the last at position keys - 1, over shuffled 16-slot blocks; nc copies of
+ * the KV (tables into disjoint blocks) rotate, as in bench_attention. secs[v]: seconds per call with
+ * paged_cfgs[v] (nv of them; nv 0: the defaults only, in secs[0]); *gbs: KV GB/s of the last. */
+static void time_paged(int H, int KVH, int D, int n, int rows, int keys, int max_keys, int nv, double *secs, double *gbs) {
+    paged_ctx t;
+    const int B = 16, bps = (keys + B - 1) / B, nr = n * rows;
+    const double bytes = 2.0 * n * keys * KVH * D * 2;
+    t.nc = (int)ceil(512e6 / bytes);
+    if (t.nc > 16) t.nc = 16;
+    if (t.nc < 2) t.nc = 2;
+    const int nb = t.nc * n * bps + 1;
+    t.kp = rnd((int64_t)nb * B, KVH * D, 1, 400);
+    t.vp = rnd((int64_t)nb * B, KVH * D, 1, 401);
+    t.q = rnd(nr, H * D, 1, 402);
+    t.out = alloc(CF_BF16, nr, H * D);
+    int32_t *perm = malloc((size_t)nb * 4), *pos = malloc((size_t)nr * 4), *rs = malloc((size_t)nr * 4), *ss = malloc((size_t)(n + 1) * 4);
+    int32_t *tab = malloc((size_t)n * bps * 4);
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < nb - 1; i++) perm[i] = i + 1;
+    for (int i = nb - 2; i > 0; i--) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int j = (int)(x % (uint64_t)(i + 1)), tt = perm[i];
+        perm[i] = perm[j], perm[j] = tt;
+    }
+    for (int s = 0; s < n; s++) {
+        ss[s] = s * rows;
+        for (int k = 0; k < rows; k++) pos[s * rows + k] = keys - rows + k, rs[s * rows + k] = s;
+    }
+    ss[n] = nr;
+    t.pos = alloc(CF_I32, nr, 1);
+    t.row_seq = alloc(CF_I32, nr, 1);
+    t.seq_start = alloc(CF_I32, n + 1, 1);
+    t.slot = alloc(CF_I32, nr, 1);
+    op->write(be, t.pos, pos);
+    op->write(be, t.row_seq, rs);
+    op->write(be, t.seq_start, ss);
+    for (int c = 0; c < t.nc; c++) {
+        for (int i = 0; i < n * bps; i++) tab[i] = perm[c * n * bps + i];
+        t.table[c] = alloc(CF_I32, n, bps);
+        op->write(be, t.table[c], tab);
+        t.b[c] = (cf_batch_view){.pos = t.pos, .row_seq = t.row_seq, .seq_start = t.seq_start, .slot = t.slot, .block_table = t.table[c],
+                                 .n_rows = nr, .n_seqs = n, .max_rows_per_seq = rows};
+    }
+    t.a = (cf_paged_attn_args){.n_heads = H, .n_kv_heads = KVH, .head_dim = D, .v_head_dim = D, .block_size = B, .table_cols = bps,
+                               .max_keys = max_keys, .scale = 1.0f / sqrtf((float)D)};
+    const int g0 = cfk_cfg.paged_mma_group, b0 = cfk_cfg.paged_sm_blocks;
+    for (int v = 0; v < (nv ? nv : 1); v++) {
+        if (nv) cfk_cfg.paged_mma_group = paged_cfgs[v][0], cfk_cfg.paged_sm_blocks = paged_cfgs[v][1];
+        secs[v] = time_graph(paged_work, &t, rows > 1 ? 2 * t.nc : 4 * t.nc);
+        *gbs = bytes / secs[v] / 1e9;
+    }
+    cfk_cfg.paged_mma_group = g0, cfk_cfg.paged_sm_blocks = b0;
+    for (int c = 0; c < t.nc; c++) op->free_tensor(be, &t.table[c]);
+    cf_tensor *all[] = {&t.kp, &t.vp, &t.q, &t.out, &t.pos, &t.row_seq, &t.seq_start, &t.slot};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) op->free_tensor(be, all[i]);
+    free(perm);
+    free(pos);
+    free(rs);
+    free(ss);
+    free(tab);
+}
+
+/* the contiguous attention op on one sequence of the same shape: n_q queries, the last at keys - 1 */
+static double time_contig(int H, int KVH, int D, int n_q, int keys) {
+    attn_ctx t;
+    const double bytes = 2.0 * keys * KVH * D * 2;
+    t.nc = (int)ceil(512e6 / bytes);
+    if (t.nc > 16) t.nc = 16;
+    if (t.nc < 2) t.nc = 2;
+    for (int i = 0; i < t.nc; i++) { t.k[i] = rnd(keys, KVH * D, 1, 500 + i); t.v[i] = rnd(keys, KVH * D, 1, 600 + i); }
+    t.q = rnd(n_q, H * D, 1, 7);
+    t.out = alloc(CF_BF16, n_q, H * D);
+    t.a = (cf_attn_args){.n_q = n_q, .pos0 = keys - n_q, .n_heads = H, .n_kv_heads = KVH, .head_dim = D, .v_head_dim = D, .cap = keys,
+                         .scale = 1.0f / sqrtf((float)D)};
+    double s = time_graph(attn_work, &t, n_q > 1 ? 2 * t.nc : 4 * t.nc);
+    for (int i = 0; i < t.nc; i++) { op->free_tensor(be, &t.k[i]); op->free_tensor(be, &t.v[i]); }
+    op->free_tensor(be, &t.q);
+    op->free_tensor(be, &t.out);
+    return s;
+}
+
+static void bench_paged(int quick) {
+    printf("\n## attention_paged (bf16 caches in shuffled 16-slot blocks; each graph replay rotates over copies of the KV)\n"
+           "## decode: n sequences of one row, all at the same context; contiguous: the attention op on one sequence\n");
+    printf("## paged us with (decode on tensor cores from GQA group, blocks per SM): CUDA cores (0, 4); tensor cores (4, 4) and (4, 8)\n");
+    printf("| shape | rows x keys | max_keys | CUDA cores | tensor 4/SM | tensor 8/SM | KV GB/s (%% of copy), last | contiguous us (1 sequence) |\n"
+           "|---|---|---:|---:|---:|---:|---:|---:|\n");
+    struct { const char *name; int H, KVH, D; } shapes[] = {{"Llama-3-8B 32/8 hd 128", 32, 8, 128}, {"Gemma-4 global 8/2 hd 512", 8, 2, 512}};
+    struct { int n, keys, max_keys; } cs[] = {{1, 256, 8192}, {8, 256, 8192}, {64, 256, 8192}, {128, 256, 8192},
+                                              {1, 200, 131072}, {1, 4096, 8192}, {32, 4096, 8192}};
+    for (size_t si = 0; si < 2; si++)
+        for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+            if (quick && cs[c].keys > 256) continue;
+            double gbs, s[N_PAGED_CFGS];
+            time_paged(shapes[si].H, shapes[si].KVH, shapes[si].D, cs[c].n, 1, cs[c].keys, cs[c].max_keys, N_PAGED_CFGS, s, &gbs);
+            printf("| %s | %d x %d | %d | %.1f | %.1f | %.1f | %.0f (%.0f%%) |", shapes[si].name, cs[c].n, cs[c].keys, cs[c].max_keys,
+                   s[0] * 1e6, s[1] * 1e6, s[2] * 1e6, gbs, 100 * gbs / copy_bw);
+            if (cs[c].n == 1) printf(" %.1f |\n", time_contig(shapes[si].H, shapes[si].KVH, shapes[si].D, 1, cs[c].keys) * 1e6);
+            else printf(" |\n");
+        }
+    printf("\n| prefill | rows | paged us | TFLOP/s | contiguous us |\n|---|---:|---:|---:|---:|\n");
+    struct { const char *name; int H, KVH, D, rows, keys; } ps[] = {
+        {"Llama-3-8B hd 128, causal from 0", 32, 8, 128, 4096, 4096}, {"Llama-3-8B hd 128, chunk at 3840", 32, 8, 128, 256, 4096},
+        {"Gemma-4 global hd 512, causal from 0", 8, 2, 512, 1024, 1024}};
+    for (size_t c = 0; c < sizeof ps / sizeof ps[0]; c++) {
+        if (quick && ps[c].rows > 1024) continue;
+        double gbs, s;
+        time_paged(ps[c].H, ps[c].KVH, ps[c].D, 1, ps[c].rows, ps[c].keys, 8192, 0, &s, &gbs);
+        double pairs = 0;
+        for (int i = 0; i < ps[c].rows; i++) pairs += ps[c].keys - ps[c].rows + i + 1;
+        const double flops = 4.0 * ps[c].D * ps[c].H * pairs;
+        printf("| %s | %d | %.1f | %.0f | %.1f |\n", ps[c].name, ps[c].rows, s * 1e6, flops / s / 1e12,
+               time_contig(ps[c].H, ps[c].KVH, ps[c].D, ps[c].rows, ps[c].keys) * 1e6);
+    }
 }
 
 /* ---- GEMM ---- */
@@ -420,7 +555,7 @@ static void bench_model(int quick, double gemm_tflops) {
 
 int main(int argc, char **argv) {
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
-    const int gemv_only = argc > 1 && !strcmp(argv[1], "--gemv");
+    const int gemv_only = argc > 1 && !strcmp(argv[1], "--gemv"), paged_only = argc > 1 && !strcmp(argv[1], "--paged");
     short_run = gemv_only || (argc > 1 && !strcmp(argv[1], "--short"));
     setvbuf(stdout, NULL, _IOLBF, 0);   /* every line out as it is made, should the run be cut short */
     cinfer_error e = {0};
@@ -436,8 +571,9 @@ int main(int argc, char **argv) {
     op = be->ops;
     ok(cf_cuda_memcpy_bandwidth(be, (size_t)4 << 30, 20, &copy_bw, &e), &e, "copy bandwidth");
     printf("# cuda_bench%s\n\ndevice-to-device copy (4 GiB, read + write): %.0f GB/s\n", argc > 1 ? argv[1] : "", copy_bw);
-    if (gemv_only) {
-        bench_gemv(0);
+    if (gemv_only || paged_only) {
+        if (gemv_only) bench_gemv(0);
+        else bench_paged(0);
         cf_backend_destroy(be);
         return 0;
     }
@@ -449,6 +585,8 @@ int main(int argc, char **argv) {
     bench_gemv(quick);
     fflush(stdout);
     bench_attention(quick);
+    fflush(stdout);
+    bench_paged(quick);
     ok(op->sync(be, &e), &e, "final sync");
     cf_backend_destroy(be);
     return 0;

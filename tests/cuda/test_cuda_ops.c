@@ -13,7 +13,7 @@
  * - matmul with bf16 activations converted for cuBLAS, or attention whose softmax weights are rounded to
  *   bf16 for the tensor cores: two or three roundings of 2^-9 each, so 1e-2;
  * - transcendental ops (SiLU, GELU, tanh, exp, sin/cos): CUDA's are within 2 ulp of f32: 1e-5 for f32.
- * Exit 77 (ctest skip) when there is no GPU. Usage: test_cuda_ops [--quick] */
+ * Exit 77 (ctest skip) when there is no GPU. Usage: test_cuda_ops [--quick | --paged (the paged-KV ops alone)] */
 #include "backend/backend.h"
 #include "base/status.h"
 
@@ -414,6 +414,241 @@ static void test_attention(void) {
     }
 }
 
+/* ---- paged KV: kv_store_slots and attention_paged over random batch layouts ---- */
+
+#define PG_MAX_SEQS 48
+typedef struct pg_case {
+    const char *what;
+    int H, KVH, D, Dv, B, window;
+    float softcap;
+    cf_dtype dt;                                /* the caches' type */
+    int n_seqs;
+    int rows[PG_MAX_SEQS], pos0[PG_MAX_SEQS];   /* rows per sequence from position pos0; rows 0: a padding row */
+    int max_keys;                               /* 0: the largest position + 1 */
+} pg_case;
+
+/* A batch on both backends. Block 0 is the scratch block of padding rows; every sequence's blocks are a
+ * shuffled draw from the rest, and table entries past a sequence's blocks name random blocks. */
+typedef struct pg_layout {
+    int n_rows, n_seqs, table_cols, n_blocks, max_rows, max_pos;
+    pair pos, row_seq, seq_start, slot, table;
+} pg_layout;
+
+static void pg_make(pg_layout *L, const pg_case *c, int extra_positions) {
+    memset(L, 0, sizeof *L);
+    int need[PG_MAX_SEQS], total = 1;
+    L->n_seqs = c->n_seqs;
+    for (int s = 0; s < c->n_seqs; s++) {
+        const int rows = c->rows[s] ? c->rows[s] : 1;
+        need[s] = c->rows[s] ? (c->pos0[s] + rows + extra_positions + c->B - 1) / c->B : 1;
+        if (need[s] > L->table_cols) L->table_cols = need[s];
+        if (rows > L->max_rows) L->max_rows = rows;
+        if (c->rows[s] && c->pos0[s] + rows - 1 > L->max_pos) L->max_pos = c->pos0[s] + rows - 1;
+        L->n_rows += rows;
+        total += c->rows[s] ? need[s] : 0;
+    }
+    L->n_blocks = total + 3;
+    int *perm = malloc((size_t)L->n_blocks * sizeof *perm);
+    for (int i = 0; i < L->n_blocks - 1; i++) perm[i] = i + 1;
+    for (int i = L->n_blocks - 2; i > 0; i--) {
+        int j = (int)(urand() * (i + 1)), t;
+        if (j > i) j = i;
+        t = perm[i], perm[i] = perm[j], perm[j] = t;
+    }
+    const int tc = L->table_cols;
+    float *tab = hrand((size_t)c->n_seqs * tc, 0, 0), *pos = hrand((size_t)L->n_rows, 0, 0), *rs = hrand((size_t)L->n_rows, 0, 0);
+    float *ss = hrand((size_t)c->n_seqs + 1, 0, 0), *sl = hrand((size_t)L->n_rows, 0, 0);
+    int next = 0, r = 0;
+    for (int s = 0; s < c->n_seqs; s++) {
+        for (int j = 0; j < tc; j++) tab[s * tc + j] = c->rows[s] ? (float)(1 + (int)(urand() * (L->n_blocks - 2))) : 0.0f;
+        for (int j = 0; c->rows[s] && j < need[s]; j++) tab[s * tc + j] = (float)perm[next++];
+        ss[s] = (float)r;
+        const int rows = c->rows[s] ? c->rows[s] : 1, p0 = c->rows[s] ? c->pos0[s] : 0;
+        for (int k = 0; k < rows; k++, r++) {
+            const int p = p0 + k;
+            pos[r] = (float)p;
+            rs[r] = (float)s;
+            sl[r] = tab[s * tc + p / c->B] * c->B + p % c->B;
+        }
+    }
+    ss[c->n_seqs] = (float)r;
+    free(perm);
+    L->pos = mk(CF_I32, L->n_rows, 1, pos);
+    L->row_seq = mk(CF_I32, L->n_rows, 1, rs);
+    L->seq_start = mk(CF_I32, c->n_seqs + 1, 1, ss);
+    L->slot = mk(CF_I32, L->n_rows, 1, sl);
+    L->table = mk(CF_I32, c->n_seqs, tc, tab);
+}
+
+static cf_batch_view pg_view(const pg_layout *L, int g) {
+#define S_(p) (g ? (p).g : (p).c)
+    return (cf_batch_view){.pos = S_(L->pos), .row_seq = S_(L->row_seq), .seq_start = S_(L->seq_start), .slot = S_(L->slot),
+                           .block_table = S_(L->table), .n_rows = L->n_rows, .n_seqs = L->n_seqs, .max_rows_per_seq = L->max_rows};
+#undef S_
+}
+
+static void pg_drop(pg_layout *L) {
+    drop(&L->pos);
+    drop(&L->row_seq);
+    drop(&L->seq_start);
+    drop(&L->slot);
+    drop(&L->table);
+}
+
+static cf_paged_attn_args pg_args(const pg_case *c, const pg_layout *L) {
+    const int mk_ = c->max_keys > L->max_pos + 1 ? c->max_keys : L->max_pos + 1;
+    return (cf_paged_attn_args){.n_heads = c->H, .n_kv_heads = c->KVH, .head_dim = c->D, .v_head_dim = c->Dv, .block_size = c->B,
+                                .table_cols = L->table_cols, .max_keys = mk_, .window = c->window, .scale = 1.0f / sqrtf((float)c->D),
+                                .softcap = c->softcap};
+}
+
+/* kv_store_slots of the batch's new rows into random pools (compared exactly), then attention_paged (output
+ * poisoned with NaN first, so an unwritten element fails) */
+static void test_paged(void) {
+    static pg_case cs[] = {
+        {"decode GQA 32/8, D 128, B 16, 5 rows + padding", 32, 8, 128, 128, 16, 0, 0, CF_BF16, 6, {1, 1, 1, 1, 1, 0}, {700, 3, 256, 1000, 31}, 0},
+        {"decode MHA 4/4, D 64, B 32, window 50", 4, 4, 64, 64, 32, 50, 0, CF_BF16, 3, {1, 1, 1}, {10, 49, 200}, 0},
+        {"decode GQA 16/2 (8), D 256, B 16, softcap 30", 16, 2, 256, 256, 16, 0, 30, CF_BF16, 3, {1, 1, 0}, {300, 77}, 0},
+        {"decode GQA 6/2 (3), D 128, B 32", 6, 2, 128, 128, 32, 0, 0, CF_BF16, 2, {1, 1}, {130, 500}, 0},
+        {"decode GQA 16/1 (16: 2 blocks a KV head), D 64, B 16", 16, 1, 64, 64, 16, 0, 0, CF_BF16, 2, {1, 1}, {90, 400}, 0},
+        {"decode GQA 8/2, D 512, B 32, + padding", 8, 2, 512, 512, 32, 0, 0, CF_BF16, 4, {1, 1, 1, 0}, {300, 5, 1200}, 0},
+        {"decode D 512, B 16, window 100, softcap 50", 8, 2, 512, 512, 16, 100, 50, CF_BF16, 2, {1, 1}, {600, 40}, 0},
+        {"decode f16 caches, GQA 8/2, D 128", 8, 2, 128, 128, 16, 0, 0, CF_F16, 3, {1, 1, 1}, {64, 129, 900}, 0},
+        {"decode GQA 32/1 (a KV head over several blocks), D 128", 32, 1, 128, 128, 16, 0, 0, CF_BF16, 2, {1, 1}, {333, 2}, 0},
+        {"decode GQA 40/8 (5), D 128, max_keys 131072", 40, 8, 128, 128, 16, 0, 0, CF_BF16, 3, {1, 1, 1}, {199, 0, 4000}, 131072},
+        {"verify 3/4/1 rows (decode kernel), GQA 8/2, D 128", 8, 2, 128, 128, 16, 0, 0, CF_BF16, 3, {3, 4, 1}, {100, 20, 50}, 0},
+        {"mixed 100 + 1 + 37 rows + padding (mma), D 128, B 16", 8, 2, 128, 128, 16, 0, 0, CF_BF16, 4, {100, 1, 37, 0}, {0, 250, 60}, 0},
+        {"mixed, window 30, softcap 20, D 64, B 32 (mma)", 8, 2, 64, 64, 32, 30, 20, CF_BF16, 3, {80, 1, 16}, {10, 300, 200}, 0},
+        {"prefill, window 16, GQA 4/1, D 64, B 16 (mma)", 4, 1, 64, 64, 16, 16, 0, CF_BF16, 2, {64, 17}, {100, 0}, 0},
+        {"prefill 70 + 1, GQA 4/2, D 256, B 16 (mma)", 4, 2, 256, 256, 16, 0, 0, CF_BF16, 2, {70, 1}, {0, 40}, 0},
+        {"prefill 80 + 2 decode, GQA 8/2, D 512, B 32 (mma)", 8, 2, 512, 512, 32, 0, 0, CF_BF16, 3, {80, 1, 1}, {5, 700, 3}, 0},
+        {"prefill f16 caches 40 + 20, D 128 (mma)", 8, 2, 128, 128, 16, 0, 0, CF_F16, 2, {40, 20}, {0, 100}, 0},
+        {"prefill GQA 10/2 (5), D 64 (mma)", 10, 2, 64, 64, 32, 0, 0, CF_BF16, 2, {33, 1}, {7, 90}, 0},
+        {"prefill 1000 at 3000 + 3 decode, GQA 32/8, D 128 (key splits)", 32, 8, 128, 128, 16, 0, 0, CF_BF16, 4, {1000, 1, 1, 1},
+         {3000, 2000, 10, 4095}, 8192},
+        {"f32 caches, D 80 (generic)", 4, 2, 80, 80, 16, 0, 0, CF_F32, 2, {3, 1}, {20, 50}, 0},
+        {"v_head_dim 32 of head_dim 64 (generic)", 4, 2, 64, 32, 16, 0, 0, CF_BF16, 2, {1, 5}, {40, 10}, 0},
+        {"decode 40 sequences, GQA 32/8, D 128, B 16", 32, 8, 128, 128, 16, 0, 0, CF_BF16, 40, {0}, {0}, 0},
+        {"mixed 30 sequences of 1..40 rows, GQA 16/4, D 128, B 32 (mma)", 16, 4, 128, 128, 32, 0, 0, CF_BF16, 30, {0}, {0}, 0},
+    };
+    const int n_cases = (int)(sizeof cs / sizeof cs[0]);
+    /* the last two: random lengths and positions */
+    for (int s = 0; s < PG_MAX_SEQS; s++) {
+        cs[n_cases - 2].rows[s] = 1;
+        cs[n_cases - 2].pos0[s] = (int)(urand() * 2500);
+        cs[n_cases - 1].rows[s] = 1 + (int)(urand() * 40);
+        cs[n_cases - 1].pos0[s] = (int)(urand() * 600);
+    }
+    cs[n_cases - 1].rows[0] = 64;
+    for (int ci = 0; ci < n_cases; ci++) {
+        const pg_case *c = &cs[ci];
+        if (quick && c->pos0[0] >= 3000) continue;
+        pg_layout L;
+        pg_make(&L, c, 0);
+        const int64_t NS = (int64_t)L.n_blocks * c->B;
+        pair kp = mk(c->dt, NS, c->KVH * c->D, hrand((size_t)NS * c->KVH * c->D, -1.5f, 1.5f));
+        pair vp = mk(c->dt, NS, c->KVH * c->Dv, hrand((size_t)NS * c->KVH * c->Dv, -1.5f, 1.5f));
+        const cf_dtype sdt = c->dt == CF_F32 ? gpu->act_dtype : c->dt;   /* rows as the cache holds them */
+        pair sk = mk(sdt, L.n_rows, c->KVH * c->D, hrand((size_t)L.n_rows * c->KVH * c->D, -1.5f, 1.5f));
+        pair sv = mk(sdt, L.n_rows, c->KVH * c->Dv, hrand((size_t)L.n_rows * c->KVH * c->Dv, -1.5f, 1.5f));
+        const cf_batch_view bc = pg_view(&L, 0), bg = pg_view(&L, 1);
+        cpu->ops->kv_store_slots(cpu, kp.c, sk.c, bc.slot);
+        cpu->ops->kv_store_slots(cpu, vp.c, sv.c, bc.slot);
+        gpu->ops->kv_store_slots(gpu, kp.g, sk.g, bg.slot);
+        gpu->ops->kv_store_slots(gpu, vp.g, sv.g, bg.slot);
+        char name[160];
+        snprintf(name, sizeof name, "kv_store_slots k, v (%s)", c->what);
+        float *g1 = rd(gpu, kp.g), *c1 = rd(cpu, kp.c), *g2 = rd(gpu, vp.g), *c2 = rd(cpu, vp.c);
+        report(name, 0, 1, 0, memcmp(g1, c1, (size_t)NS * c->KVH * c->D * 4) || memcmp(g2, c2, (size_t)NS * c->KVH * c->Dv * 4));
+        free(g1);
+        free(c1);
+        free(g2);
+        free(c2);
+        pair q = mk(CF_BF16, L.n_rows, c->H * c->D, hrand((size_t)L.n_rows * c->H * c->D, -1.5f, 1.5f));
+        pair o = mk(CF_BF16, L.n_rows, c->H * c->Dv, NULL);
+        gpu->ops->fill(gpu, o.g, NAN);
+        const cf_paged_attn_args a = pg_args(c, &L);
+        cpu->ops->attention_paged(cpu, o.c, q.c, kp.c, vp.c, &a, &bc);
+        gpu->ops->attention_paged(gpu, o.g, q.g, kp.g, vp.g, &a, &bg);
+        snprintf(name, sizeof name, "attention_paged %s", c->what);
+        cmp(name, o, 1e-2);
+        pair *all[] = {&kp, &vp, &sk, &sv, &q, &o};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+        pg_drop(&L);
+    }
+}
+
+/* Decode steps of 3 sequences (new K/V rows stored, then attention) recorded once with max_keys 8192 and
+ * replayed as the sequences grow across block boundaries: bitwise the same as the ops run directly. */
+static void test_paged_graph(void) {
+    const pg_case c = {"", 32, 8, 128, 128, 16, 0, 0, CF_BF16, 3, {1, 1, 1}, {158, 29, 700}, 8192};
+    const int steps = 6;
+    pg_layout L;
+    pg_make(&L, &c, steps);
+    const int64_t NS = (int64_t)L.n_blocks * c.B;
+    pair kp = mk(c.dt, NS, c.KVH * c.D, hrand((size_t)NS * c.KVH * c.D, -1.5f, 1.5f));
+    pair vp = mk(c.dt, NS, c.KVH * c.Dv, hrand((size_t)NS * c.KVH * c.Dv, -1.5f, 1.5f));
+    pair sk = mk(c.dt, 3, c.KVH * c.D, hrand((size_t)3 * c.KVH * c.D, -1.5f, 1.5f));
+    pair sv = mk(c.dt, 3, c.KVH * c.Dv, hrand((size_t)3 * c.KVH * c.Dv, -1.5f, 1.5f));
+    pair q = mk(CF_BF16, 3, c.H * c.D, hrand((size_t)3 * c.H * c.D, -1.5f, 1.5f));
+    pair o1 = mk(CF_BF16, 3, c.H * c.Dv, NULL), o2 = mk(CF_BF16, 3, c.H * c.Dv, NULL);
+    const cf_batch_view bc = pg_view(&L, 0), bg = pg_view(&L, 1);
+    cf_paged_attn_args a = pg_args(&c, &L);
+    cinfer_error e = {0};
+    cf_graph *g = NULL;
+    const cf_backend_ops *op = gpu->ops;
+    float *tab = rd(cpu, L.table.c);
+    int32_t pos[3], slot[3];
+    for (int s = 0; s < 3; s++) pos[s] = c.pos0[s], slot[s] = (int32_t)tab[s * L.table_cols + pos[s] / c.B] * c.B + pos[s] % c.B;
+    op->write(gpu, bg.pos, pos);
+    op->write(gpu, bg.slot, slot);
+    for (int rec = 0; rec < 2; rec++) {   /* once directly (kernels loaded, scratch sized), then recorded */
+        if (rec && op->graph_begin(gpu, &e)) die("graph_begin", &e);
+        op->kv_store_slots(gpu, kp.g, sk.g, bg.slot);
+        op->kv_store_slots(gpu, vp.g, sv.g, bg.slot);
+        op->attention_paged(gpu, o1.g, q.g, kp.g, vp.g, &a, &bg);
+        if (rec && op->graph_end(gpu, &g, &e)) die("graph_end", &e);
+    }
+    int same = 1;
+    for (int t = 0; t < steps; t++) {
+        for (int s = 0; s < 3; s++) pos[s] = c.pos0[s] + t, slot[s] = (int32_t)tab[s * L.table_cols + pos[s] / c.B] * c.B + pos[s] % c.B;
+        op->write(gpu, bg.pos, pos);
+        op->write(gpu, bg.slot, slot);
+        op->graph_launch(gpu, g);
+        op->kv_store_slots(gpu, kp.g, sk.g, bg.slot);
+        op->kv_store_slots(gpu, vp.g, sv.g, bg.slot);
+        op->attention_paged(gpu, o2.g, q.g, kp.g, vp.g, &a, &bg);
+        float *x = rd(gpu, o1.g), *y = rd(gpu, o2.g);
+        if (memcmp(x, y, (size_t)3 * c.H * c.Dv * 4)) same = 0;
+        free(x);
+        free(y);
+    }
+    report("attention_paged graph replayed over 6 steps == direct ops (bitwise)", 0, 1, 0, !same);
+    /* the last step on the CPU: its pools got the same rows */
+    float sf[3];
+    cpu->ops->write(cpu, bc.pos, pos);
+    cpu->ops->write(cpu, bc.slot, slot);
+    for (int t = 0; t < steps; t++) {
+        for (int s = 0; s < 3; s++) {
+            const int p = c.pos0[s] + t;
+            sf[s] = tab[s * L.table_cols + p / c.B] * c.B + p % c.B;
+        }
+        float *row = kept(malloc(sizeof sf));
+        memcpy(row, sf, sizeof sf);
+        pair st = mk(CF_I32, 3, 1, row);
+        cpu->ops->kv_store_slots(cpu, kp.c, sk.c, st.c);
+        cpu->ops->kv_store_slots(cpu, vp.c, sv.c, st.c);
+        drop(&st);
+    }
+    cpu->ops->attention_paged(cpu, o1.c, q.c, kp.c, vp.c, &a, &bc);
+    cmp("attention_paged graph, last step vs the CPU", o1, 1e-2);
+    op->graph_free(gpu, g);
+    free(tab);
+    pair *all[] = {&kp, &vp, &sk, &sv, &q, &o1, &o2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+    pg_drop(&L);
+}
+
 /* A decoder layer as the model runs it: the op sequence the backend merges (RMSNorm + q/k/v into one GEMV
  * with a bias, both RoPEs with both KV stores, o_proj + residual, RMSNorm + gate/up + GLU, down + residual)
  * against the CPU, with full and half (partial) rotary dims. The GPU rounds h, q, k, v, att, gate and up
@@ -771,6 +1006,7 @@ static void test_errors(void) {
 
 int main(int argc, char **argv) {
     quick = argc > 1 && !strcmp(argv[1], "--quick");
+    const int paged_only = argc > 1 && !strcmp(argv[1], "--paged");
     setvbuf(stdout, NULL, _IOLBF, 0);
     cinfer_error e = {0};
     cf_backend_params p = cf_backend_default_params();
@@ -786,23 +1022,31 @@ int main(int argc, char **argv) {
     p.n_threads = 0;
     if (cf_backend_create(&p, &cpu, &e)) die("cpu backend", &e);
     printf("act_dtype %s\n", cf_dtype_name(gpu->act_dtype));
+    if (paged_only) {
+        test_paged();
+        test_paged_graph();
+        goto done;
+    }
     test_memory();
     test_elementwise();
     test_embed_norm();
     test_rope_kv();
     test_matmul();
     test_attention();
+    test_paged();
+    test_paged_graph();
     test_layer();
     test_qkv_rope();
     test_sampling();
     test_graph();
+done:
     if (gpu->ops->sync(gpu, &e)) {
         printf("FAIL backend error: %s\n", e.message);
         failures++;
     }
     cf_backend_destroy(gpu);
     cf_backend_destroy(cpu);
-    test_errors();
+    if (!paged_only) test_errors();
     for (int i = 0; i < n_keep; i++) free(keep[i]);
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;

@@ -22,6 +22,7 @@
 
 cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 8, .gemv_warps = 8, .gemv_block_warps = 4, .fuse = 1, .fuse_rope = 1,
                       .attn_bc = 32, .attn_hpb = 2, .attn_group = 1, .attn_group_splits = 64,
+                      .paged_mma_group = 0, .paged_sm_blocks = 4,
                       .n_sm = 132};
 
 /* An op held back to be merged with the next (see pend_* below). */
@@ -649,7 +650,16 @@ static void cuda_attention_paged(cf_backend *be, cf_tensor out, cf_tensor q, cf_
     cuda_backend *b = CB(be);
     flush(b);
     if (bv->n_rows <= 0) return;
-    check(b, cfk_attention_paged_ref(b->stream, out, q, k, v, a, bv), "attention_paged");
+    if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || a->block_size <= 0 || a->head_dim > CFK_ATTN_MAX_D ||
+        a->v_head_dim > CFK_ATTN_MAX_D) {
+        fail(b, CINFER_E_UNSUPPORTED, "attention_paged: %d query heads over %d KV heads, head sizes %d/%d (at most %d), block size %d",
+             a->n_heads, a->n_kv_heads, a->head_dim, a->v_head_dim, CFK_ATTN_MAX_D, a->block_size);
+        return;
+    }
+    size_t sb = cfk_paged_scratch(k, v, a, bv);
+    void *part = sb ? scratch(b, sb) : NULL;
+    if (sb && !part) return;
+    check(b, cfk_attention_paged(b->stream, out, q, k, v, a, bv, part, b->attn_counters), "attention_paged");
 }
 
 static void cuda_argmax(cf_backend *be, cf_tensor ids, cf_tensor logits) {
@@ -781,6 +791,7 @@ static int env_int(const char *name, int dflt) {
 static cinfer_status setup(cuda_backend *b, const cf_backend_params *p, cinfer_error *err) {
     cudaError_t e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cfk_init();
+    if (e == cudaSuccess) e = cfk_paged_init();
     if (e == cudaSuccess) e = cudaMallocHost((void **)&b->staging, STAGING_BYTES + 2 * READ_SLOT_BYTES);
     for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(&b->read_done[i], cudaEventDisableTiming);
     if (e != cudaSuccess) return cf_fail(err, CINFER_E_DEVICE, "CUDA setup: %s", cudaGetErrorString(e));
@@ -853,6 +864,14 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     /* 64: Llama-3-8B decode after 4096 tokens at 210.4 tokens/s on the H200, against 200.9 with 32 */
     cfk_cfg.attn_group_splits = env_int("CINFER_ATTN_GROUP_SPLITS", 64);
     if (cfk_cfg.attn_group_splits < 1 || cfk_cfg.attn_group_splits > 64) cfk_cfg.attn_group_splits = 64;
+    /* 0: on the H200 (cuda_bench --paged) the CUDA-core kernel decodes 32/8 heads of 128 in 5.7 us at 1 x 256
+     * keys and 40.5 at 64 x 256, against 8.0 and 42.5 on tensor cores (4); tensor cores win at 128 x 256 (58.5
+     * against 62.0), at 32 x 4096 (213 with 8 blocks per SM, against 253) and for head size 512 at 8 x 256
+     * (26.7 against 37.4), and lose at head size 512 otherwise (1 x 256: 22.3 against 19.1; 128 x 256: 114.8
+     * against 90.6) */
+    cfk_cfg.paged_mma_group = env_int("CINFER_PAGED_MMA_GROUP", 0);
+    cfk_cfg.paged_sm_blocks = env_int("CINFER_PAGED_SM_BLOCKS", 4);
+    if (cfk_cfg.paged_sm_blocks < 1) cfk_cfg.paged_sm_blocks = 4;
 
     cuda_backend *b = calloc(1, sizeof *b);
     if (!b) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");

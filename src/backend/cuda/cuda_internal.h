@@ -27,7 +27,9 @@ typedef struct cfk_config {
     int attn_bc;        /* keys per tile of the prefill attention kernel for head size 128: 32 (faster on the H200) or 64 */
     int attn_hpb;       /* query heads of one GQA group per prefill attention block, sharing its K/V tiles: 1, 2 or 4 */
     int attn_group;     /* decode attention with one block per KV head (groups of 2, 4, 8; head size 64, 128) */
-    int attn_group_splits;   /* its key splits per (query, KV head) at most: 1 to 64 */
+    int attn_group_splits;   /* its key splits per (query, KV head) at most: 1 to 64 (paged decode too) */
+    int paged_mma_group;     /* paged decode on tensor cores for GQA groups of at least this many query heads (0: never, the default) */
+    int paged_sm_blocks;     /* blocks per SM a paged decode launch aims for before splitting keys further */
     int n_sm;
 } cfk_config;
 extern cfk_config cfk_cfg;
@@ -99,6 +101,14 @@ cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *job);
 size_t cfk_attention_scratch(cf_tensor k, cf_tensor v, const cf_attn_args *a, int max_keys);
 cudaError_t cfk_attention(cudaStream_t st, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a,
                           const int32_t *pos_dev, int max_keys, void *partial, int *counters);
+
+/* attention_paged (backend.h), the tuned kernels (k_paged.cu; the plain one for what they do not take): partial
+ * is scratch of cfk_paged_scratch() bytes, counters as cfk_attention's (CFK_ATTN_COUNTERS zeroed ints, left
+ * zeroed). cfk_paged_init: the kernels' shared-memory limits, once per process. */
+cudaError_t cfk_paged_init(void);
+size_t cfk_paged_scratch(cf_tensor k, cf_tensor v, const cf_paged_attn_args *a, const cf_batch_view *b);
+cudaError_t cfk_attention_paged(cudaStream_t st, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_paged_attn_args *a,
+                                const cf_batch_view *b, void *partial, int *counters);
 
 /* sampling (k_sample.cu). argmax's state: CFK_PICK_ROWS * 2 zeroed 64-bit words, left zeroed (rows up to
  * that many are spread over many blocks, whose last block per row writes the id) */
