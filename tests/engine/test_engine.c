@@ -817,7 +817,7 @@ static void check_close(void) {
         CHECK(res && res->outcome == CINFER_OUTCOME_CANCELLED && res->cancel_reason == CINFER_CANCEL_ENGINE_CLOSED,
               "session %d: %s/%s", i, res ? cinfer_outcome_name(res->outcome) : "-", res ? cinfer_cancel_reason_name(res->cancel_reason) : "-");
         /* the four share the batch: each may have a token of the step that was running */
-        CHECK(res && (i == 0 ? res->n_tokens >= 1 : 1) && res->n_tokens < (size_t)(CTX - NP), "session %d: %zu tokens", i,
+        CHECK(res && (i > 0 || res->n_tokens >= 1) && res->n_tokens < (size_t)(CTX - NP), "session %d: %zu tokens", i,
               res ? res->n_tokens : 0);
     }
     cinfer_event ev;
