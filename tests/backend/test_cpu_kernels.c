@@ -1,55 +1,218 @@
-/* test_cpu_kernels.c: every dot kernel this CPU runs (portable C, AVX2, AVX-512) against a double
- * precision reference, for f32/bf16/f16 weights, 1 to 4 activation rows, lengths with and without a
- * vector tail, and strided rows and outputs. */
+/* test_cpu_kernels.c: every matmul kernel this CPU runs (portable C, AVX2, AVX-512; each forced in turn) for
+ * f32/bf16/f16 weights:
+ *  - accuracy against a double precision reference, for 1 to 5 and 17 activation rows, lengths with and
+ *    without a vector tail, weight row counts that leave partial tiles, strided rows and outputs;
+ *  - batch invariance: out[i][j] is bit-identical to the row computed alone (n = 1) by the portable C kernel,
+ *    for every kernel (so the instruction sets agree too), n = 1, 3, 4, 5, 16, 17, 64, rows at several
+ *    offsets in x, weight rows split at any row, panels of x crossed;
+ *  - the same through the backend's matmul (the kernel in use, 1 to 3 threads, with a bias). */
+#include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "base/status.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-int main(void) {
-    static const char *isa_names[] = {"C", "AVX2", "AVX-512"};
-    static const cf_dtype types[] = {CF_F32, CF_BF16, CF_F16};
+#include "../check.h"
+
+static const char *isa_names[] = {"C", "AVX2", "AVX-512"};
+static const cf_dtype types[] = {CF_F32, CF_BF16, CF_F16};
+
+static uint64_t rs = 7;
+static float frand(void) {  /* [-1, 1] in steps of 1/1000 */
+    rs = rs * 6364136223846793005ull + 1;
+    return (float)((rs >> 40) % 2001) / 1000.0f - 1.0f;
+}
+
+/* A weight matrix [d, ws] of type t with its f32 values, and activations [n, xs]; owned by the caller. */
+typedef struct mats {
+    void *w;
+    float *wf, *x;
+} mats;
+
+static int make(mats *m, cf_dtype t, int64_t d, int64_t ws, int64_t n, int64_t xs) {
+    m->w = malloc((size_t)(d * ws) * cf_dtype_size(t));  /* exact sizes: ASan sees any read past the end */
+    m->wf = malloc((size_t)(d * ws) * sizeof(float));
+    m->x = malloc((size_t)(n * xs) * sizeof(float));
+    if (!m->w || !m->wf || !m->x) return 0;
+    for (int64_t i = 0; i < d * ws; i++) {
+        float v = frand();
+        if (t == CF_F32) ((float *)m->w)[i] = m->wf[i] = v;
+        else {
+            uint16_t h = t == CF_BF16 ? cf_f32_to_bf16(v) : cf_f32_to_f16(v);
+            ((uint16_t *)m->w)[i] = h;
+            m->wf[i] = t == CF_BF16 ? cf_bf16_to_f32(h) : cf_f16_to_f32(h);
+        }
+    }
+    for (int64_t i = 0; i < n * xs; i++) m->x[i] = frand();
+    return 1;
+}
+
+static void unmake(mats *m) {
+    free(m->w);
+    free(m->wf);
+    free(m->x);
+}
+
+static const void *wrow(const mats *m, cf_dtype t, int64_t j, int64_t ws) {
+    return (const char *)m->w + (size_t)(j * ws) * cf_dtype_size(t);
+}
+
+static void test_accuracy(cf_gemm_fn gemm, int isa, cf_dtype t) {
     static const int lengths[] = {1, 7, 8, 15, 16, 17, 31, 64, 100, 4096 + 13};
-    enum { XS = 4200, OS = 3 };
-    float *x = malloc(4 * XS * sizeof *x), *wf = malloc(XS * sizeof *wf);
-    uint16_t *wh = malloc(XS * sizeof *wh);
-    uint64_t s = 7;
-    for (int i = 0; i < 4 * XS; i++) { s = s * 6364136223846793005ull + 1; x[i] = (float)((s >> 40) % 2001) / 1000.0f - 1.0f; }
-    int failures = 0, ran = 0;
-    for (int isa = CF_ISA_C; isa <= CF_ISA_AVX512; isa++) {
-        for (int t = 0; t < 3; t++) {
-            cf_dot_fn dot = cf_cpu_dot_kernel_isa(types[t], (cf_cpu_isa_level)isa);
-            if (!dot) { printf("skip %s (not on this CPU)\n", isa_names[isa]); break; }
-            for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
-                int k = lengths[li];
-                for (int i = 0; i < k; i++) {
-                    s = s * 6364136223846793005ull + 1;
-                    float v = (float)((s >> 40) % 2001) / 1000.0f - 1.0f;
-                    wh[i] = types[t] == CF_BF16 ? cf_f32_to_bf16(v) : cf_f32_to_f16(v);
-                    wf[i] = types[t] == CF_BF16 ? cf_bf16_to_f32(wh[i]) : types[t] == CF_F16 ? cf_f16_to_f32(wh[i]) : v;
-                }
-                const void *w = types[t] == CF_F32 ? (const void *)wf : (const void *)wh;
-                for (int nx = 1; nx <= 4; nx++) {
-                    float out[4 * OS];
-                    dot(x, XS, nx, w, k, out, OS);
-                    for (int r = 0; r < nx; r++) {
-                        double ref = 0, mag = 0;
-                        for (int i = 0; i < k; i++) { ref += (double)x[r * XS + i] * wf[i]; mag += fabs((double)x[r * XS + i] * wf[i]); }
-                        double e = fabs(out[r * OS] - ref);
-                        ran++;
-                        if (!(e <= 1e-6 * mag + 1e-6)) {
-                            failures++;
-                            printf("FAIL %s %s k=%d nx=%d row %d: %.9g vs %.9g\n", isa_names[isa], cf_dtype_name(types[t]), k, nx, r, out[r * OS], ref);
+    static const int rows[] = {1, 2, 3, 4, 5, 17};
+    static const int douts[] = {1, 3, 16, 21};
+    enum { XS = 4200, WS = 4111, NMAX = 17, DMAX = 21, OS = 29 };
+    mats m;
+    if (!make(&m, t, DMAX, WS, NMAX, XS)) { CHECK(0, "out of memory"); unmake(&m); return; }
+    float *out = malloc(sizeof(float) * NMAX * OS);
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0] && out; li++) {
+        const int k = lengths[li];
+        for (size_t ni = 0; ni < sizeof rows / sizeof rows[0]; ni++) {
+            for (size_t di = 0; di < sizeof douts / sizeof douts[0]; di++) {
+                const int n = rows[ni], d = douts[di];
+                for (int i = 0; i < NMAX * OS; i++) out[i] = -1234.5f;
+                gemm(m.x, XS, n, m.w, WS, d, k, out, OS);
+                for (int i = 0; i < n; i++) {
+                    for (int j = 0; j < OS; j++) {
+                        if (j >= d) {
+                            CHECK(out[i * OS + j] == -1234.5f, "%s %s: wrote outside [n, d] at %d,%d", isa_names[isa], cf_dtype_name(t), i, j);
+                            continue;
                         }
+                        double ref = 0, mag = 0;
+                        for (int c = 0; c < k; c++) {
+                            ref += (double)m.x[i * XS + c] * m.wf[j * WS + c];
+                            mag += fabs((double)m.x[i * XS + c] * m.wf[j * WS + c]);
+                        }
+                        double e = fabs(out[i * OS + j] - ref);
+                        CHECK(e <= 1e-6 * mag + 1e-6, "%s %s k=%d n=%d d=%d at %d,%d: %.9g vs %.9g", isa_names[isa], cf_dtype_name(t), k, n, d,
+                              i, j, out[i * OS + j], ref);
                     }
                 }
+                for (int i = n; i < NMAX; i++)
+                    for (int j = 0; j < OS; j++) CHECK(out[i * OS + j] == -1234.5f, "%s: wrote row %d of %d", isa_names[isa], i, n);
             }
         }
     }
-    printf("%d dot products checked, %d failed (kernel in use: %s)\n", ran, failures, cf_cpu_isa());
-    free(x);
-    free(wf);
-    free(wh);
+    free(out);
+    unmake(&m);
+}
+
+/* every row of every call bit-identical to that row computed alone by the portable C kernel */
+static void test_invariance(cf_dtype t) {
+    static const int lengths[] = {64, 100, 768, 4096 + 13};  /* the last crosses panels of x at n = 64 */
+    static const int ns[] = {1, 3, 4, 5, 16, 17, 64};
+    static const int offsets[] = {0, 1, 2, 3, 5};
+    static const int wsplits[] = {0, 5, 16};  /* the call's first weight row */
+    enum { D = 37, NX = 64 + 5, XS = 4112, WS = 4110 };
+    mats m;
+    float *alone = malloc(sizeof(float) * NX * D), *out = malloc(sizeof(float) * NX * D);
+    if (!make(&m, t, D, WS, NX, XS) || !alone || !out) {
+        CHECK(0, "out of memory");
+        free(alone);
+        free(out);
+        unmake(&m);
+        return;
+    }
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+        const int k = lengths[li];
+        cf_gemm_fn ref = cf_cpu_gemm_kernel_isa(t, CF_ISA_C);
+        for (int i = 0; i < NX; i++) ref(m.x + i * XS, XS, 1, m.w, WS, D, k, alone + i * D, D);
+        for (int isa = CF_ISA_C; isa <= CF_ISA_AVX512; isa++) {
+            cf_gemm_fn gemm = cf_cpu_gemm_kernel_isa(t, (cf_cpu_isa_level)isa);
+            if (!gemm) continue;
+            int bad = 0, calls = 0;
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                for (size_t oi = 0; oi < sizeof offsets / sizeof offsets[0]; oi++)
+                    for (size_t si = 0; si < sizeof wsplits / sizeof wsplits[0]; si++) {
+                        const int n = ns[ni], off = offsets[oi], j0 = wsplits[si];
+                        memset(out, 0, sizeof(float) * NX * D);
+                        gemm(m.x + off * XS, XS, n, wrow(&m, t, j0, WS), WS, D - j0, k, out + j0, D);
+                        calls++;
+                        for (int i = 0; i < n; i++)
+                            if (memcmp(out + i * D + j0, alone + (off + i) * D + j0, sizeof(float) * (D - j0))) bad++;
+                    }
+            gemm(m.x, XS, NX, m.w, WS, D, k, out, D);
+            bad += memcmp(out, alone, sizeof(float) * NX * D) != 0;
+            CHECK(!bad, "%s %s k=%d: %d rows (in %d calls) differ from the row computed alone by the C kernel", isa_names[isa],
+                  cf_dtype_name(t), k, bad, calls + 1);
+        }
+    }
+    free(alone);
+    free(out);
+    unmake(&m);
+}
+
+/* the backend's matmul (the best kernel, threads split the weight rows): each row as computed alone by
+ * the kernel, plus the bias */
+static void test_backend(void) {
+    enum { K = 300, D = 200, NX = 70 };
+    const int ns[] = {1, 4, 16, 17, 64};
+    for (int tt = 0; tt < 3; tt++) {
+        const cf_dtype t = types[tt];
+        mats m;
+        float *alone = malloc(sizeof(float) * NX * D), *bias = malloc(sizeof(float) * D);
+        if (!make(&m, t, D, K, NX, K) || !alone || !bias) {
+            CHECK(0, "out of memory");
+            free(alone);
+            free(bias);
+            unmake(&m);
+            return;
+        }
+        for (int j = 0; j < D; j++) bias[j] = frand();
+        cf_gemm_fn gemm = cf_cpu_gemm_kernel(t);
+        for (int i = 0; i < NX; i++) {
+            gemm(m.x + i * K, K, 1, m.w, K, D, K, alone + i * D, D);
+            for (int j = 0; j < D; j++) alone[i * D + j] += bias[j];
+        }
+        for (int threads = 1; threads <= 3; threads++) {
+            cf_backend_params p = cf_backend_default_params();
+            p.device = CF_DEVICE_CPU;
+            p.n_threads = threads;
+            cf_backend *be = NULL;
+            cinfer_error err = {0};
+            if (cf_cpu_backend_create(&p, &be, &err) != CINFER_OK) { CHECK(0, "backend: %s", err.message); continue; }
+            cf_tensor w, x, o, b;
+            be->ops->upload_weight(be, m.w, t, D, K, &w, &err);
+            be->ops->upload_weight(be, m.x, CF_F32, NX, K, &x, &err);
+            be->ops->upload_weight(be, bias, CF_F32, 1, D, &b, &err);
+            if (be->ops->alloc(be, CF_F32, NX, D, &o, &err) != CINFER_OK) {
+                CHECK(0, "alloc: %s", err.message);
+                cf_backend_destroy(be);
+                continue;
+            }
+            float *got = malloc(sizeof(float) * NX * D);
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0] && got; ni++)
+                for (int off = 0; off + ns[ni] <= NX; off += 3) {
+                    be->ops->matmul(be, cf_rows(o, 0, ns[ni]), cf_rows(x, off, ns[ni]), w, b);
+                    CHECK(be->ops->read(be, got, cf_rows(o, 0, ns[ni]), &err) == CINFER_OK, "read: %s", err.message);
+                    CHECK(!memcmp(got, alone + off * D, sizeof(float) * ns[ni] * D), "backend %s, %d threads, n=%d at row %d: differs",
+                          cf_dtype_name(t), threads, ns[ni], off);
+                }
+            free(got);
+            be->ops->free_tensor(be, &o);
+            cf_backend_destroy(be);
+        }
+        free(alone);
+        free(bias);
+        unmake(&m);
+    }
+}
+
+int main(void) {
+    int ran = 0;
+    for (int isa = CF_ISA_C; isa <= CF_ISA_AVX512; isa++) {
+        for (int t = 0; t < 3; t++) {
+            cf_gemm_fn gemm = cf_cpu_gemm_kernel_isa(types[t], (cf_cpu_isa_level)isa);
+            if (!gemm) { printf("skip %s (not on this CPU)\n", isa_names[isa]); break; }
+            test_accuracy(gemm, isa, types[t]);
+            ran++;
+        }
+    }
+    for (int t = 0; t < 3; t++) test_invariance(types[t]);
+    test_backend();
+    printf("%d kernels, %d checks, %d failed (kernel in use: %s)\n", ran, checks, failures, cf_cpu_isa());
     return failures || ran == 0;
 }

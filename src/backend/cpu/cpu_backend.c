@@ -154,32 +154,37 @@ static void cpu_rmsnorm(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w,
     free(wf);
 }
 
-/* out[n, d] = x[n, k] . w[d, k]^T + bias: each thread takes a block of weight rows and reuses every
- * weight row for 4 activation rows at a time; activations are tiled so a tile stays in cache. */
+static float elem_f32(const void *p, cf_dtype t, int64_t i) {
+    switch (t) {
+    case CF_BF16: return cf_bf16_to_f32(((const uint16_t *)p)[i]);
+    case CF_F16: return cf_f16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* out[n, d] = x[n, k] . w[d, k]^T + bias: each thread takes a contiguous block of weight rows (whole tiles
+ * of CF_GEMM_ROW_BLOCK rows) and streams it once per L2-sized panel of x through the tiled kernel. The
+ * kernel computes every element the same way for any n, row position or split, so a row's values do not
+ * depend on the batch it is in (nor on the thread count). */
 static void cpu_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
     const int64_t n = x.rows, k = x.cols, d = w.rows;
     const size_t wrow = (size_t)w.stride * cf_dtype_size(w.dtype);
-    cf_dot_fn dot = cf_cpu_dot_kernel(w.dtype);
-    const int64_t tile = 64;
-    for (int64_t t0 = 0; t0 < n; t0 += tile) {
-        int64_t tn = n - t0 < tile ? n - t0 : tile;
-        #pragma omp parallel for NT(be) schedule(static) if (tn * d * k >= PAR_MIN_WORK)
-        for (int64_t j = 0; j < d; j++) {
-            const void *wr = (const char *)w.data + (size_t)j * wrow;
-            for (int64_t i = 0; i < tn; i += 4) {
-                int nx = tn - i < 4 ? (int)(tn - i) : 4;
-                dot(row(x, t0 + i), x.stride, nx, wr, (int)k, row(out, t0 + i) + j, out.stride);
-            }
-        }
+    const cf_gemm_fn gemm = cf_cpu_gemm_kernel(w.dtype);
+    const int64_t blocks = (d + CF_GEMM_ROW_BLOCK - 1) / CF_GEMM_ROW_BLOCK;
+    int nt = n * d * k >= PAR_MIN_WORK ? be->n_threads : 1;
+    if (nt > blocks) nt = blocks > 0 ? (int)blocks : 1;
+    #pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
+        const int64_t j0 = blocks * t / T * CF_GEMM_ROW_BLOCK, j1e = blocks * (t + 1) / T * CF_GEMM_ROW_BLOCK;
+        const int64_t j1 = j1e < d ? j1e : d;
+        if (j1 > j0)
+            gemm(x.data, x.stride, n, (const char *)w.data + (size_t)j0 * wrow, w.stride, j1 - j0, k, (float *)out.data + j0,
+                 out.stride);
     }
-    if (bias.data) {
-        float *b = malloc((size_t)d * sizeof *b);
-        if (!b) return;
-        cf_to_f32(b, bias.data, bias.dtype, (size_t)d);
+    if (bias.data)
         for (int64_t i = 0; i < n; i++)
-            for (int64_t j = 0; j < d; j++) row(out, i)[j] += b[j];
-        free(b);
-    }
+            for (int64_t j = 0; j < d; j++) row(out, i)[j] += elem_f32(bias.data, bias.dtype, j);
 }
 
 static void cpu_add(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor b) {

@@ -1,134 +1,359 @@
-/* cpu_kernels.c: dot products of up to 4 f32 activation rows with one weight row (f32, bf16 or f16),
- * one weight load feeding 4 FMAs. The AVX2 versions are compiled with target attributes and chosen at
- * run time, so the default build needs no -march flags. */
+/* cpu_kernels.c: out = x . w^T for f32 activation rows against f32/bf16/f16 weight rows (used in place).
+ *
+ * One definition of every output element, whatever n, wherever its row sits in x, however the weight rows
+ * are split, and whichever kernel runs (batch invariance, and the same bits on AVX-512, AVX2 and portable
+ * C): a 16-lane accumulator, lane l, takes fma(x[i], w[i], acc) for i = l, l + 16, l + 32, ... in order,
+ * the last partial group of 16 zero padded; then the lanes are summed by one tree, distance 8 first, then
+ * 4, 2, 1 (the order of _mm512_reduce_add_ps). AVX-512 holds the accumulator in one register, AVX2 in two
+ * halves (lanes 0-7 and 8-15, added first), portable C in 16 floats with fmaf.
+ *
+ * Only the tiling changes with n. A tile holds the accumulators of MR weight rows x NR activation rows (16
+ * on AVX-512: 4x4, 8x2, 16x1; 4 on AVX2: 2x2, 4x1), each weight vector widened to f32 once for the tile's
+ * activation rows, and sums them together with a butterfly that adds the same lanes in the same order as
+ * the tree. Missing rows of a partial tile repeat its last row; their results are dropped. Activation rows
+ * are taken in panels that fit in L2 (the weights are read once per panel), split into sub-panels that fit
+ * in L1, each swept by a block of weight rows that stays in cache.
+ * The AVX2 and AVX-512 versions are compiled with target attributes and chosen at run time, so the default
+ * build needs no -march flags. */
 #include "backend/cpu/cpu_kernels.h"
 
+#include <math.h>
+#include <string.h>
+
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define CF_X86 1
 #endif
 
-static inline float wval(const void *w, cf_dtype t, int i) {
-    switch (t) {
+#define INL inline __attribute__((always_inline))
+
+/* Rows of x per panel: the panel (f32) stays within this many bytes of L2, the weights stream past it. */
+#define PANEL_BYTES (384 * 1024)
+
+static int64_t panel_rows(int64_t k) {
+    int64_t p = PANEL_BYTES / (4 * (k > 0 ? k : 1));
+    p &= ~(int64_t)3;
+    return p < 4 ? 4 : p;
+}
+
+/* Rows of x per sub-panel: the weight block is applied to one sub-panel at a time, which stays in L1. */
+#define SUB_PANEL_BYTES (24 * 1024)
+
+static int64_t sub_rows(int64_t k, int64_t nr) {
+    int64_t p = SUB_PANEL_BYTES / (4 * (k > 0 ? k : 1));
+    p -= p % nr;
+    return p < nr ? nr : p;
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static INL size_t esize(int T) { return T == CF_F32 ? 4 : 2; }
+
+static INL float wval(const char *w, int T, int64_t i) {
+    switch (T) {
     case CF_BF16: return cf_bf16_to_f32(((const uint16_t *)w)[i]);
     case CF_F16: return cf_f16_to_f32(((const uint16_t *)w)[i]);
     default: return ((const float *)w)[i];
     }
 }
 
-#define DEFINE_SCALAR(name, T)                                                                      \
-    static void name(const float *x, int64_t xs, int nx, const void *w, int k, float *out, int64_t os) { \
-        for (int r = 0; r < nx; r++) {                                                              \
-            float acc[8] = {0};                                                                     \
-            const float *xr = x + r * xs;                                                           \
-            int i = 0;                                                                              \
-            for (; i + 8 <= k; i += 8)                                                              \
-                for (int l = 0; l < 8; l++) acc[l] += xr[i + l] * wval(w, T, i + l);               \
-            float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])); \
-            for (; i < k; i++) s += xr[i] * wval(w, T, i);                                          \
-            out[r * os] = s;                                                                        \
-        }                                                                                           \
-    }
-DEFINE_SCALAR(dot_f32_c, CF_F32)
-DEFINE_SCALAR(dot_bf16_c, CF_BF16)
-DEFINE_SCALAR(dot_f16_c, CF_F16)
+/* ---- portable C: the definition, written out ---- */
+
+static INL float dot_c(const float *xr, const char *w, int T, int64_t k) {
+    float acc[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16)
+        for (int l = 0; l < 16; l++) acc[l] = fmaf(xr[i + l], wval(w, T, i + l), acc[l]);
+    if (i < k)
+        for (int l = 0; l < 16; l++)
+            acc[l] = fmaf(i + l < k ? xr[i + l] : 0.0f, i + l < k ? wval(w, T, i + l) : 0.0f, acc[l]);
+    for (int h = 8; h >= 1; h /= 2)
+        for (int l = 0; l < h; l++) acc[l] = acc[l] + acc[l + h];
+    return acc[0];
+}
+
+static INL void gemm_c(int T, const float *x, int64_t xs, int64_t n, const void *w, int64_t ws, int64_t d, int64_t k,
+                       float *out, int64_t os) {
+    const int64_t P = panel_rows(k);
+    for (int64_t i0 = 0; i0 < n; i0 += P)
+        for (int64_t j = 0; j < d; j++) {
+            const char *wr = (const char *)w + (size_t)(j * ws) * esize(T);
+            for (int64_t i = i0; i < min64(n, i0 + P); i++) out[i * os + j] = dot_c(x + i * xs, wr, T, k);
+        }
+}
+
+static void gemm_f32_c(const float *x, int64_t xs, int64_t n, const void *w, int64_t ws, int64_t d, int64_t k, float *out, int64_t os) {
+    gemm_c(CF_F32, x, xs, n, w, ws, d, k, out, os);
+}
+static void gemm_bf16_c(const float *x, int64_t xs, int64_t n, const void *w, int64_t ws, int64_t d, int64_t k, float *out, int64_t os) {
+    gemm_c(CF_BF16, x, xs, n, w, ws, d, k, out, os);
+}
+static void gemm_f16_c(const float *x, int64_t xs, int64_t n, const void *w, int64_t ws, int64_t d, int64_t k, float *out, int64_t os) {
+    gemm_c(CF_F16, x, xs, n, w, ws, d, k, out, os);
+}
 
 #ifdef CF_X86
+
+/* Software prefetch of the next tile's weight rows (pf: their first byte), spread evenly over the k steps
+ * of this tile: with short rows the hardware prefetchers do not catch on to a dozen row streams at once. */
+static int64_t pf_step(int64_t bytes, int64_t steps) {
+    int64_t s = steps > 0 ? (bytes + steps - 1) / steps : bytes;
+    return (s + 63) & ~(int64_t)63;
+}
+
+static INL void prefetch(const char **pf, int64_t step) {
+    for (int64_t b = 0; b < step; b += 64) _mm_prefetch(*pf + b, _MM_HINT_T1);
+    *pf += step;
+}
+
+/* The tiled driver, shared by both instruction sets. Per panel of x and block of MR_C weight rows: tiles of
+ * NR_A activation rows over the block (MR_A weight rows each), then the panel's 2-row and 1-row rests with
+ * tiles of MR_B and MR_C weight rows (the same accumulator count), while the block is still in cache.
+ * A panel of fewer than BIG_ROWS rows is memory bound: its tiles (the _1 variants) take their weight rows
+ * one after another, so the weights stream from memory in one sequential run, as in a GEMV, which the
+ * hardware prefetchers follow best. A larger panel is compute bound: its tiles hold all their weight rows
+ * at once (each weight vector loaded once for NR activation rows) and prefetch the next tile's rows. */
+#define BIG_ROWS 8
+#define DEFINE_DRIVER(ATTR, name, T, TILE_A, TILE_A_1, MR_A, NR_A, TILE_B, TILE_B_1, MR_B, TILE_C, TILE_C_1, MR_C)        \
+    ATTR static void name(const float *x, int64_t xs, int64_t n, const void *w, int64_t ws, int64_t d, int64_t k,  \
+                          float *out, int64_t os) {                                                                \
+        const int64_t rb = ws * (int64_t)esize(T), P = panel_rows(k), SP = sub_rows(k, NR_A);                     \
+        const char *wb = w;                                                                                       \
+        for (int64_t i0 = 0; i0 < n; i0 += P) {                                                                   \
+            const int64_t pn = min64(P, n - i0), nf = pn - pn % NR_A;                                             \
+            const int big = pn >= BIG_ROWS;                                                                       \
+            const float *xp = x + i0 * xs;                                                                        \
+            float *op = out + i0 * os;                                                                            \
+            for (int64_t jb = 0; jb < d; jb += MR_C) {                                                            \
+                const int64_t je = min64(d, jb + MR_C);                                                           \
+                for (int64_t s0 = 0; s0 < nf; s0 += SP)                                                           \
+                    for (int64_t j = jb; j < je; j += MR_A)                                                       \
+                        for (int64_t i = s0; i < min64(nf, s0 + SP); i += NR_A) {                                 \
+                            const int mv = (int)min64(MR_A, je - j);                                              \
+                            if (big)                                                                              \
+                                TILE_A(xp + i * xs, xs, NR_A, wb + j * rb, rb, mv, k, op + i * os + j, os,        \
+                                       i == 0 && j + MR_A < d ? wb + (j + MR_A) * rb : NULL);                     \
+                            else                                                                                  \
+                                TILE_A_1(xp + i * xs, xs, NR_A, wb + j * rb, rb, mv, k, op + i * os + j, os, NULL); \
+                        }                                                                                         \
+                int64_t i = nf;                                                                                   \
+                if (MR_B > 0 && pn - i >= 2) {                                                                    \
+                    for (int64_t j = jb; j < je; j += MR_B) {                                                     \
+                        const int mv = (int)min64(MR_B, je - j);                                                  \
+                        if (big) TILE_B(xp + i * xs, xs, 2, wb + j * rb, rb, mv, k, op + i * os + j, os, NULL);   \
+                        else TILE_B_1(xp + i * xs, xs, 2, wb + j * rb, rb, mv, k, op + i * os + j, os, NULL);     \
+                    }                                                                                             \
+                    i += 2;                                                                                       \
+                }                                                                                                 \
+                for (; i < pn; i++) {                                                                             \
+                    if (big) TILE_C(xp + i * xs, xs, 1, wb + jb * rb, rb, (int)(je - jb), k, op + i * os + jb, os, NULL); \
+                    else TILE_C_1(xp + i * xs, xs, 1, wb + jb * rb, rb, (int)(je - jb), k, op + i * os + jb, os, NULL); \
+                }                                                                                                 \
+            }                                                                                                     \
+        }                                                                                                         \
+    }
+
+/* one tile function per shape and grouping: G weight rows at a time (G = MR: all at once) */
+#define DEFINE_TILE(ATTR, TILE, name, MR, NR, G, T)                                                               \
+    ATTR static void name(const float *x, int64_t xs, int nv, const char *w, int64_t rb, int mv, int64_t k, float *o, \
+                          int64_t os, const char *pf) {                                                           \
+        TILE(MR, NR, G, T, x, xs, nv, w, rb, mv, k, o, os, pf);                                                   \
+    }
+
+/* ---- AVX2 + FMA: each 16-lane accumulator in two registers, 4 accumulators per tile ---- */
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
-AVX2 static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+AVX2 static INL __m256 ld8(const char *p, int T) {
+    if (T == CF_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    if (T == CF_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_loadu_ps((const float *)p);
 }
 
-AVX2 static inline __m256 load_f32(const void *w, int i) { return _mm256_loadu_ps((const float *)w + i); }
-AVX2 static inline __m256 load_bf16(const void *w, int i) {
-    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-AVX2 static inline __m256 load_f16(const void *w, int i) {
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
+/* v[0..4), each the lanes 0-7 + lanes 8-15 of an accumulator -> one vector; lane 4 * (a % 2) + a / 2 holds
+ * the sum of v[a]'s lanes, added at distance 4, then 2, then 1 (lanes 2, 3, 6, 7 repeat others). */
+AVX2 static INL __m256 red4(const __m256 *v) {
+    const __m256 r0 = _mm256_add_ps(_mm256_permute2f128_ps(v[0], v[1], 0x20), _mm256_permute2f128_ps(v[0], v[1], 0x31));
+    const __m256 r1 = _mm256_add_ps(_mm256_permute2f128_ps(v[2], v[3], 0x20), _mm256_permute2f128_ps(v[2], v[3], 0x31));
+    const __m256 t = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(r0), _mm256_castps_pd(r1))),
+                                   _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(r0), _mm256_castps_pd(r1))));
+    return _mm256_add_ps(_mm256_shuffle_ps(t, t, 0x88), _mm256_shuffle_ps(t, t, 0xDD));
 }
 
-#define DEFINE_AVX2(name, LOAD, T)                                                                  \
-    AVX2 static void name(const float *x, int64_t xs, int nx, const void *w, int k, float *out, int64_t os) { \
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                 \
-        const float *x0 = x, *x1 = x + xs, *x2 = x + 2 * xs, *x3 = x + 3 * xs;                     \
-        int i = 0;                                                                                  \
-        if (nx == 4) {                                                                              \
-            for (; i + 8 <= k; i += 8) {                                                            \
-                __m256 wv = LOAD(w, i);                                                             \
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + i), wv, a0);                              \
-                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x1 + i), wv, a1);                              \
-                a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x2 + i), wv, a2);                              \
-                a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x3 + i), wv, a3);                              \
-            }                                                                                       \
-        } else if (nx == 1) {                                                                       \
-            for (; i + 16 <= k; i += 16) {                                                          \
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + i), LOAD(w, i), a0);                      \
-                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + i + 8), LOAD(w, i + 8), a1);              \
-            }                                                                                       \
-            for (; i + 8 <= k; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + i), LOAD(w, i), a0); \
-            a0 = _mm256_add_ps(a0, a1);                                                             \
-            a1 = _mm256_setzero_ps();                                                               \
-        } else {                                                                                    \
-            for (; i + 8 <= k; i += 8) {                                                            \
-                __m256 wv = LOAD(w, i);                                                             \
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + i), wv, a0);                              \
-                if (nx > 1) a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x1 + i), wv, a1);                  \
-                if (nx > 2) a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x2 + i), wv, a2);                  \
-            }                                                                                       \
-        }                                                                                           \
-        float s[4] = {hsum8(a0), hsum8(a1), hsum8(a2), hsum8(a3)};                                  \
-        for (; i < k; i++) {                                                                        \
-            float wi = wval(w, T, i);                                                               \
-            for (int r = 0; r < nx; r++) s[r] += x[r * xs + i] * wi;                                \
-        }                                                                                           \
-        for (int r = 0; r < nx; r++) out[r * os] = s[r];                                            \
+/* MR x NR = 4: rows of x at x + r * xs (r < nv), rows of w at w + m * rb bytes (m < mv); out[r * os + m];
+ * G weight rows at a time; pf: the next tile's weight rows to prefetch, or NULL. */
+AVX2 static INL void tile8(const int MR, const int NR, const int G, const int T, const float *x, int64_t xs, int nv,
+                           const char *w, int64_t rb, int mv, int64_t k, float *o, int64_t os, const char *pf) {
+    const float *xr[4];
+    const char *wr[4];
+    __m256 acc[8], xv[8];
+    for (int r = 0; r < NR; r++) xr[r] = x + (r < nv ? r : nv - 1) * xs;
+    for (int m = 0; m < MR; m++) wr[m] = w + (m < mv ? m : mv - 1) * rb;
+    for (int a = 0; a < 8; a++) acc[a] = _mm256_setzero_ps();
+    const size_t es = esize(T);
+    const int64_t pstep = pf_step(MR * rb, MR / G * (k / 16));
+    for (int g = 0; g < MR; g += G) {  /* weight rows g..g+G at a time */
+        int64_t i = 0;
+        for (; i + 16 <= k; i += 16) {
+            if (pf) prefetch(&pf, pstep);
+            for (int r = 0; r < NR; r++) {
+                xv[2 * r] = _mm256_loadu_ps(xr[r] + i);
+                xv[2 * r + 1] = _mm256_loadu_ps(xr[r] + i + 8);
+            }
+            for (int m = g; m < g + G; m++) {
+                const __m256 w0 = ld8(wr[m] + (size_t)i * es, T), w1 = ld8(wr[m] + (size_t)(i + 8) * es, T);
+                for (int r = 0; r < NR; r++) {
+                    const int a = m * NR + r;
+                    acc[2 * a] = _mm256_fmadd_ps(xv[2 * r], w0, acc[2 * a]);
+                    acc[2 * a + 1] = _mm256_fmadd_ps(xv[2 * r + 1], w1, acc[2 * a + 1]);
+                }
+            }
+        }
+        if (i < k) {  /* the zero-padded last group */
+            const size_t rest = (size_t)(k - i);
+            float xt[16];
+            char wt[16 * 4];
+            for (int r = 0; r < NR; r++) {
+                memset(xt, 0, sizeof xt);
+                memcpy(xt, xr[r] + i, rest * sizeof(float));
+                xv[2 * r] = _mm256_loadu_ps(xt);
+                xv[2 * r + 1] = _mm256_loadu_ps(xt + 8);
+            }
+            for (int m = g; m < g + G; m++) {
+                memset(wt, 0, sizeof wt);
+                memcpy(wt, wr[m] + (size_t)i * es, rest * es);
+                const __m256 w0 = ld8(wt, T), w1 = ld8(wt + 8 * es, T);
+                for (int r = 0; r < NR; r++) {
+                    const int a = m * NR + r;
+                    acc[2 * a] = _mm256_fmadd_ps(xv[2 * r], w0, acc[2 * a]);
+                    acc[2 * a + 1] = _mm256_fmadd_ps(xv[2 * r + 1], w1, acc[2 * a + 1]);
+                }
+            }
+        }
     }
-DEFINE_AVX2(dot_f32_avx2, load_f32, CF_F32)
-DEFINE_AVX2(dot_bf16_avx2, load_bf16, CF_BF16)
-DEFINE_AVX2(dot_f16_avx2, load_f16, CF_F16)
+    __m256 half[4];
+    for (int a = 0; a < 4; a++) half[a] = _mm256_add_ps(acc[2 * a], acc[2 * a + 1]);  /* distance 8 */
+    float s[8];
+    _mm256_storeu_ps(s, red4(half));
+    for (int m = 0; m < mv; m++)
+        for (int r = 0; r < nv; r++) {
+            const int a = m * NR + r;
+            o[r * os + m] = s[4 * (a % 2) + a / 2];
+        }
+}
 
+#define DEFINE_TILES8(T, sfx)                                                                                     \
+    DEFINE_TILE(AVX2, tile8, t8_2x2_##sfx, 2, 2, 2, T)                                                            \
+    DEFINE_TILE(AVX2, tile8, t8_2x2_1_##sfx, 2, 2, 1, T)                                                          \
+    DEFINE_TILE(AVX2, tile8, t8_4x1_##sfx, 4, 1, 4, T)                                                            \
+    DEFINE_TILE(AVX2, tile8, t8_4x1_1_##sfx, 4, 1, 1, T)                                                          \
+    DEFINE_DRIVER(AVX2, gemm_##sfx##_avx2, T, t8_2x2_##sfx, t8_2x2_1_##sfx, 2, 2, t8_4x1_##sfx, t8_4x1_1_##sfx, 0,  \
+                  t8_4x1_##sfx, t8_4x1_1_##sfx, 4)
+DEFINE_TILES8(CF_F32, f32)
+DEFINE_TILES8(CF_BF16, bf16)
+DEFINE_TILES8(CF_F16, f16)
+
+/* ---- AVX-512: 16 lanes, 16 accumulators per tile ---- */
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
 
-AVX512 static inline __m512 load16_f32(const void *w, int i) { return _mm512_loadu_ps((const float *)w + i); }
-AVX512 static inline __m512 load16_bf16(const void *w, int i) {
-    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-AVX512 static inline __m512 load16_f16(const void *w, int i) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
+AVX512 static INL __m512 ld16(const char *p, int T) {
+    if (T == CF_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+    if (T == CF_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_loadu_ps((const float *)p);
 }
 
-/* 16 lanes per step; each weight vector feeds every activation row. */
-#define DEFINE_AVX512(name, LOAD, T)                                                                \
-    AVX512 static void name(const float *x, int64_t xs, int nx, const void *w, int k, float *out, int64_t os) { \
-        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}; \
-        int i = 0;                                                                                  \
-        for (; i + 16 <= k; i += 16) {                                                              \
-            __m512 wv = LOAD(w, i);                                                                 \
-            for (int r = 0; r < nx; r++) a[r] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * xs + i), wv, a[r]); \
-        }                                                                                           \
-        float s[4];                                                                                 \
-        for (int r = 0; r < 4; r++) s[r] = _mm512_reduce_add_ps(a[r]);                              \
-        for (; i < k; i++) {                                                                        \
-            float wi = wval(w, T, i);                                                               \
-            for (int r = 0; r < nx; r++) s[r] += x[r * xs + i] * wi;                                \
-        }                                                                                           \
-        for (int r = 0; r < nx; r++) out[r * os] = s[r];                                            \
+/* the first `rest` (< 16) elements, zeros after them (masked: nothing past them is read) */
+AVX512 static INL __m512 ld16_part(const char *p, int T, __mmask16 mask) {
+    if (T == CF_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p)), 16));
+    if (T == CF_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
+    return _mm512_maskz_loadu_ps(mask, p);
+}
+
+/* v[0..16) -> one vector; lane 4 * (a % 4) + a / 4 holds the sum of the lanes of v[a], added in the order of
+ * _mm512_reduce_add_ps: distance 8, then 4, 2, 1. */
+AVX512 static INL __m512 red16(const __m512 *v) {
+    __m512 r[8], t[4], y[2];
+    for (int p = 0; p < 8; p++)
+        r[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44), _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xEE));
+    for (int q = 0; q < 4; q++)
+        t[q] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * q], r[2 * q + 1], 0x88), _mm512_shuffle_f32x4(r[2 * q], r[2 * q + 1], 0xDD));
+    for (int s = 0; s < 2; s++)
+        y[s] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[2 * s]), _mm512_castps_pd(t[2 * s + 1]))),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[2 * s]), _mm512_castps_pd(t[2 * s + 1]))));
+    return _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x88), _mm512_shuffle_ps(y[0], y[1], 0xDD));
+}
+
+/* MR x NR = 16: rows of x at x + r * xs (r < nv), rows of w at w + m * rb bytes (m < mv); out[r * os + m];
+ * G weight rows at a time; pf: the next tile's weight rows to prefetch, or NULL. */
+AVX512 static INL void tile16(const int MR, const int NR, const int G, const int T, const float *x, int64_t xs, int nv, const char *w,
+                              int64_t rb, int mv, int64_t k, float *o, int64_t os, const char *pf) {
+    const float *xr[16];
+    const char *wr[16];
+    __m512 acc[16], xv[16];
+    for (int r = 0; r < NR; r++) xr[r] = x + (r < nv ? r : nv - 1) * xs;
+    for (int m = 0; m < MR; m++) wr[m] = w + (m < mv ? m : mv - 1) * rb;
+    for (int a = 0; a < 16; a++) acc[a] = _mm512_setzero_ps();
+    const size_t es = esize(T);
+    const int64_t pstep = pf_step(MR * rb, MR / G * (k / 16));
+    for (int g = 0; g < MR; g += G) {  /* weight rows g..g+G at a time */
+        int64_t i = 0;
+        for (; i + 16 <= k; i += 16) {
+            if (pf) prefetch(&pf, pstep);
+            for (int r = 0; r < NR; r++) xv[r] = _mm512_loadu_ps(xr[r] + i);
+            for (int m = g; m < g + G; m++) {
+                const __m512 wv = ld16(wr[m] + (size_t)i * es, T);
+                for (int r = 0; r < NR; r++) acc[m * NR + r] = _mm512_fmadd_ps(xv[r], wv, acc[m * NR + r]);
+            }
+        }
+        if (i < k) {  /* the zero-padded last group */
+            const __mmask16 mask = (__mmask16)((1u << (k - i)) - 1);
+            for (int r = 0; r < NR; r++) xv[r] = _mm512_maskz_loadu_ps(mask, xr[r] + i);
+            for (int m = g; m < g + G; m++) {
+                const __m512 wv = ld16_part(wr[m] + (size_t)i * es, T, mask);
+                for (int r = 0; r < NR; r++) acc[m * NR + r] = _mm512_fmadd_ps(xv[r], wv, acc[m * NR + r]);
+            }
+        }
     }
-DEFINE_AVX512(dot_f32_avx512, load16_f32, CF_F32)
-DEFINE_AVX512(dot_bf16_avx512, load16_bf16, CF_BF16)
-DEFINE_AVX512(dot_f16_avx512, load16_f16, CF_F16)
+    const __m512 sum = red16(acc);
+    if (MR == 4 && NR == 4 && mv == 4) {  /* lanes 4r..4r+3: out row r, weight rows 0..3 */
+        for (int r = 0; r < nv; r++) {
+            __m128 q = r == 0 ? _mm512_castps512_ps128(sum) : r == 1 ? _mm512_extractf32x4_ps(sum, 1)
+                     : r == 2 ? _mm512_extractf32x4_ps(sum, 2) : _mm512_extractf32x4_ps(sum, 3);
+            _mm_storeu_ps(o + r * os, q);
+        }
+        return;
+    }
+    float s[16];
+    _mm512_storeu_ps(s, sum);
+    for (int m = 0; m < mv; m++)
+        for (int r = 0; r < nv; r++) {
+            const int a = m * NR + r;
+            o[r * os + m] = s[4 * (a % 4) + a / 4];
+        }
+}
+
+#define DEFINE_TILES16(T, sfx)                                                                                    \
+    DEFINE_TILE(AVX512, tile16, t16_4x4_##sfx, 4, 4, 4, T)                                                        \
+    DEFINE_TILE(AVX512, tile16, t16_4x4_1_##sfx, 4, 4, 1, T)                                                      \
+    DEFINE_TILE(AVX512, tile16, t16_8x2_##sfx, 8, 2, 8, T)                                                        \
+    DEFINE_TILE(AVX512, tile16, t16_8x2_1_##sfx, 8, 2, 1, T)                                                      \
+    DEFINE_TILE(AVX512, tile16, t16_16x1_##sfx, 16, 1, 16, T)                                                     \
+    DEFINE_TILE(AVX512, tile16, t16_16x1_1_##sfx, 16, 1, 1, T)                                                    \
+    DEFINE_DRIVER(AVX512, gemm_##sfx##_avx512, T, t16_4x4_##sfx, t16_4x4_1_##sfx, 4, 4, t16_8x2_##sfx, t16_8x2_1_##sfx, \
+                  8, t16_16x1_##sfx, t16_16x1_1_##sfx, 16)
+DEFINE_TILES16(CF_F32, f32)
+DEFINE_TILES16(CF_BF16, bf16)
+DEFINE_TILES16(CF_F16, f16)
 
 static int cpu_has(cf_cpu_isa_level isa) {
     static int avx2 = -1, avx512 = -1;
     if (avx2 < 0) {
         __builtin_cpu_init();
-        avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        /* F16C from CPUID leaf 1 (ECX bit 29): clang does not take "f16c" in __builtin_cpu_supports; the OS
+         * saves the registers it uses whenever AVX2 is usable */
+        unsigned a = 0, b = 0, c = 0, dd = 0;
+        const int f16c = __get_cpuid(1, &a, &b, &c, &dd) && (c >> 29 & 1);
+        avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
         avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                  __builtin_cpu_supports("avx512vl");
     }
@@ -138,14 +363,14 @@ static int cpu_has(cf_cpu_isa_level isa) {
 static int cpu_has(cf_cpu_isa_level isa) { return isa == CF_ISA_C; }
 #endif
 
-cf_dot_fn cf_cpu_dot_kernel_isa(cf_dtype wdt, cf_cpu_isa_level isa) {
+cf_gemm_fn cf_cpu_gemm_kernel_isa(cf_dtype wdt, cf_cpu_isa_level isa) {
     if (!cpu_has(isa)) return NULL;
     switch (isa) {
 #ifdef CF_X86
-    case CF_ISA_AVX512: return wdt == CF_BF16 ? dot_bf16_avx512 : wdt == CF_F16 ? dot_f16_avx512 : dot_f32_avx512;
-    case CF_ISA_AVX2: return wdt == CF_BF16 ? dot_bf16_avx2 : wdt == CF_F16 ? dot_f16_avx2 : dot_f32_avx2;
+    case CF_ISA_AVX512: return wdt == CF_BF16 ? gemm_bf16_avx512 : wdt == CF_F16 ? gemm_f16_avx512 : gemm_f32_avx512;
+    case CF_ISA_AVX2: return wdt == CF_BF16 ? gemm_bf16_avx2 : wdt == CF_F16 ? gemm_f16_avx2 : gemm_f32_avx2;
 #endif
-    default: return wdt == CF_BF16 ? dot_bf16_c : wdt == CF_F16 ? dot_f16_c : dot_f32_c;
+    default: return wdt == CF_BF16 ? gemm_bf16_c : wdt == CF_F16 ? gemm_f16_c : gemm_f32_c;
     }
 }
 
@@ -153,7 +378,7 @@ static cf_cpu_isa_level best_isa(void) {
     return cpu_has(CF_ISA_AVX512) ? CF_ISA_AVX512 : cpu_has(CF_ISA_AVX2) ? CF_ISA_AVX2 : CF_ISA_C;
 }
 
-cf_dot_fn cf_cpu_dot_kernel(cf_dtype wdt) { return cf_cpu_dot_kernel_isa(wdt, best_isa()); }
+cf_gemm_fn cf_cpu_gemm_kernel(cf_dtype wdt) { return cf_cpu_gemm_kernel_isa(wdt, best_isa()); }
 
 const char *cf_cpu_isa(void) {
     static const char *names[] = {"portable C", "avx2+fma", "avx512"};

@@ -1,20 +1,29 @@
-/* cpu_kernels.h: the inner loops of the CPU backend (dot products over f32/bf16/f16 weights) with
- * runtime selection between AVX-512, AVX2+FMA and portable C (no -march flags at build time). */
+/* cpu_kernels.h: the inner loops of the CPU backend: out = x . w^T for f32 activations against f32/bf16/f16
+ * weight rows, with runtime selection between AVX-512, AVX2+FMA and portable C (no -march flags at build
+ * time). Every kernel is batch invariant: out[i][j] is the same bits for any n, any position of row i in
+ * x and any split of the weight rows (the same vector width, k order, accumulator and final reduction for
+ * every element); kernels of different instruction sets may differ from each other in the last bits. */
 #ifndef CF_BACKEND_CPU_KERNELS_H
 #define CF_BACKEND_CPU_KERNELS_H
 
 #include <stdint.h>
 #include "base/dtype.h"
 
-/* out[r * ostride] = dot(x + r * xstride, w[0..k)) for r < nx (nx <= 4), w of type wdt. */
-typedef void (*cf_dot_fn)(const float *x, int64_t xstride, int nx, const void *w, int k, float *out, int64_t ostride);
+/* out[i * os + j] = dot(x + i * xs, w + j * ws) over k elements, for i < n, j < d; x f32, w of the kernel's
+ * weight type (ws counts elements). Reads each weight row once per panel of rows of x that fits in L2. */
+typedef void (*cf_gemm_fn)(const float *x, int64_t xs, int64_t n, const void *w, int64_t ws, int64_t d, int64_t k,
+                           float *out, int64_t os);
 
 typedef enum cf_cpu_isa_level { CF_ISA_C, CF_ISA_AVX2, CF_ISA_AVX512 } cf_cpu_isa_level;
 
+/* Weight rows per tile: a split of the weight rows between threads at multiples of this keeps every tile
+ * full (any split gives the same values; this one wastes no work). */
+#define CF_GEMM_ROW_BLOCK 16
+
 /* The fastest kernel this CPU runs. */
-cf_dot_fn cf_cpu_dot_kernel(cf_dtype wdt);
+cf_gemm_fn cf_cpu_gemm_kernel(cf_dtype wdt);
 /* The kernel of one instruction set, or NULL when this CPU (or build) lacks it: for tests. */
-cf_dot_fn cf_cpu_dot_kernel_isa(cf_dtype wdt, cf_cpu_isa_level isa);
+cf_gemm_fn cf_cpu_gemm_kernel_isa(cf_dtype wdt, cf_cpu_isa_level isa);
 const char *cf_cpu_isa(void);
 
 #endif
