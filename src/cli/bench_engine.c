@@ -135,7 +135,10 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
     const double weight_bytes = (double)model->decode_bytes;
     const double kv_bytes = (double)cf_hparams_kv_read_bytes(&model->hp, a->n_prompt + 1 + a->n_gen / 2,
                                                            cf_dtype_size(model->be->act_dtype));
-    if (cf_model_handle_wrap(model, &m, &err) != CINFER_OK || cinfer_engine_create(m, NULL, &e, &err) != CINFER_OK) {
+    cinfer_engine_params ep = cinfer_engine_default_params();
+    ep.max_batch = a->max_batch;
+    ep.kv_memory = a->kv_memory;
+    if (cf_model_handle_wrap(model, &m, &err) != CINFER_OK || cinfer_engine_create(m, &ep, &e, &err) != CINFER_OK) {
         fprintf(stderr, "cinfer bench: %s\n", err.message);
         cinfer_model_free(m);
         return 1;

@@ -14,6 +14,8 @@ typedef struct bench_engine_args {
     int n_prompt, n_gen;
     double bandwidth_gbs;     /* copy bandwidth measured in the same process, for the roofline */
     int json;
+    int max_batch;            /* engine parameters; 0 = the engine's defaults */
+    int64_t kv_memory;
     const char *label, *device;
 } bench_engine_args;
 

@@ -84,13 +84,16 @@ static const char *bench_help =
     "                    instead: the engine through the public session API, N greedy sessions at once per\n"
     "                    run (--prompt tokens each, --gen tokens generated): aggregate decode tokens/s, time\n"
     "                    to first token and inter-token latency (p50, p99), aggregate against its roofline\n"
+    "  --max-batch N     with --concurrency: sessions in one step at most (default: 128 CUDA, 16 CPU)\n"
+    "  --kv-memory MIB   with --concurrency: KV cache memory in MiB (default: room for max-batch full contexts\n"
+    "                    within 90% of the free memory)\n"
     "  --json            print one JSON object instead of a table\n";
 
 int cf_cmd_bench(int argc, char **argv) {
     const char *verb = "bench";
     cf_common_opts o = {.model = NULL, .device = CF_DEVICE_CPU};
     const char *random_cfg = NULL, *v;
-    long n_prompt = 128, n_gen = 128, reps = 3, chunk = 0;
+    long n_prompt = 128, n_gen = 128, reps = 3, chunk = 0, max_batch = 0, kv_mib = 0;
     int json = 0;
     const char *decode_opt = "auto", *conc_opt = NULL;
     for (int i = 1; i < argc; i++) {
@@ -106,9 +109,9 @@ int cf_cmd_bench(int argc, char **argv) {
             continue;
         }
         long *target = NULL;
-        const char *names[] = {"--prompt", "--gen", "--reps", "--chunk"};
-        long *targets[] = {&n_prompt, &n_gen, &reps, &chunk};
-        for (int k = 0; k < 4 && !target; k++) {
+        const char *names[] = {"--prompt", "--gen", "--reps", "--chunk", "--max-batch", "--kv-memory"};
+        long *targets[] = {&n_prompt, &n_gen, &reps, &chunk, &max_batch, &kv_mib};
+        for (int k = 0; k < 6 && !target; k++) {
             if ((r = cf_flag_value(verb, argc, argv, &i, names[k], &v)) != 0) {
                 if (r < 0) return CF_EXIT_USAGE;
                 target = targets[k];
@@ -123,6 +126,8 @@ int cf_cmd_bench(int argc, char **argv) {
     if (!o.model && !random_cfg) return cf_usage_error(verb, "give --model DIR or --random-weights CONFIG.json");
     if (reps > 100) return cf_usage_error(verb, "--reps must be at most 100");
     if (chunk > 4096) return cf_usage_error(verb, "--chunk must be at most 4096");
+    if (max_batch > 2048) return cf_usage_error(verb, "--max-batch must be at most 2048");
+    if ((max_batch || kv_mib) && !conc_opt) return cf_usage_error(verb, "--max-batch and --kv-memory go with --concurrency");
 
     int32_t *conc = NULL;
     int n_conc = 0;
@@ -183,7 +188,8 @@ int cf_cmd_bench(int argc, char **argv) {
             return cf_report(verb, &err);
         }
         const bench_engine_args a = {.concurrency = conc, .n_concurrency = n_conc, .n_prompt = (int)n_prompt,
-                                     .n_gen = (int)n_gen, .bandwidth_gbs = bw, .json = json,
+                                     .n_gen = (int)n_gen, .bandwidth_gbs = bw, .json = json, .max_batch = (int)max_batch,
+                                     .kv_memory = (int64_t)kv_mib << 20,
                                      .label = random_cfg ? random_cfg : o.model, .device = m->be->ops->name};
         rc = cf_bench_concurrency(m, &a);
         free(conc);

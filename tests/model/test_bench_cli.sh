@@ -25,6 +25,16 @@ for bad in 0 1,,2 -1 2000 x; do
   "$bin" bench --model "$model" --concurrency "$bad" >/dev/null 2>&1; st=$?
   [ "$st" = 2 ] || { echo "FAIL bench --concurrency '$bad': exit $st (want 2)"; fails=$((fails+1)); }
 done
+# engine parameters: --max-batch 2 runs 3 sessions, two at a time, in a KV memory of 1 MiB
+out=$("$bin" bench --model "$model" --threads 1 --prompt 8 --gen 4 --concurrency 3 --max-batch 2 --kv-memory 1 --json 2>&1); st=$?
+if [ "$st" != 0 ] || ! printf '%s' "$out" | grep -q '"concurrency":3,"plan":"text:continuous"'; then
+  echo "FAIL bench --concurrency 3 --max-batch 2 --kv-memory 1: exit $st: $out"; fails=$((fails+1))
+fi
+err=$("$bin" bench --model "$model" --threads 1 --max-batch 2 2>&1 >/dev/null); st=$?
+if [ "$st" != 2 ] || ! printf '%s' "$err" | grep -q "go with --concurrency"; then
+  echo "FAIL --max-batch without --concurrency: exit $st: $err"; fails=$((fails+1))
+fi
+
 # a model whose weights hold NaN: greedy `run` and `bench` fail at run time (exit 1) naming the non-finite
 # logits, instead of emitting token 0
 tmp=$(mktemp -d)
