@@ -165,6 +165,20 @@ static void check_batch(cf_model *m, cf_runner *r) {
     CHECK(cf_runner_blocks_cached(r) > 0, "no block stayed in the prefix cache");
 }
 
+/* check_batch on a runner of 8 sequences, 128 tokens a step, KV blocks of block_size */
+static void check_batch_runner(cf_model *m, int block_size) {
+    cinfer_error err = {0};
+    cf_runner_params p = cf_runner_default_params();
+    p.block_size = block_size;
+    p.max_seqs = 8;
+    p.max_batch_tokens = 128;
+    cf_runner *r = NULL;
+    CHECK(cf_runner_create(m, &p, &r, &err) == CINFER_OK, "runner: %s", err.message);
+    if (!r) return;
+    check_batch(m, r);
+    cf_runner_free(r);
+}
+
 /* A pool of 8 blocks of 4: a step that needs more fails and changes nothing; so do bad items. */
 static void check_limits(cf_model *m) {
     cinfer_error err = {0};
@@ -250,32 +264,13 @@ int main(int argc, char **argv) {
      * largest logit was seen on the dense ones; the MoE fixture's routing is near-tied, so a rounding flips
      * experts there and only a gross error is caught. */
     tol_rel = mp.backend.device == CF_DEVICE_CPU ? 0 : m->hp.n_experts ? 1.0 : 0.1;
-    for (int bs = 4; bs <= 16; bs *= 4) {
-        cf_runner_params p = cf_runner_default_params();
-        p.block_size = bs;
-        p.max_seqs = 8;
-        p.max_batch_tokens = 128;
-        cf_runner *r = NULL;
-        CHECK(cf_runner_create(m, &p, &r, &err) == CINFER_OK, "runner: %s", err.message);
-        if (r) {
-            check_batch(m, r);
-            cf_runner_free(r);
-        }
-    }
+    for (int bs = 4; bs <= 16; bs *= 4) check_batch_runner(m, bs);
     check_limits(m);
     if (mp.backend.device == CF_DEVICE_CPU) {
         /* again with graph ops that behave as CUDA's: decode steps are recorded per bucket (padded with rows
          * on the scratch block) and replayed */
         wrap(m, 1);
-        cf_runner_params p = cf_runner_default_params();
-        p.max_seqs = 8;
-        p.max_batch_tokens = 128;
-        cf_runner *r = NULL;
-        CHECK(cf_runner_create(m, &p, &r, &err) == CINFER_OK, "runner: %s", err.message);
-        if (r) {
-            check_batch(m, r);
-            cf_runner_free(r);
-        }
+        check_batch_runner(m, 16);
         CHECK(m->hp.n_experts || (n_recorded > 0 && n_launched > n_recorded), "%d recordings, %d replays", n_recorded, n_launched);
         CHECK(!misuse && n_live == 0, "%d transfers while recording, %d recordings not freed", misuse, n_live);
         printf("recorder: %d recordings, %d replays\n", n_recorded, n_launched);
