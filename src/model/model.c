@@ -581,8 +581,7 @@ int cf_model_can_pick_on_device(const cf_model *m, const cf_sample_args *sa) {
     return is_greedy(sa) ? m->be->ops->argmax != NULL : m->be->ops->sample != NULL;
 }
 
-/* The arguments are valid for cf_sampling_validate, u too when sampling, and the backend has the op. */
-static cinfer_status check_pick(const cf_model *m, const cf_sample_args *sa, float u, cinfer_error *err) {
+cinfer_status cf_model_check_pick(const cf_model *m, const cf_sample_args *sa, float u, cinfer_error *err) {
     cf_sampling_params p = cf_sampling_truncation(sa->temperature, sa->top_k, sa->top_p, sa->min_p);
     CF_TRY(cf_sampling_validate(&p, m->hp.vocab, err));
     if (!is_greedy(sa)) CF_TRY(cf_sampling_check_uniform(u, err));
@@ -689,7 +688,7 @@ static cinfer_status check_steps(const cf_model *m, const cf_seq *s, int32_t id,
 cinfer_status cf_model_decode_step(cf_model *m, cf_seq *s, int32_t id, const cf_sample_args *sa, float u, int32_t *next,
                                    cinfer_error *err) {
     CF_TRY(check_steps(m, s, id, 1, err));
-    CF_TRY(check_pick(m, sa, u, err));
+    CF_TRY(cf_model_check_pick(m, sa, u, err));
     s->last_row = -1;
     CF_TRY(enqueue_step(m, s, id_to_write(s, id), s->kv->n, sa, u, err));
     cinfer_status st = read_pick(m, s, s->kv->n, next, err);
@@ -715,7 +714,7 @@ cinfer_status cf_model_decode_run(cf_model *m, cf_seq *s, int32_t id, const cf_s
     if (n < 1) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "decode_run: %d steps; at least 1", n);
     if (!is_greedy(sa) && !u) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "decode_run: sampling needs a uniform per step");
     CF_TRY(check_steps(m, s, id, n, err));
-    for (int t = 0; t < n; t++) CF_TRY(check_pick(m, sa, is_greedy(sa) ? 0.0f : u[t], err));
+    for (int t = 0; t < n; t++) CF_TRY(cf_model_check_pick(m, sa, is_greedy(sa) ? 0.0f : u[t], err));
     if (!m->decode_graphs || !op->read_begin || !op->read_end) {   /* one step at a time */
         for (int t = 0; t < n; t++) {
             CF_TRY(cf_model_decode_step(m, s, id, sa, is_greedy(sa) ? 0.0f : u[t], &id, err));
@@ -751,7 +750,7 @@ cinfer_status cf_model_decode_run(cf_model *m, cf_seq *s, int32_t id, const cf_s
 }
 
 cinfer_status cf_model_pick_last(cf_model *m, cf_seq *s, const cf_sample_args *sa, float u, int32_t *next, cinfer_error *err) {
-    CF_TRY(check_pick(m, sa, u, err));
+    CF_TRY(cf_model_check_pick(m, sa, u, err));
     if (s->last_row < 0)
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "no logits to pick from: evaluate a token first (after a truncation too)");
     if (!is_greedy(sa)) m->be->ops->write(m->be, s->u, &u);

@@ -97,6 +97,8 @@ cinfer_status cf_model_eval(cf_model *m, cf_seq *s, const int32_t *ids, int n, f
 
 /* The backend can pick a token with these arguments (op argmax for temperature 0, else op sample). */
 int cf_model_can_pick_on_device(const cf_model *m, const cf_sample_args *sa);
+/* The arguments are valid for cf_sampling_validate, u too when sampling, and the backend has the op. */
+cinfer_status cf_model_check_pick(const cf_model *m, const cf_sample_args *sa, float u, cinfer_error *err);
 
 /* Appends id at position cf_seq_len(s) and writes the token picked from its logits to *next. Bad sampling
  * arguments (the codes of cf_sampling_validate), u outside [0, 1) when sampling, a backend without the op,

@@ -276,14 +276,7 @@ static cinfer_status check_items(cf_runner *r, const cf_batch_item *it, int n_it
                            r->p.max_ctx);
         if (b->logits != CF_LOGITS_NONE && b->logits != CF_LOGITS_LAST && b->logits != CF_LOGITS_ALL)
             return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "item %d: logits mode %d", i, (int)b->logits);
-        if (b->pick) {
-            cf_sampling_params sp = cf_sampling_truncation(b->pick->temperature, b->pick->top_k, b->pick->top_p, b->pick->min_p);
-            CF_TRY(cf_sampling_validate(&sp, m->hp.vocab, err));
-            if (!is_greedy(b->pick)) CF_TRY(cf_sampling_check_uniform(b->u, err));
-            if (is_greedy(b->pick) ? !m->be->ops->argmax : !m->be->ops->sample)
-                return cf_fail(err, CINFER_E_UNSUPPORTED, "the %s backend has no '%s' operation", m->be->ops->name,
-                               is_greedy(b->pick) ? "argmax" : "sample");
-        }
+        if (b->pick) CF_TRY(cf_model_check_pick(m, b->pick, b->u, err));
         rows += b->n;
         out_rows += b->logits == CF_LOGITS_ALL ? b->n : b->logits == CF_LOGITS_LAST || b->pick ? 1 : 0;
     }
