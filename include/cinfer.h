@@ -146,8 +146,13 @@ void cinfer_engine_free(cinfer_engine *e);
 #define CINFER_MAX_TOP_LOGPROBS 20
 
 typedef struct cinfer_message {
-    const char *role;            /* "system", "user", "assistant", ... as the template knows them */
-    const char *content;
+    const char *role;            /* "system", "user", "assistant", "tool", ... as the template knows them */
+    const char *content;         /* may be NULL only for an assistant message with tool_calls_json */
+    /* assistant: the tools it called, a JSON array in OpenAI's form
+     * [{"id": ..., "type": "function", "function": {"name": ..., "arguments": "<JSON text>"}}], or NULL */
+    const char *tool_calls_json;
+    const char *tool_call_id;    /* role "tool": the id of the call this message answers, or NULL */
+    const char *name;            /* role "tool": the function's name, or NULL */
 } cinfer_message;
 
 typedef struct cinfer_logit_bias {
@@ -167,6 +172,11 @@ typedef struct cinfer_request {
     const cinfer_message *messages;
     size_t n_messages;
     int add_generation_prompt;   /* messages: end with the assistant header (default 1) */
+    const char *tools_json;      /* messages: the tools the model may call, a JSON array of OpenAI tool
+                                    definitions [{"type": "function", "function": {"name", "description",
+                                    "parameters"}}], handed to the chat template as `tools`; NULL = none */
+    const char *template_kwargs_json; /* messages: a JSON object of extra template variables
+                                    ({"enable_thinking": false}); NULL = none */
 
     int32_t max_tokens;          /* > 0; default 512 */
     int fit_context;             /* non-zero: lower max_tokens to the room the context (and the engine's
@@ -335,6 +345,55 @@ cinfer_status cinfer_session_wait(cinfer_session *s, double timeout, const cinfe
 /* Cancels a live session (reason CINFER_CANCEL_CONSUMER_CLOSED), waits until the engine has released
  * it, and frees it. */
 void cinfer_session_free(cinfer_session *s);
+
+/* ---- chat replies ------------------------------------------------------------------------------ */
+
+/* A chat model's reply is text in the model's own conventions: reasoning in <think> tags, tool calls as
+ * <tool_call>{json}</tool_call> (Qwen, Hermes), a JSON object (Llama 3), [TOOL_CALLS][...] (Mistral) or
+ * Gemma's call syntax. A chat parser, fed the reply's text as it streams, splits it into deltas of
+ * content, reasoning and complete tool calls, holding back only text that may still turn out to be
+ * markup. The format is found from the model's chat template and tokenizer. */
+typedef enum cinfer_chat_delta_kind {
+    CINFER_DELTA_CONTENT,        /* text of the answer */
+    CINFER_DELTA_REASONING,      /* text of the model's reasoning (inside <think>...</think>) */
+    CINFER_DELTA_TOOL_CALL,      /* one complete tool call */
+} cinfer_chat_delta_kind;
+
+typedef struct cinfer_chat_delta {
+    cinfer_chat_delta_kind kind;
+    const char *text;            /* CONTENT, REASONING: UTF-8, not NUL-terminated */
+    size_t text_len;
+    int32_t tool_index;          /* TOOL_CALL: 0 for the reply's first call, then 1, ... */
+    const char *tool_name;       /* TOOL_CALL: NUL-terminated */
+    const char *tool_arguments;  /* TOOL_CALL: the arguments as JSON text of an object, NUL-terminated */
+} cinfer_chat_delta;
+
+typedef struct cinfer_chat_parser_params {
+    size_t struct_size;
+    int parse_tool_calls;        /* the request offered tools: parse calls out of the text (default 0) */
+    int parse_reasoning;         /* split <think> reasoning out of the content (default 1) */
+    /* The request as it was rendered: the parser reads its generation prompt (a template that opens
+     * <think> in the prompt starts the reply inside reasoning). NULL = a plain reply. */
+    const cinfer_request *request;
+} cinfer_chat_parser_params;
+
+typedef struct cinfer_chat_parser cinfer_chat_parser;
+
+cinfer_chat_parser_params cinfer_chat_parser_default_params(void);
+cinfer_status cinfer_chat_parser_create(const cinfer_model *m, const cinfer_chat_parser_params *p,
+                                        cinfer_chat_parser **out, cinfer_error *err);
+/* Feeds the next piece of the reply (an event's text); on_delta is called for each delta it completes,
+ * in order, and its pointers are valid only during the call. A non-zero return from on_delta stops the
+ * feed and is returned as CINFER_E_CANCELLED. */
+cinfer_status cinfer_chat_parser_feed(cinfer_chat_parser *p, const char *text, size_t len,
+                                      int (*on_delta)(const cinfer_chat_delta *d, void *user), void *user,
+                                      cinfer_error *err);
+/* The reply has ended: flushes held-back text (markup never closed is returned as content, a tool call
+ * whose JSON does not parse as well). */
+cinfer_status cinfer_chat_parser_finish(cinfer_chat_parser *p,
+                                        int (*on_delta)(const cinfer_chat_delta *d, void *user), void *user,
+                                        cinfer_error *err);
+void cinfer_chat_parser_free(cinfer_chat_parser *p);
 
 const char *cinfer_state_name(cinfer_session_state s);
 const char *cinfer_outcome_name(cinfer_outcome o);

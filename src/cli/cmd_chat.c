@@ -43,7 +43,7 @@ static int history_add(history *h, const char *role, const char *content, size_t
     if (!c) return -1;
     memcpy(c, content, len);
     c[len] = 0;
-    h->msgs[h->n++] = (cinfer_message){role, c};
+    h->msgs[h->n++] = (cinfer_message){.role = role, .content = c};
     return 0;
 }
 

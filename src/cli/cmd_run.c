@@ -235,7 +235,7 @@ int cf_cmd_run(int argc, char **argv) {
         return rc;
     }
 
-    cinfer_message msg = {"user", text};
+    cinfer_message msg = {.role = "user", .content = text};
     cinfer_request *q = &o.req;
     if (ids) {
         q->prompt_ids = ids;

@@ -956,7 +956,7 @@ static void check_text_prompts(void) {
     n_want = res ? res->n_tokens : 0;
     if (res) memcpy(want, res->tokens, n_want * sizeof *want);
     cinfer_session_free(s);
-    cinfer_message msgs[] = {{"system", "be brief"}, {"user", "hi"}};
+    cinfer_message msgs[] = {{.role = "system", .content = "be brief"}, {.role = "user", .content = "hi"}};
     r = greedy_request(N);
     r.prompt_ids = NULL;
     r.n_prompt_ids = 0;
@@ -987,7 +987,7 @@ static void check_text_prompts(void) {
     r.n_stop = 2;
     expect_invalid("stop string not UTF-8", &r, CINFER_E_INVALID_ARGUMENT);
     r = greedy_request(4);
-    cinfer_message bad_msg[] = {{NULL, "x"}};
+    cinfer_message bad_msg[] = {{.role = NULL, .content = "x"}};
     r.prompt_ids = NULL;
     r.n_prompt_ids = 0;
     r.messages = bad_msg;
@@ -1070,7 +1070,7 @@ static void check_stop_strings(void) {
 static void check_missing_text_parts(const char *root) {
     char d[4096];
     cinfer_error err = {0};
-    cinfer_message msgs[] = {{"user", "hi"}};
+    cinfer_message msgs[] = {{.role = "user", .content = "hi"}};
     const char *stops[] = {"x"};
     for (int flags = TINY_NO_TOKENIZER; flags <= TINY_NO_TEMPLATE; flags++) {
         snprintf(d, sizeof d, "%s-%s", root, flags == TINY_NO_TOKENIZER ? "no-tokenizer" : "no-template");

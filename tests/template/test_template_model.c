@@ -62,7 +62,7 @@ static void check_folder(const char *dir, int broken) {
     st = run(e, &r, &n, &err);
     CHECK(st == CINFER_OK && n == 3, "broken=%d: a text prompt runs: %s", broken, err.message);
 
-    cinfer_message msgs[] = {{"user", "hi"}};
+    cinfer_message msgs[] = {{.role = "user", .content = "hi"}};
     r.prompt_text = NULL;
     r.messages = msgs;
     r.n_messages = 1;
