@@ -38,6 +38,7 @@ static void residual(cf_model *m, cf_tensor x, cf_tensor o, cf_tensor w_o, float
     const cf_hparams *hp = &m->hp;
     cf_backend *be = m->be;
     const cf_backend_ops *op = be->ops;
+    if (!w_h.data) h = (cf_tensor){0};
     if (op->add_norm) {
         op->add_norm(be, x, o, w_o, scale, h, w_h, hp->norm_eps, hp->norm_w_offset);
         return;
