@@ -505,15 +505,12 @@ static void cuda_attention_pos(cf_backend *be, cf_tensor out, cf_tensor q, cf_te
     attention(CB(be), out, q, k, v, a, pos.data, a->window > 0 && a->window < a->cap ? a->window : a->cap);
 }
 
-/* slot[i] % INT32_MAX is slot[i]: the paged store is the positional store, so it merges as that one does */
-static void cuda_kv_store_slots(cf_backend *be, cf_tensor cache, cf_tensor src, cf_tensor slot) {
-    cuda_kv_store_pos(be, cache, src, slot, INT32_MAX);
-}
+/* cap 0: row i to slot[i] itself */
+static void cuda_kv_store_slots(cf_backend *be, cf_tensor cache, cf_tensor src, cf_tensor slot) { kv_store(CB(be), cache, src, 0, slot, 0); }
 
 static void cuda_attention_paged(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_paged_attn_args *a,
                                  const cf_batch_view *bv) {
     cuda_backend *b = CB(be);
-    flush(b);
     if (bv->n_rows <= 0) return;
     check(b, cfk_attention_paged_ref(b->stream, out, q, k, v, a, bv), "attention_paged");
 }
