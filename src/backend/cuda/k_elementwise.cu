@@ -218,39 +218,53 @@ extern "C" cudaError_t cfk_kv_store(cudaStream_t st, const cfk_kv_args *s) {
     return launch(kv_store_kernel, dim3((unsigned)s->src[0].rows, (unsigned)s->n, col_blocks(cols, 256)), dim3(256), 0, st, *s);
 }
 
+/* v as a tensor of type dt stores it */
+__device__ __forceinline__ float rounded(float v, int dt) {
+    if (dt == CF_BF16) return __bfloat162float(__float2bfloat16(v));
+    if (dt == CF_F16) return __half2float(__float2half(v));
+    return v;
+}
+
 /* x = (x + [norm(o) * (w_o + off)]) * scale, then h = norm(x) * (w_h + off): one block a row, each thread
- * keeping its (at most ADD_NORM_PER) values of the row in registers between the passes. */
+ * holding its (at most ADD_NORM_PER) values of the row in registers; every load is issued before the first
+ * use, the weights before waiting for the kernel ahead. */
 #define ADD_NORM_PER 8
 __global__ void add_norm_kernel(TV x, TV o, TV wo, float scale, TV h, TV wh, int64_t cols, float eps, float off) {
+    const int64_t r = blockIdx.x;
+    float wov[ADD_NORM_PER], whv[ADD_NORM_PER], ov[ADD_NORM_PER], xv[ADD_NORM_PER];
+#pragma unroll
+    for (int e = 0; e < ADD_NORM_PER; e++) {
+        const int64_t c = threadIdx.x + (int64_t)e * blockDim.x;
+        wov[e] = wo.p && c < cols ? ld(wo, 0, c) + off : 1.0f;
+        whv[e] = h.p && c < cols ? ld(wh, 0, c) + off : 0.0f;
+    }
     pdl_wait();
     pdl_launch_next();
-    const int64_t r = blockIdx.x;
-    float v[ADD_NORM_PER];
     float ss = 0.0f;
 #pragma unroll
     for (int e = 0; e < ADD_NORM_PER; e++) {
         const int64_t c = threadIdx.x + (int64_t)e * blockDim.x;
-        v[e] = c < cols ? ld(o, r, c) : 0.0f;
-        ss += v[e] * v[e];
+        ov[e] = c < cols ? ld(o, r, c) : 0.0f;
+        xv[e] = c < cols ? ld(x, r, c) : 0.0f;
     }
-    float inv = 1.0f;
-    if (wo.p) inv = 1.0f / sqrtf(block_sum(ss) / (float)cols + eps);
+#pragma unroll
+    for (int e = 0; e < ADD_NORM_PER; e++) ss += ov[e] * ov[e];
+    const float inv = wo.p ? 1.0f / sqrtf(block_sum(ss) / (float)cols + eps) : 1.0f;
     float ss2 = 0.0f;
 #pragma unroll
     for (int e = 0; e < ADD_NORM_PER; e++) {
         const int64_t c = threadIdx.x + (int64_t)e * blockDim.x;
-        if (c >= cols) continue;
-        const float ov = wo.p ? v[e] * inv * (ld(wo, 0, c) + off) : v[e];
-        st(x, r, c, (ld(x, r, c) + ov) * scale);
-        v[e] = ld(x, r, c);   /* as stored */
-        ss2 += v[e] * v[e];
+        const float add = wo.p ? ov[e] * inv * wov[e] : ov[e];
+        xv[e] = rounded((xv[e] + add) * scale, x.dt);
+        if (c < cols) st(x, r, c, xv[e]);
+        ss2 += xv[e] * xv[e];
     }
     if (!h.p) return;
     const float inv2 = 1.0f / sqrtf(block_sum(ss2) / (float)cols + eps);
 #pragma unroll
     for (int e = 0; e < ADD_NORM_PER; e++) {
         const int64_t c = threadIdx.x + (int64_t)e * blockDim.x;
-        if (c < cols) st(h, r, c, v[e] * inv2 * (ld(wh, 0, c) + off));
+        if (c < cols) st(h, r, c, xv[e] * inv2 * whv[e]);
     }
 }
 
@@ -264,8 +278,9 @@ extern "C" cudaError_t cfk_add_norm(cudaStream_t st, cf_tensor x, cf_tensor o, c
 }
 
 /* One block per (row, head) of q, k and v (blockIdx.y: q heads, then k heads, then v heads): the head's
- * values in shared memory, RMS-normed where its weight is set, turned by RoPE (q, k), written back and,
- * for k and v with a store, written to the cache slot too (the values as rounded in the tensor). */
+ * values in shared memory, RMS-normed where its weight is set (the weights fetched before waiting for the
+ * kernel ahead), turned by RoPE (q, k), written back and, for k and v with a store, written to the cache
+ * slot too (the values as rounded in the tensor). */
 struct QkvPost {
     TV t[3], w[3];
     int heads[3], dim[3];
@@ -280,8 +295,6 @@ struct QkvPost {
 
 __global__ void __launch_bounds__(128) qkv_post_kernel(QkvPost a) {
     __shared__ float buf[CFK_QKV_MAX_HEAD];
-    pdl_wait();
-    pdl_launch_next();
     const int64_t r = blockIdx.x;
     int which = 0, hd = blockIdx.y;
     if (hd >= a.heads[0]) {
@@ -292,6 +305,11 @@ __global__ void __launch_bounds__(128) qkv_post_kernel(QkvPost a) {
     const TV t = a.t[which], w = a.w[which];
     const int d = a.dim[which];
     const int64_t c0 = (int64_t)hd * d;
+    float wv[CFK_QKV_MAX_HEAD / 128];
+    if (w.p)
+        for (int e = 0, i = threadIdx.x; i < d; i += blockDim.x, e++) wv[e] = ld(w, 0, i) + a.off[which];
+    pdl_wait();
+    pdl_launch_next();
     float ss = 0.0f;
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         const float v = ld(t, r, c0 + i);
@@ -300,7 +318,7 @@ __global__ void __launch_bounds__(128) qkv_post_kernel(QkvPost a) {
     }
     if (w.p) {
         const float inv = 1.0f / sqrtf(block_sum(ss) / (float)d + a.eps);
-        for (int i = threadIdx.x; i < d; i += blockDim.x) buf[i] = buf[i] * inv * (ld(w, 0, i) + a.off[which]);
+        for (int e = 0, i = threadIdx.x; i < d; i += blockDim.x, e++) buf[i] = buf[i] * inv * wv[e];
     }
     __syncthreads();
     float outv[CFK_QKV_MAX_HEAD / 128];
@@ -314,7 +332,7 @@ __global__ void __launch_bounds__(128) qkv_post_kernel(QkvPost a) {
             sincosf(p * ld(a.inv_freq, 0, f), &sn, &cs);
             v = i < a.half ? buf[i] * cs - buf[i + a.half] * sn : buf[i] * cs + buf[i - a.half] * sn;
         }
-        outv[e] = v;
+        outv[e] = rounded(v, t.dt);
     }
     const TV cache = a.cache[which];
     int64_t slot = 0;
@@ -324,7 +342,7 @@ __global__ void __launch_bounds__(128) qkv_post_kernel(QkvPost a) {
     }
     for (int e = 0, i = threadIdx.x; i < d; i += blockDim.x, e++) {
         st(t, r, c0 + i, outv[e]);
-        if (cache.p) st(cache, slot, c0 + i, ld(t, r, c0 + i));
+        if (cache.p) st(cache, slot, c0 + i, outv[e]);
     }
 }
 
