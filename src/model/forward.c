@@ -7,7 +7,9 @@
  *   [per-layer input: x += norm((act(x Wg) * ple_l) Wp)];  [x *= layer scalar]
  * then logits = norm(x) Wout [softcap]. The per-layer inputs ple of all layers come first, from the
  * scaled embeddings x0: ple = (norm(x0 Wm / sqrt(D)) + table[id] * sqrt(P)) / sqrt(2), per layer.
- * Everything runs through backend ops; only MoE routing reads back to the host. */
+ * Everything runs through backend ops; only MoE routing reads back to the host. Where the backend offers the
+ * fused ops (qkv, matmul_glu, matmul_gated, add_norm) the graph asks for them by name, and each block's last
+ * residual update also computes the next block's input norm; else it runs the same math as plain ops. */
 #include "model/forward.h"
 
 #include <math.h>
