@@ -2,10 +2,43 @@
 #include "backend/backend.h"
 #include "base/status.h"
 
+#include <stdlib.h>
 #include <string.h>
 
+cf_tuning cf_tuning_defaults(void) {
+    return (cf_tuning){.fused_ops = 1, .decode_graphs = 1, .cuda_direct_alloc = 0, .cuda_f32_act = 0, .pdl = 1,
+                       .gemv_unroll = 0, .gemv_max_rows = 8, .gemv_warps = 8, .gemv_block_warps = 4,
+                       .attn_bc = 32, .attn_hpb = 2, .attn_group = 1, .attn_group_splits = 64, .paged_mma_group = 0,
+                       .paged_sm_blocks = 4};
+}
+
+static void env_int(const char *name, int *v) {
+    const char *s = getenv(name);
+    if (s && *s) *v = atoi(s);
+}
+
+cf_tuning cf_tuning_from_env(void) {
+    cf_tuning t = cf_tuning_defaults();
+    env_int("CINFER_FUSED_OPS", &t.fused_ops);
+    env_int("CINFER_DECODE_GRAPHS", &t.decode_graphs);
+    env_int("CINFER_CUDA_DIRECT_ALLOC", &t.cuda_direct_alloc);
+    env_int("CINFER_CUDA_F32_ACT", &t.cuda_f32_act);
+    env_int("CINFER_CUDA_PDL", &t.pdl);
+    env_int("CINFER_GEMV_UNROLL", &t.gemv_unroll);
+    env_int("CINFER_GEMV_MAX_ROWS", &t.gemv_max_rows);
+    env_int("CINFER_GEMV_WARPS", &t.gemv_warps);
+    env_int("CINFER_GEMV_BLOCK_WARPS", &t.gemv_block_warps);
+    env_int("CINFER_ATTN_BC", &t.attn_bc);
+    env_int("CINFER_ATTN_HPB", &t.attn_hpb);
+    env_int("CINFER_ATTN_GROUP", &t.attn_group);
+    env_int("CINFER_ATTN_GROUP_SPLITS", &t.attn_group_splits);
+    env_int("CINFER_PAGED_MMA_GROUP", &t.paged_mma_group);
+    env_int("CINFER_PAGED_SM_BLOCKS", &t.paged_sm_blocks);
+    return t;
+}
+
 cf_backend_params cf_backend_default_params(void) {
-    cf_backend_params p = {.device = CF_DEVICE_CPU, .n_threads = 0, .gpu_index = 0, .pool_bytes = 0};
+    cf_backend_params p = {.device = CF_DEVICE_CPU, .n_threads = 0, .gpu_index = 0, .pool_bytes = 0, .tuning = cf_tuning_from_env()};
     return p;
 }
 

@@ -110,6 +110,31 @@ typedef struct cf_paged_attn_args {
     float scale, softcap;
 } cf_paged_attn_args;
 
+/* Where a layer's new keys and values go (op qkv): row i of k and v to cache row (idx.data ? idx[i] : pos0 + i)
+ * % cap, or to row idx[i] itself when cap is 0 (paged slots, as kv_store_slots). k_cache.data NULL: no store. */
+typedef struct cf_kv_dest {
+    cf_tensor k_cache, v_cache;
+    cf_tensor idx;   /* I32 [n, 1] */
+    int pos0, cap;
+} cf_kv_dest;
+
+/* A layer's attention inputs from its normed activations x [n, dim] (op qkv), in this order:
+ * q = x Wq (+ bq); unless own_kv is 0 (a layer reading an earlier layer's cache): k = x Wk (+ bk) and
+ * v = x Wv (+ bv), or v = k as projected where wv.data is NULL; each head of q, k, v RMS-normed where
+ * q_norm, k_norm, v_norm ([1, head_dim] weights) are set, as rmsnorm with eps and w_offset (v_norm with
+ * offset 0); RoPE of q and k as op rope (rot_dim < 2: none); then k and v stored by dest. */
+typedef struct cf_qkv_args {
+    cf_tensor q, k, v;   /* [n, n_heads*head_dim], [n, n_kv_heads*head_dim], [n, n_kv_heads*v_head_dim] */
+    cf_tensor wq, wk, wv, bq, bk, bv;
+    cf_tensor q_norm, k_norm, v_norm;
+    float eps, w_offset;
+    int own_kv;
+    int n_heads, n_kv_heads, head_dim, v_head_dim;
+    int rot_dim;
+    cf_tensor pos, inv_freq;   /* I32 [n, 1]; F32 [1, rot_dim/2] */
+    cf_kv_dest dest;
+} cf_qkv_args;
+
 typedef struct cf_backend cf_backend;
 typedef struct cf_graph cf_graph;
 
@@ -161,6 +186,19 @@ typedef struct cf_backend_ops {
 
     /* Optional operations: NULL where a backend lacks them; the model uses them when present (the CPU
      * has all but the graph ops). */
+    /* Fused operations the model asks for by name (the model falls back to the plain ops above where they
+     * are NULL; the CPU defines each as that sequence of plain ops, and tuning.fused_ops 0 hides them). */
+    /* the attention inputs of a layer: cf_qkv_args */
+    void (*qkv)(cf_backend *be, cf_tensor x, const cf_qkv_args *a);
+    /* out = act(x Wgate) * (x Wup); gate, up: [n, ffn] work space the backend may write (out may be gate) */
+    void (*matmul_glu)(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w_gate, cf_tensor w_up, cf_act act,
+                       cf_tensor gate, cf_tensor up);
+    /* out = act(x W) * m (m: [n, d], any row stride) */
+    void (*matmul_gated)(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf_act act, cf_tensor m);
+    /* The residual update: x = (x + [rmsnorm(o) * (w_o + w_offset)]) * scale (w_o.data NULL: o as it is),
+     * then, where h.data is set, h = rmsnorm(x) * (w_h + w_offset). o's contents are undefined afterwards. */
+    void (*add_norm)(cf_backend *be, cf_tensor x, cf_tensor o, cf_tensor w_o, float scale, cf_tensor h, cf_tensor w_h,
+                     float eps, float w_offset);
     /* kv_store and attention with positions read from an I32 device tensor pos [n, 1] instead of host
      * ints: row i of src goes to slot pos[i] % cap; attention_pos uses pos0 = pos[0] (a->pos0 is ignored)
      * and sizes its launch for the longest possible key range (a->window, else a->cap). With these a
@@ -205,13 +243,45 @@ struct cf_backend {
 
 typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
 
+/* Tuning knobs, every one in this struct. cf_tuning_from_env() is the one place that reads the environment
+ * (cf_backend_default_params calls it); each field's default is the tuned value, the variable overrides it:
+ *   fused_ops         CINFER_FUSED_OPS          1: backends offer their fused ops (qkv, matmul_glu, ...); 0: the model
+ *                                               runs the plain op sequence (A/B and tests)
+ *   decode_graphs     CINFER_DECODE_GRAPHS      1: decode steps are recorded and replayed as graphs where the backend can
+ *   cuda_direct_alloc CINFER_CUDA_DIRECT_ALLOC  0: one device pool; 1: one cudaMalloc a tensor (compute-sanitizer)
+ *   cuda_f32_act      CINFER_CUDA_F32_ACT       0: bf16 activations; 1: f32
+ *   pdl               CINFER_CUDA_PDL           1: programmatic dependent launch
+ *   gemv_unroll       CINFER_GEMV_UNROLL        0: by row length; 1 or 2 chunks a row a batch (k_gemv.cuh)
+ *   gemv_max_rows     CINFER_GEMV_MAX_ROWS      8: matmuls with at most this many rows use the GEMV kernel, more cuBLAS
+ *   gemv_warps        CINFER_GEMV_WARPS         8: warps per SM a GEMV aims to keep busy
+ *   gemv_block_warps  CINFER_GEMV_BLOCK_WARPS   4: warps per GEMV block (2, 4 or 8)
+ *   attn_bc           CINFER_ATTN_BC            32: keys per tile of the prefill attention kernel (head size 128)
+ *   attn_hpb          CINFER_ATTN_HPB           2: query heads per prefill attention block
+ *   attn_group        CINFER_ATTN_GROUP         1: decode attention with one block per KV head
+ *   attn_group_splits CINFER_ATTN_GROUP_SPLITS  64: its key splits at most (1 to 64)
+ *   paged_mma_group   CINFER_PAGED_MMA_GROUP    0: paged decode attention on CUDA cores; n: tensor cores (n blocks per SM)
+ *   paged_sm_blocks   CINFER_PAGED_SM_BLOCKS    4: blocks per SM the paged decode kernel sizes its key splits for
+ * The measurements behind the CUDA defaults are noted where cuda_backend.c applies them. */
+typedef struct cf_tuning {
+    int fused_ops, decode_graphs;
+    int cuda_direct_alloc, cuda_f32_act, pdl;
+    int gemv_unroll, gemv_max_rows, gemv_warps, gemv_block_warps;
+    int attn_bc, attn_hpb, attn_group, attn_group_splits;
+    int paged_mma_group, paged_sm_blocks;
+} cf_tuning;
+
+cf_tuning cf_tuning_defaults(void);
+cf_tuning cf_tuning_from_env(void);
+
 typedef struct cf_backend_params {
     cf_device device;
     int n_threads;       /* CPU threads; 0 = all cores */
     int gpu_index;
     size_t pool_bytes;   /* CUDA: 0 = sized from free device memory */
+    cf_tuning tuning;
 } cf_backend_params;
 
+/* the defaults with tuning from the environment */
 cf_backend_params cf_backend_default_params(void);
 cinfer_status cf_backend_create(const cf_backend_params *p, cf_backend **out, cinfer_error *err);
 void cf_backend_destroy(cf_backend *be);

@@ -7,7 +7,9 @@
  *   [per-layer input: x += norm((act(x Wg) * ple_l) Wp)];  [x *= layer scalar]
  * then logits = norm(x) Wout [softcap]. The per-layer inputs ple of all layers come first, from the
  * scaled embeddings x0: ple = (norm(x0 Wm / sqrt(D)) + table[id] * sqrt(P)) / sqrt(2), per layer.
- * Everything runs through backend ops; only MoE routing reads back to the host. */
+ * Everything runs through backend ops; only MoE routing reads back to the host. Where the backend offers the
+ * fused ops (qkv, matmul_glu, matmul_gated, add_norm) the graph asks for them by name, and each block's last
+ * residual update also computes the next block's input norm; else it runs the same math as plain ops. */
 #include "model/forward.h"
 
 #include <math.h>
@@ -32,7 +34,25 @@ static void per_layer_inputs(cf_model *m, cf_scratch *s, int n, cf_tensor x0) {
     op->scale(be, tok, (float)(1.0 / sqrt(2.0)));
 }
 
-static void attention_block(cf_model *m, const cf_pass *p, int l, cf_tensor x) {
+/* The residual update after a block, with the norm the next block starts with where h.data is set (then
+ * that block finds h ready): x = (x + [norm_o(o)]) * scale; h = norm_h(x). */
+static void residual(cf_model *m, cf_tensor x, cf_tensor o, cf_tensor w_o, float scale, cf_tensor h, cf_tensor w_h) {
+    const cf_hparams *hp = &m->hp;
+    cf_backend *be = m->be;
+    const cf_backend_ops *op = be->ops;
+    if (!w_h.data) h = (cf_tensor){0};
+    if (op->add_norm) {
+        op->add_norm(be, x, o, w_o, scale, h, w_h, hp->norm_eps, hp->norm_w_offset);
+        return;
+    }
+    if (w_o.data) op->rmsnorm(be, o, o, w_o, hp->norm_eps, hp->norm_w_offset);
+    op->add(be, x, x, o);
+    if (scale != 1.0f) op->scale(be, x, scale);
+    if (h.data) op->rmsnorm(be, h, x, w_h, hp->norm_eps, hp->norm_w_offset);
+}
+
+/* h_ready: h already holds attn_norm(x) (the previous layer's last residual update made it). */
+static void attention_block(cf_model *m, const cf_pass *p, int l, cf_tensor x, int h_ready) {
     cf_scratch *s = p->s;
     const int n = p->n;
     const cf_hparams *hp = &m->hp;
@@ -47,37 +67,59 @@ static void attention_block(cf_model *m, const cf_pass *p, int l, cf_tensor x) {
     cf_tensor att = scratch(s->att, n, L->n_heads * L->v_head_dim);
     const cf_rope_set *rs = &hp->rope[L->rope_set];
 
-    /* q, k, v projections back to back, then both RoPEs, then both stores: a backend may fuse each run */
     const int own_kv = L->kv_source == l;
-    op->rmsnorm(be, h, x, w->attn_norm, eps, wo);
-    op->matmul(be, q, h, w->wq, w->bq);
-    if (own_kv) {
-        op->matmul(be, k, h, w->wk, w->bk);
-        if (L->k_eq_v) op->copy(be, v, k);
-        else op->matmul(be, v, h, w->wv, w->bv);
-    }
-    if (hp->qk_norm) {
-        cf_tensor qh = cf_reshape(q, (int64_t)n * L->n_heads, L->head_dim);
-        op->rmsnorm(be, qh, qh, w->q_norm, eps, wo);
-    }
-    if (own_kv && hp->qk_norm) {
-        cf_tensor kh = cf_reshape(k, (int64_t)n * L->n_kv_heads, L->head_dim);
-        op->rmsnorm(be, kh, kh, w->k_norm, eps, wo);
-    }
-    if (own_kv && hp->v_norm) {
-        cf_tensor vh = cf_reshape(v, (int64_t)n * L->n_kv_heads, L->v_head_dim);
-        op->rmsnorm(be, vh, vh, cf_cols(m->ones, 0, L->v_head_dim), eps, 0.0f);
-    }
-    op->rope(be, q, pos, L->n_heads, L->head_dim, rs->rot_dim, m->rope_freq[L->rope_set]);
-    if (own_kv) {
-        op->rope(be, k, pos, L->n_kv_heads, L->head_dim, rs->rot_dim, m->rope_freq[L->rope_set]);
+    const cf_tensor q_norm = hp->qk_norm ? w->q_norm : none, k_norm = hp->qk_norm ? w->k_norm : none;
+    const cf_tensor v_norm = hp->v_norm ? cf_cols(m->ones, 0, L->v_head_dim) : none;
+    if (!h_ready) op->rmsnorm(be, h, x, w->attn_norm, eps, wo);
+    if (op->qkv) {
+        cf_qkv_args qa = {.q = q, .k = k, .v = v, .wq = w->wq, .wk = w->wk, .wv = L->k_eq_v ? none : w->wv, .bq = w->bq,
+                          .bk = w->bk, .bv = w->bv, .q_norm = q_norm, .k_norm = k_norm, .v_norm = v_norm, .eps = eps,
+                          .w_offset = wo, .own_kv = own_kv, .n_heads = L->n_heads, .n_kv_heads = L->n_kv_heads,
+                          .head_dim = L->head_dim, .v_head_dim = L->v_head_dim, .rot_dim = rs->rot_dim, .pos = pos,
+                          .inv_freq = m->rope_freq[L->rope_set]};
+        if (own_kv && p->pool) {
+            qa.dest = (cf_kv_dest){.k_cache = p->pool->k[l], .v_cache = p->pool->v[l], .idx = p->bv->slot};
+        } else if (own_kv) {
+            const cf_kv_layer *c = &p->kv->layers[l];
+            qa.dest = (cf_kv_dest){.k_cache = c->k, .v_cache = c->v, .idx = p->pos_ops ? pos : none, .pos0 = p->kv->n, .cap = c->cap};
+        }
+        op->qkv(be, h, &qa);
+    } else {
+        op->matmul(be, q, h, w->wq, w->bq);
+        if (own_kv) {
+            op->matmul(be, k, h, w->wk, w->bk);
+            if (L->k_eq_v) op->copy(be, v, k);
+            else op->matmul(be, v, h, w->wv, w->bv);
+        }
+        if (q_norm.data) {
+            cf_tensor qh = cf_reshape(q, (int64_t)n * L->n_heads, L->head_dim);
+            op->rmsnorm(be, qh, qh, q_norm, eps, wo);
+        }
+        if (own_kv && k_norm.data) {
+            cf_tensor kh = cf_reshape(k, (int64_t)n * L->n_kv_heads, L->head_dim);
+            op->rmsnorm(be, kh, kh, k_norm, eps, wo);
+        }
+        if (own_kv && v_norm.data) {
+            cf_tensor vh = cf_reshape(v, (int64_t)n * L->n_kv_heads, L->v_head_dim);
+            op->rmsnorm(be, vh, vh, v_norm, eps, 0.0f);
+        }
+        op->rope(be, q, pos, L->n_heads, L->head_dim, rs->rot_dim, m->rope_freq[L->rope_set]);
+        if (own_kv) op->rope(be, k, pos, L->n_kv_heads, L->head_dim, rs->rot_dim, m->rope_freq[L->rope_set]);
+        if (own_kv && p->pool) {
+            op->kv_store_slots(be, p->pool->k[l], k, p->bv->slot);
+            op->kv_store_slots(be, p->pool->v[l], v, p->bv->slot);
+        } else if (own_kv && p->pos_ops) {
+            const cf_kv_layer *c = &p->kv->layers[l];
+            op->kv_store_pos(be, c->k, k, pos, c->cap);
+            op->kv_store_pos(be, c->v, v, pos, c->cap);
+        } else if (own_kv) {
+            const cf_kv_layer *c = &p->kv->layers[l];
+            op->kv_store(be, c->k, k, p->kv->n, c->cap);
+            op->kv_store(be, c->v, v, p->kv->n, c->cap);
+        }
     }
     if (p->pool) {
         const cf_tensor kp = p->pool->k[L->kv_source], vp = p->pool->v[L->kv_source];
-        if (own_kv) {
-            op->kv_store_slots(be, kp, k, p->bv->slot);
-            op->kv_store_slots(be, vp, v, p->bv->slot);
-        }
         cf_paged_attn_args a = {.n_heads = L->n_heads, .n_kv_heads = L->n_kv_heads, .head_dim = L->head_dim,
                                 .v_head_dim = L->v_head_dim, .block_size = p->pool->block_size,
                                 .table_cols = (int)p->bv->block_table.cols, .max_keys = p->max_keys, .window = L->window,
@@ -86,13 +128,6 @@ static void attention_block(cf_model *m, const cf_pass *p, int l, cf_tensor x) {
     } else {
         const cf_kv_layer *cache = &p->kv->layers[L->kv_source];
         const int pos0 = p->kv->n;
-        if (own_kv && p->pos_ops) {
-            op->kv_store_pos(be, cache->k, k, pos, cache->cap);
-            op->kv_store_pos(be, cache->v, v, pos, cache->cap);
-        } else if (own_kv) {
-            op->kv_store(be, cache->k, k, pos0, cache->cap);
-            op->kv_store(be, cache->v, v, pos0, cache->cap);
-        }
         cf_attn_args a = {.n_q = n, .pos0 = pos0, .n_heads = L->n_heads, .n_kv_heads = L->n_kv_heads,
                           .head_dim = L->head_dim, .v_head_dim = L->v_head_dim, .cap = cache->cap,
                           .window = L->window, .scale = L->attn_scale, .softcap = hp->attn_softcap};
@@ -100,8 +135,7 @@ static void attention_block(cf_model *m, const cf_pass *p, int l, cf_tensor x) {
         else op->attention(be, att, q, cache->k, cache->v, &a);
     }
     op->matmul(be, o, att, w->wo, none);
-    if (hp->sandwich_norm) op->rmsnorm(be, o, o, w->post_attn_norm, eps, wo);
-    op->add(be, x, x, o);
+    residual(m, x, o, hp->sandwich_norm ? w->post_attn_norm : none, 1.0f, h, w->ffn_norm);
 }
 
 /* The routed experts of layer l into s->e_acc [n, D]. Router: softmax over experts of
@@ -171,7 +205,9 @@ static cinfer_status routed_experts(cf_model *m, cf_scratch *s, int l, int n, cf
     return CINFER_OK;
 }
 
-static cinfer_status feed_forward_block(cf_model *m, cf_scratch *s, int l, int n, cf_tensor x, cinfer_error *err) {
+/* h holds ffn_norm(x); the residual update ends with h = norm_next(x) where norm_next.data is set. */
+static cinfer_status feed_forward_block(cf_model *m, cf_scratch *s, int l, int n, cf_tensor x, float scale, cf_tensor norm_next,
+                                        cinfer_error *err) {
     const cf_hparams *hp = &m->hp;
     const cf_layer_hp *L = &hp->layers[l];
     const cf_layer_w *w = &m->lw[l];
@@ -181,10 +217,13 @@ static cinfer_status feed_forward_block(cf_model *m, cf_scratch *s, int l, int n
     cf_tensor h = cf_rows(s->h, 0, n), o = cf_rows(s->o, 0, n);
     cf_tensor gate = scratch(s->gate, n, L->ffn_dim), up = scratch(s->up, n, L->ffn_dim);
 
-    op->rmsnorm(be, h, x, w->ffn_norm, eps, wo);
-    op->matmul(be, gate, h, w->w_gate, none);
-    op->matmul(be, up, h, w->w_up, none);
-    op->glu(be, gate, gate, up, hp->act);
+    if (op->matmul_glu) {
+        op->matmul_glu(be, gate, h, w->w_gate, w->w_up, hp->act, gate, up);
+    } else {
+        op->matmul(be, gate, h, w->w_gate, none);
+        op->matmul(be, up, h, w->w_up, none);
+        op->glu(be, gate, gate, up, hp->act);
+    }
     op->matmul(be, o, gate, w->w_down, none);
     if (hp->n_experts) {
         cf_tensor acc = cf_rows(s->e_acc, 0, n);
@@ -194,23 +233,26 @@ static cinfer_status feed_forward_block(cf_model *m, cf_scratch *s, int l, int n
         op->rmsnorm(be, acc, acc, w->ffn_post_norm_2, eps, wo);
         op->add(be, o, o, acc);
     }
-    if (hp->sandwich_norm) op->rmsnorm(be, o, o, w->post_ffn_norm, eps, wo);
-    op->add(be, x, x, o);
+    residual(m, x, o, hp->sandwich_norm ? w->post_ffn_norm : none, scale, h, norm_next);
     return CINFER_OK;
 }
 
-static void per_layer_input_block(cf_model *m, cf_scratch *s, int l, int n, cf_tensor x) {
+/* Ends, like feed_forward_block, with x *= scale and h = norm_next(x) where norm_next.data is set. */
+static void per_layer_input_block(cf_model *m, cf_scratch *s, int l, int n, cf_tensor x, float scale, cf_tensor norm_next) {
     const cf_hparams *hp = &m->hp;
     const cf_layer_w *w = &m->lw[l];
     cf_backend *be = m->be;
     const cf_backend_ops *op = be->ops;
     cf_tensor g = cf_rows(s->ple_gate, 0, n), o = cf_rows(s->o, 0, n);
     cf_tensor ple = cf_cols(cf_rows(s->ple, 0, n), (int64_t)l * hp->ple_dim, hp->ple_dim);
-    op->matmul(be, g, x, w->ple_gate, none);
-    op->glu(be, g, g, ple, hp->act);
+    if (op->matmul_gated) {
+        op->matmul_gated(be, g, x, w->ple_gate, hp->act, ple);
+    } else {
+        op->matmul(be, g, x, w->ple_gate, none);
+        op->glu(be, g, g, ple, hp->act);
+    }
     op->matmul(be, o, g, w->ple_proj, none);
-    op->rmsnorm(be, o, o, w->ple_norm, hp->norm_eps, hp->norm_w_offset);
-    op->add(be, x, x, o);
+    residual(m, x, o, w->ple_norm, scale, cf_rows(s->h, 0, n), norm_next);
 }
 
 cinfer_status cf_forward_layers(cf_model *m, const cf_pass *p, cinfer_error *err) {
@@ -224,12 +266,14 @@ cinfer_status cf_forward_layers(cf_model *m, const cf_pass *p, cinfer_error *err
     op->embed(be, x, m->tok_embd, cf_rows(s->ids, 0, n), m->embed_scale);
     if (hp->ple_dim) per_layer_inputs(m, s, n, x);
 
+    /* each layer's last residual update also makes the next layer's attn_norm(x) */
     for (int l = 0; l < hp->n_layers; l++) {
-        attention_block(m, p, l, x);
-        cinfer_status st = feed_forward_block(m, s, l, n, x, err);
+        attention_block(m, p, l, x, l > 0);
+        const cf_tensor next = l + 1 < hp->n_layers ? m->lw[l + 1].attn_norm : none;
+        const float scale = m->layer_scalar[l];
+        cinfer_status st = feed_forward_block(m, s, l, n, x, hp->ple_dim ? 1.0f : scale, hp->ple_dim ? none : next, err);
         if (st != CINFER_OK) return st;
-        if (hp->ple_dim) per_layer_input_block(m, s, l, n, x);
-        if (m->layer_scalar[l] != 1.0f) op->scale(be, x, m->layer_scalar[l]);
+        if (hp->ple_dim) per_layer_input_block(m, s, l, n, x, scale, next);
     }
     return CINFER_OK;
 }

@@ -311,9 +311,8 @@ static cinfer_status finish_load(cf_model *m, binder *b, cinfer_error *err) {
                      m->dtype_summary[0] ? "+" : "", cf_dtype_name((cf_dtype)t));
     if (!m->st) snprintf(m->dtype_summary, sizeof m->dtype_summary, "BF16 (random)");
     const cf_backend_ops *op = m->be->ops;
-    const char *graphs = getenv("CINFER_DECODE_GRAPHS");
-    m->decode_graphs = op->graph_begin && op->graph_end && op->graph_launch && op->graph_free && op->kv_store_pos &&
-                       op->attention_pos && !hp->n_experts && !(graphs && !strcmp(graphs, "0"));
+    m->decode_graphs = m->decode_graphs && op->graph_begin && op->graph_end && op->graph_launch && op->graph_free && op->kv_store_pos &&
+                       op->attention_pos && !hp->n_experts;
     return m->be->ops->sync(m->be, err);
 }
 
@@ -336,8 +335,10 @@ static cinfer_status model_new(const cf_model_params *p, cf_model **out, cinfer_
     cf_model *m = calloc(1, sizeof *m);
     if (!m) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
     cf_model_params dp = cf_model_default_params();
-    cinfer_status st = cf_backend_create(p ? &p->backend : &dp.backend, &m->be, err);
+    const cf_backend_params *bp = p ? &p->backend : &dp.backend;
+    cinfer_status st = cf_backend_create(bp, &m->be, err);
     if (st != CINFER_OK) { free(m); return st; }
+    m->decode_graphs = bp->tuning.decode_graphs;   /* wanted; finish_load keeps it where the backend and model allow */
     *out = m;
     return CINFER_OK;
 }

@@ -88,7 +88,7 @@ cinfer_status cf_model_eval(cf_model *m, cf_seq *s, const int32_t *ids, int n, f
  * graphs (m->decode_graphs: graph ops, and no MoE, whose routing reads back mid-pass), the step is recorded
  * on the first call and replayed by later ones. A recording belongs to the sequence and to the sampling
  * arguments it was made with (a change of arguments records again); it is freed with the sequence. Without
- * graphs (CPU, MoE models, CINFER_DECODE_GRAPHS=0 in the environment) the step runs op by op, still picking
+ * graphs (CPU, MoE models, tuning.decode_graphs 0: CINFER_DECODE_GRAPHS=0) the step runs op by op, still picking
  * on the device.
  *
  * Exactness: the forward pass is cf_model_eval's, so on the CPU a greedy step gives the argmax (ties to

@@ -438,31 +438,21 @@ static void forward(model *m, cf_tensor ids, int n, int pos0, int use_pos) {
     op->embed(be, x, m->embd, ids, 1.0f);
     for (int l = 0; l < m->L; l++) {
         layer *y = &m->ly[l];
-        op->rmsnorm(be, h, x, y->attn_norm, 1e-5f, 0.0f);
-        op->matmul(be, q, h, y->wq, none);
-        op->matmul(be, k, h, y->wk, none);
-        op->matmul(be, v, h, y->wv, none);
-        op->rope(be, q, pos, m->heads, m->hd, m->hd, m->inv_freq);
-        op->rope(be, k, pos, m->kv_heads, m->hd, m->hd, m->inv_freq);
+        if (l == 0) op->rmsnorm(be, h, x, y->attn_norm, 1e-5f, 0.0f);
+        cf_qkv_args qa = {.q = q, .k = k, .v = v, .wq = y->wq, .wk = y->wk, .wv = y->wv, .own_kv = 1, .n_heads = m->heads,
+                          .n_kv_heads = m->kv_heads, .head_dim = m->hd, .v_head_dim = m->hd, .rot_dim = m->hd, .pos = pos,
+                          .inv_freq = m->inv_freq,
+                          .dest = {.k_cache = y->kc, .v_cache = y->vc, .idx = use_pos ? pos : none, .pos0 = pos0, .cap = m->cap}};
+        op->qkv(be, h, &qa);
         cf_attn_args a = {.n_q = n, .pos0 = pos0, .n_heads = m->heads, .n_kv_heads = m->kv_heads, .head_dim = m->hd,
                           .v_head_dim = m->hd, .cap = m->cap, .window = 0, .scale = 1.0f / sqrtf((float)m->hd)};
-        if (use_pos) {
-            op->kv_store_pos(be, y->kc, k, pos, m->cap);
-            op->kv_store_pos(be, y->vc, v, pos, m->cap);
-            op->attention_pos(be, att, q, y->kc, y->vc, &a, pos);
-        } else {
-            op->kv_store(be, y->kc, k, pos0, m->cap);
-            op->kv_store(be, y->vc, v, pos0, m->cap);
-            op->attention(be, att, q, y->kc, y->vc, &a);
-        }
+        if (use_pos) op->attention_pos(be, att, q, y->kc, y->vc, &a, pos);
+        else op->attention(be, att, q, y->kc, y->vc, &a);
         op->matmul(be, o, att, y->wo, none);
-        op->add(be, x, x, o);
-        op->rmsnorm(be, h, x, y->ffn_norm, 1e-5f, 0.0f);
-        op->matmul(be, gate, h, y->wg, none);
-        op->matmul(be, up, h, y->wu, none);
-        op->glu(be, gate, gate, up, CF_ACT_SILU);
+        op->add_norm(be, x, o, none, 1.0f, h, y->ffn_norm, 1e-5f, 0.0f);
+        op->matmul_glu(be, gate, h, y->wg, y->wu, CF_ACT_SILU, gate, up);
         op->matmul(be, o, gate, y->wd, none);
-        op->add(be, x, x, o);
+        op->add_norm(be, x, o, none, 1.0f, l + 1 < m->L ? h : none, l + 1 < m->L ? m->ly[l + 1].attn_norm : none, 1e-5f, 0.0f);
     }
     cf_tensor xl = cf_rows(x, n - 1, 1), hl = cf_rows(h, 0, 1);
     op->rmsnorm(be, hl, xl, m->out_norm, 1e-5f, 0.0f);
@@ -530,17 +520,14 @@ static void bench_model(int quick, double gemm_tflops) {
     for (int c = 0; c < 2; c++) {
         const int T = quick ? 8 : 128, ctx = ctxs[c];
         const double bytes = m.weight_bytes + kv_tok * (ctx + T / 2.0), roof = copy_bw * 1e9 / bytes;
-        struct { const char *name; int graph, pdl, fuse; } modes[] = {
-            {"eager + PDL", 0, 1, 1}, {"graph, no PDL", 1, 0, 1}, {"graph + PDL, no merging", 1, 1, 0}, {"graph + PDL", 1, 1, 1}};
-        for (int md = 0; md < 4; md++) {
-            if (c == 1 && md != 3) continue;
-            cfk_cfg.fuse = modes[md].fuse;
+        struct { const char *name; int graph, pdl; } modes[] = {{"eager + PDL", 0, 1}, {"graph, no PDL", 1, 0}, {"graph + PDL", 1, 1}};
+        for (int md = 0; md < 3; md++) {
+            if (c == 1 && md != 2) continue;
             cfk_cfg.pdl = modes[md].pdl;
             double tps = decode_tps(&m, ctx, T, modes[md].graph);
             printf("| %s | %d | %.1f | %.1f | %.1f%% |\n", modes[md].name, ctx, tps, roof, 100 * tps / roof);
         }
         cfk_cfg.pdl = 1;
-        cfk_cfg.fuse = 1;
     }
     /* prefill: 2 * (weights without the embedding) FLOPs per token, as cinfer bench counts */
     const double flop_tok = m.weight_bytes;   /* bytes / 2 (bf16) * 2 FLOPs */

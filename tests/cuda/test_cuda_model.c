@@ -1,7 +1,7 @@
 /* test_cuda_model.c: a fixture model on the CUDA backend against the CPU backend on the same weights:
  * both load a copy of the fixture with every weight rounded to bf16 (written to TMP), the GPU's own
  * storage type, so the comparison sees only how the GPU computes. Logits of every prompt position and of
- * every greedy step, with bf16 activations (the default) and with f32 activations (CINFER_CUDA_F32_ACT=1);
+ * every greedy step, with bf16 activations (the default) and with f32 activations (tuning.cuda_f32_act);
  * then the GPU's decode_run against its single steps, and its rollback against a fresh GPU sequence.
  *
  * Bounds, as max |gpu - cpu| over all logits (the CPU computes in f32 from the bf16 weights, the GPU reads
@@ -344,7 +344,7 @@ static int run_gpu(const char *bf16_dir, cf_model *cpu, int f32_act, double sens
     cf_model_params p = cf_model_default_params();
     p.backend.device = CF_DEVICE_CUDA;
     p.backend.pool_bytes = (size_t)2 << 30;
-    setenv("CINFER_CUDA_F32_ACT", f32_act ? "1" : "0", 1);
+    p.backend.tuning.cuda_f32_act = f32_act;
     cf_model *gpu = NULL;
     cinfer_status st = cf_model_load(bf16_dir, &p, &gpu, &e);
     if (st == CINFER_E_NO_DEVICE) {

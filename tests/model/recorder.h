@@ -16,17 +16,19 @@
 typedef enum kind {
     K_EMBED, K_RMSNORM, K_MATMUL, K_ADD, K_SCALE, K_GLU, K_SOFTCAP, K_ROPE, K_KV_STORE, K_ATTENTION, K_COPY,
     K_FILL, K_KV_STORE_POS, K_ATTENTION_POS, K_ARGMAX, K_SAMPLE, K_KV_STORE_SLOTS, K_ATTENTION_PAGED,
+    K_QKV, K_MATMUL_GLU, K_MATMUL_GATED, K_ADD_NORM,
 } kind;
 
 typedef struct rec {
     kind k;
     cf_tensor t[6];
-    float f[2];
+    float f[3];
     int i[4];
     cf_attn_args a;
     cf_sample_args s;
     cf_paged_attn_args pa;
     cf_batch_view bv;
+    cf_qkv_args qa;
 } rec;
 
 struct cf_graph {
@@ -77,6 +79,10 @@ static void replay(cf_backend *be, const rec *r) {
     case K_SAMPLE: base->sample(be, t[0], t[1], t[2], &r->s); break;
     case K_KV_STORE_SLOTS: base->kv_store_slots(be, t[0], t[1], t[2]); break;
     case K_ATTENTION_PAGED: base->attention_paged(be, t[0], t[1], t[2], t[3], &r->pa, &r->bv); break;
+    case K_QKV: base->qkv(be, t[0], &r->qa); break;
+    case K_MATMUL_GLU: base->matmul_glu(be, t[0], t[1], t[2], t[3], (cf_act)r->i[0], t[4], t[5]); break;
+    case K_MATMUL_GATED: base->matmul_gated(be, t[0], t[1], t[2], (cf_act)r->i[0], t[3]); break;
+    case K_ADD_NORM: base->add_norm(be, t[0], t[1], t[2], r->f[0], t[3], t[4], r->f[1], r->f[2]); break;
     }
 }
 
@@ -129,6 +135,18 @@ static void w_kv_store_slots(cf_backend *be, cf_tensor cache, cf_tensor src, cf_
 static void w_attention_paged(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_paged_attn_args *a,
                               const cf_batch_view *b) {
     RUN_OR_RECORD(K_ATTENTION_PAGED, .t = {out, q, k, v}, .pa = *a, .bv = *b);
+}
+
+static void w_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) { RUN_OR_RECORD(K_QKV, .t = {x}, .qa = *a); }
+static void w_matmul_glu(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor wg, cf_tensor wu, cf_act act, cf_tensor g, cf_tensor u) {
+    RUN_OR_RECORD(K_MATMUL_GLU, .t = {out, x, wg, wu, g, u}, .i = {(int)act});
+}
+static void w_matmul_gated(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf_act act, cf_tensor m) {
+    RUN_OR_RECORD(K_MATMUL_GATED, .t = {out, x, w, m}, .i = {(int)act});
+}
+static void w_add_norm(cf_backend *be, cf_tensor x, cf_tensor o, cf_tensor w_o, float scale, cf_tensor h, cf_tensor w_h, float eps,
+                       float off) {
+    RUN_OR_RECORD(K_ADD_NORM, .t = {x, o, w_o, h, w_h}, .f = {scale, eps, off});
 }
 
 /* transfers, syncs and allocations are not allowed while recording (backend.h) */
@@ -215,6 +233,10 @@ static void wrap(cf_model *m, int with_graphs) {
     wrapped.attention_pos = w_attention_pos;
     wrapped.kv_store_slots = w_kv_store_slots;
     wrapped.attention_paged = w_attention_paged;
+    wrapped.qkv = base->qkv ? w_qkv : NULL;
+    wrapped.matmul_glu = base->matmul_glu ? w_matmul_glu : NULL;
+    wrapped.matmul_gated = base->matmul_gated ? w_matmul_gated : NULL;
+    wrapped.add_norm = base->add_norm ? w_add_norm : NULL;
     wrapped.argmax = w_argmax;
     wrapped.sample = w_sample;
     wrapped.write = w_write;

@@ -18,6 +18,7 @@
 
 typedef struct cpu_backend {
     cf_backend base;
+    cf_backend_ops ops;       /* cpu_ops, less the fused ops where tuning.fused_ops is 0 */
     cinfer_status status;     /* the first failure since the last read or sync */
     char message[sizeof(((cinfer_error *)0)->message)];
     cf_sampler *smp;          /* op sample: a sampler with smp_args over smp_vocab tokens, kept between calls */
@@ -451,6 +452,68 @@ static void cpu_copy(cf_backend *be, cf_tensor dst, cf_tensor src) {
     }
 }
 
+/* ---- fused ops: their definitions, as the plain op sequences they stand for ---- */
+
+static void cpu_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) {
+    const int64_t n = x.rows;
+    cpu_matmul(be, a->q, x, a->wq, a->bq);
+    if (a->own_kv) {
+        cpu_matmul(be, a->k, x, a->wk, a->bk);
+        if (a->wv.data) cpu_matmul(be, a->v, x, a->wv, a->bv);
+        else cpu_copy(be, a->v, a->k);
+    }
+    if (a->q_norm.data) {
+        cf_tensor qh = cf_reshape(a->q, n * a->n_heads, a->head_dim);
+        cpu_rmsnorm(be, qh, qh, a->q_norm, a->eps, a->w_offset);
+    }
+    if (a->own_kv && a->k_norm.data) {
+        cf_tensor kh = cf_reshape(a->k, n * a->n_kv_heads, a->head_dim);
+        cpu_rmsnorm(be, kh, kh, a->k_norm, a->eps, a->w_offset);
+    }
+    if (a->own_kv && a->v_norm.data) {
+        cf_tensor vh = cf_reshape(a->v, n * a->n_kv_heads, a->v_head_dim);
+        cpu_rmsnorm(be, vh, vh, a->v_norm, a->eps, 0.0f);
+    }
+    if (a->rot_dim >= 2) {
+        cpu_rope(be, a->q, a->pos, a->n_heads, a->head_dim, a->rot_dim, a->inv_freq);
+        if (a->own_kv) cpu_rope(be, a->k, a->pos, a->n_kv_heads, a->head_dim, a->rot_dim, a->inv_freq);
+    }
+    const cf_kv_dest *d = &a->dest;
+    if (!a->own_kv || !d->k_cache.data) return;
+    if (!d->cap) {
+        cpu_kv_store_slots(be, d->k_cache, a->k, d->idx);
+        cpu_kv_store_slots(be, d->v_cache, a->v, d->idx);
+    } else if (d->idx.data) {
+        cpu_kv_store_pos(be, d->k_cache, a->k, d->idx, d->cap);
+        cpu_kv_store_pos(be, d->v_cache, a->v, d->idx, d->cap);
+    } else {
+        cpu_kv_store(be, d->k_cache, a->k, d->pos0, d->cap);
+        cpu_kv_store(be, d->v_cache, a->v, d->pos0, d->cap);
+    }
+}
+
+static void cpu_matmul_glu(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w_gate, cf_tensor w_up, cf_act act, cf_tensor gate,
+                           cf_tensor up) {
+    const cf_tensor none = {0};
+    cpu_matmul(be, gate, x, w_gate, none);
+    cpu_matmul(be, up, x, w_up, none);
+    cpu_glu(be, out, gate, up, act);
+}
+
+static void cpu_matmul_gated(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf_act act, cf_tensor m) {
+    const cf_tensor none = {0};
+    cpu_matmul(be, out, x, w, none);
+    cpu_glu(be, out, out, m, act);
+}
+
+static void cpu_add_norm(cf_backend *be, cf_tensor x, cf_tensor o, cf_tensor w_o, float scale, cf_tensor h, cf_tensor w_h, float eps,
+                         float w_offset) {
+    if (w_o.data) cpu_rmsnorm(be, o, o, w_o, eps, w_offset);
+    cpu_add(be, x, x, o);
+    if (scale != 1.0f) cpu_scale(be, x, scale);
+    if (h.data) cpu_rmsnorm(be, h, x, w_h, eps, w_offset);
+}
+
 static const cf_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -481,12 +544,18 @@ static const cf_backend_ops cpu_ops = {
     .attention_paged = cpu_attention_paged,
     .argmax = cpu_argmax,
     .sample = cpu_sample,
+    .qkv = cpu_qkv,
+    .matmul_glu = cpu_matmul_glu,
+    .matmul_gated = cpu_matmul_gated,
+    .add_norm = cpu_add_norm,
 };
 
 cinfer_status cf_cpu_backend_create(const cf_backend_params *p, cf_backend **out, cinfer_error *err) {
     cpu_backend *b = calloc(1, sizeof *b);
     if (!b) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
-    b->base.ops = &cpu_ops;
+    b->ops = cpu_ops;
+    if (!p->tuning.fused_ops) b->ops.qkv = NULL, b->ops.matmul_glu = NULL, b->ops.matmul_gated = NULL, b->ops.add_norm = NULL;
+    b->base.ops = &b->ops;
     b->base.act_dtype = CF_F32;
     b->base.n_threads = p->n_threads > 0 ? p->n_threads : omp_get_num_procs();
     b->base.prefill_chunk = 256;

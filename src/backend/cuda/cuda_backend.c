@@ -20,24 +20,9 @@
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
-cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 8, .gemv_warps = 8, .gemv_block_warps = 4, .fuse = 1, .fuse_rope = 1,
+cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 8, .gemv_warps = 8, .gemv_block_warps = 4,
                       .attn_bc = 32, .attn_hpb = 2, .attn_group = 1, .attn_group_splits = 64,
-                      .paged_mma_group = 0, .paged_sm_blocks = 4,
-                      .n_sm = 132};
-
-/* An op held back to be merged with the next (see pend_* below). */
-typedef enum pend_kind { PEND_NONE, PEND_GEMV, PEND_ROPE, PEND_KV } pend_kind;
-typedef struct pending {
-    pend_kind kind;
-    cfk_gemv_job gemv;
-    /* rope: n tensors t with heads[i] heads; kv: the stores (of a rope: those merged into it, kv.n 0: none) */
-    int n;
-    cf_tensor t[2];
-    int heads[2];
-    cf_tensor pos, inv;
-    int head_dim, rot_dim;
-    cfk_kv_args kv;
-} pending;
+                      .paged_mma_group = 0, .paged_sm_blocks = 4, .n_sm = 132};
 
 typedef struct cuda_backend {
     cf_backend base;
@@ -66,8 +51,8 @@ typedef struct cuda_backend {
     int read_n[2];
     int *attn_counters;   /* zeroed; attention's split merge leaves them zeroed */
     unsigned long long *pick_state;   /* zeroed; argmax leaves it zeroed */
-    pending pend;
     int capturing;
+    cf_backend_ops ops;   /* cuda_ops, less the fused ops where tuning.fused_ops is 0 */
     cinfer_status status;
     char message[400];
 } cuda_backend;
@@ -106,177 +91,6 @@ static size_t span_bytes(cf_tensor t) {
 }
 
 static int empty(cf_tensor t) { return t.rows <= 0 || t.cols <= 0; }
-
-/* ---- merging ops (cfk_cfg.fuse) ----
- * The model calls ops one at a time; a decode step is dozens of tiny launches whose fixed costs add up.
- * So some ops are held back and merged with the next when it fits: matmuls on the same activations
- * (q, k, v; gate, up) become one GEMV launch, and a following residual add or GLU, or the RoPEs and KV
- * stores of its products, are folded into it; else the two RoPEs of a layer and its two KV stores go out
- * as one launch. Anything else, and every transfer,
- * sync, allocation and graph boundary, first launches what is held. Merging never reorders: an op joins
- * only when it reads nothing the held ops write and writes nothing they touch. */
-
-static int same_view(cf_tensor a, cf_tensor b) {
-    return a.data == b.data && a.dtype == b.dtype && a.rows == b.rows && a.cols == b.cols && a.stride == b.stride;
-}
-
-static int overlaps(cf_tensor a, cf_tensor b) {
-    if (!a.data || !b.data) return 0;
-    const char *a0 = a.data, *b0 = b.data;
-    return a0 < b0 + span_bytes(b) && b0 < a0 + span_bytes(a);
-}
-
-static void flush(cuda_backend *b) {
-    pending *p = &b->pend;
-    switch (p->kind) {
-    case PEND_GEMV: check(b, cfk_gemv(b->stream, &p->gemv), "matmul"); break;
-    case PEND_ROPE:
-        check(b, cfk_rope(b->stream, p->n, p->t, p->heads, p->pos, p->head_dim, p->rot_dim, p->inv, p->kv.n ? &p->kv : NULL), "rope");
-        break;
-    case PEND_KV: check(b, cfk_kv_store(b->stream, &p->kv), "kv_store"); break;
-    case PEND_NONE: break;
-    }
-    p->kind = PEND_NONE;
-}
-
-/* whether a held GEMV already has RoPEs or stores merged in (then nothing else joins it) */
-static int folded(const cfk_gemv_job *j) {
-    for (int s = 0; s < j->n_seg; s++)
-        if (j->rope[s] || j->cache[s].data) return 1;
-    return 0;
-}
-
-/* whether t overlaps a product of the held GEMV */
-static int overlaps_outputs(const cfk_gemv_job *j, cf_tensor t) {
-    for (int s = 0; s < j->n_seg; s++)
-        if (overlaps(t, j->out[s])) return 1;
-    return 0;
-}
-
-/* a matmul joins a held GEMV on the same activations */
-static int pend_gemv(cuda_backend *b, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
-    cfk_gemv_job *j = &b->pend.gemv;
-    if (b->pend.kind != PEND_GEMV || !same_view(j->x, x) || j->n_seg == CFK_MAX_SEG || j->w[0].dtype != w.dtype || j->add.data ||
-        j->glu_out.data || folded(j) || overlaps(out, x) || overlaps_outputs(j, out) || overlaps_outputs(j, bias))
-        return 0;
-    j->out[j->n_seg] = out;
-    j->w[j->n_seg] = w;
-    j->bias[j->n_seg] = bias;
-    j->n_seg++;
-    return 1;
-}
-
-/* add(out, out, o) or add(out, o, out) right after the matmul that wrote o */
-static int pend_add(cuda_backend *b, cf_tensor out, cf_tensor a, cf_tensor c) {
-    cfk_gemv_job *j = &b->pend.gemv;
-    if (b->pend.kind != PEND_GEMV || j->add.data || j->glu_out.data || folded(j)) return 0;
-    cf_tensor o = j->out[j->n_seg - 1];
-    if (!((same_view(a, out) && same_view(c, o)) || (same_view(c, out) && same_view(a, o))) || overlaps(out, j->x) ||
-        overlaps_outputs(j, out))
-        return 0;
-    j->add = out;
-    j->add_seg = j->n_seg - 1;
-    return 1;
-}
-
-/* glu(out, gate, up) right after the two matmuls that wrote gate and up */
-static int pend_glu(cuda_backend *b, cf_tensor out, cf_tensor gate, cf_tensor up, cf_act act) {
-    cfk_gemv_job *j = &b->pend.gemv;
-    if (b->pend.kind != PEND_GEMV || j->n_seg != 2 || j->add.data || j->glu_out.data || folded(j) || !same_view(gate, j->out[0]) ||
-        !same_view(up, j->out[1]) || j->w[0].rows != j->w[1].rows || overlaps(out, j->x))
-        return 0;
-    if (!same_view(out, gate) && !same_view(out, up) && (overlaps(out, gate) || overlaps(out, up))) return 0;
-    j->glu_out = out;
-    j->act = act;
-    return 1;
-}
-
-/* The product of a held GEMV (no add or GLU) whose output is exactly t, or -1. */
-static int gemv_seg_of(cuda_backend *b, cf_tensor t) {
-    const cfk_gemv_job *j = &b->pend.gemv;
-    if (b->pend.kind != PEND_GEMV || j->add.data || j->glu_out.data) return -1;
-    for (int s = 0; s < j->n_seg; s++)
-        if (same_view(j->out[s], t)) return s;
-    return -1;
-}
-
-/* whether t overlaps anything a held GEMV reads or writes */
-static int overlaps_gemv(const cfk_gemv_job *j, cf_tensor t) {
-    if (overlaps(t, j->x) || overlaps(t, j->pos) || overlaps(t, j->inv_freq) || overlaps(t, j->store_pos) || overlaps_outputs(j, t)) return 1;
-    for (int s = 0; s < j->n_seg; s++)
-        if (overlaps(t, j->w[s]) || overlaps(t, j->bias[s]) || overlaps(t, j->cache[s])) return 1;
-    return 0;
-}
-
-/* A RoPE over whole heads of a held GEMV's product (q or k right after the projections) is done by the
- * GEMV's own blocks, unless that product is already stored. */
-static int gemv_rope(cuda_backend *b, cf_tensor x, cf_tensor pos, int n_heads, int head_dim, int rot_dim, cf_tensor inv) {
-    cfk_gemv_job *j = &b->pend.gemv;
-    const int s = gemv_seg_of(b, x);
-    if (s < 0 || j->rope[s] || j->cache[s].data || rot_dim != head_dim || x.cols != (int64_t)n_heads * head_dim ||
-        pos.dtype != CF_I32 || pos.rows != x.rows || inv.dtype != CF_F32 || inv.rows != 1 || inv.cols * 2 != head_dim ||
-        overlaps_outputs(j, pos) || overlaps_outputs(j, inv))
-        return 0;
-    if (j->head_dim && (j->head_dim != head_dim || !same_view(j->pos, pos) || !same_view(j->inv_freq, inv))) return 0;
-    j->rope[s] = 1;
-    j->pos = pos;
-    j->inv_freq = inv;
-    j->head_dim = head_dim;
-    return 1;
-}
-
-/* A KV store of a held GEMV's product (after its RoPE, if any) is done by the GEMV's own blocks. */
-static int gemv_store(cuda_backend *b, cf_tensor cache, cf_tensor src, int pos0, cf_tensor pos, int cap) {
-    cfk_gemv_job *j = &b->pend.gemv;
-    const int s = gemv_seg_of(b, src);
-    if (s < 0 || j->cache[s].data || cache.cols != src.cols || overlaps_gemv(j, cache) ||
-        (pos.data && (pos.dtype != CF_I32 || pos.rows != src.rows)) || overlaps_outputs(j, pos))
-        return 0;
-    int any = 0;
-    for (int i = 0; i < j->n_seg; i++) any |= j->cache[i].data != NULL;
-    if (any && (j->cap != cap || !same_view(j->store_pos, pos) || (!pos.data && j->store_pos0 != pos0))) return 0;
-    j->cache[s] = cache;
-    j->store_pos = pos;
-    j->store_pos0 = pos0;
-    j->cap = cap;
-    return 1;
-}
-
-static int pend_rope(cuda_backend *b, cf_tensor x, cf_tensor pos, int n_heads, int head_dim, int rot_dim, cf_tensor inv) {
-    pending *p = &b->pend;
-    if (p->kind != PEND_ROPE || p->n != 1 || !same_view(p->pos, pos) || !same_view(p->inv, inv) || p->head_dim != head_dim ||
-        p->rot_dim != rot_dim || p->t[0].rows != x.rows || overlaps(x, p->t[0]) || overlaps(x, pos) || overlaps(x, inv))
-        return 0;
-    p->t[1] = x;
-    p->heads[1] = n_heads;
-    p->n = 2;
-    return 1;
-}
-
-/* Stores join a held store (k then v), or a held pair of RoPEs whose second tensor (k) is the first
- * store's source. */
-static int pend_kv(cuda_backend *b, cf_tensor cache, cf_tensor src, int pos0, cf_tensor pos, int cap) {
-    pending *p = &b->pend;
-    cfk_kv_args *kv = &p->kv;
-    if (p->kind == PEND_ROPE && p->n == 2 && kv->n == 0) {
-        if (!same_view(src, p->t[1]) || src.rows != p->t[0].rows || overlaps(cache, p->t[0]) || overlaps(cache, p->t[1]) ||
-            overlaps(cache, p->pos) || overlaps(cache, p->inv) || overlaps(cache, pos))
-            return 0;
-        *kv = (cfk_kv_args){.n = 1, .cache = {cache}, .src = {src}, .pos0 = pos0, .cap = cap, .pos = pos};
-        return 1;
-    }
-    if (!(p->kind == PEND_KV || p->kind == PEND_ROPE) || kv->n != 1 || kv->pos0 != pos0 || !same_view(kv->pos, pos) || kv->cap != cap ||
-        kv->src[0].rows != src.rows || overlaps(cache, kv->cache[0]) || overlaps(cache, kv->src[0]) || overlaps(src, kv->cache[0]) ||
-        overlaps(cache, pos))
-        return 0;
-    if (p->kind == PEND_ROPE &&
-        (overlaps(src, p->t[0]) || overlaps(src, p->t[1]) || overlaps(cache, p->t[0]) || overlaps(cache, p->pos) || overlaps(cache, p->inv)))
-        return 0;
-    kv->cache[1] = cache;
-    kv->src[1] = src;
-    kv->n = 2;
-    return 1;
-}
 
 /* ---- memory ---- */
 
@@ -347,7 +161,6 @@ static void *scratch(cuda_backend *b, size_t bytes) {
 
 static cinfer_status cuda_alloc(cf_backend *be, cf_dtype dt, int64_t rows, int64_t cols, cf_tensor *out, cinfer_error *err) {
     cuda_backend *b = CB(be);
-    flush(b);
     size_t bytes = (size_t)(rows * cols) * cf_dtype_size(dt);
     void *p = dev_alloc(b, bytes);
     if (!p) return oom(b, bytes, "a tensor", err);
@@ -361,7 +174,6 @@ static cinfer_status cuda_alloc(cf_backend *be, cf_dtype dt, int64_t rows, int64
 }
 
 static void cuda_free_tensor(cf_backend *be, cf_tensor *t) {
-    flush(CB(be));
     dev_free(CB(be), t->data);
     t->data = NULL;
 }
@@ -371,7 +183,6 @@ static void cuda_free_tensor(cf_backend *be, cf_tensor *t) {
 static cinfer_status cuda_upload_weight(cf_backend *be, const void *host, cf_dtype dt, int64_t rows, int64_t cols,
                                         cf_tensor *out, cinfer_error *err) {
     cuda_backend *b = CB(be);
-    flush(b);
     if (dt != CF_F32 && dt != CF_BF16 && dt != CF_F16)
         return cf_fail(err, CINFER_E_UNSUPPORTED, "the CUDA backend stores F32, BF16 or F16 weights, not %s", cf_dtype_name(dt));
     cf_dtype store = dt == CF_F32 && rows > 1 ? CF_BF16 : dt;
@@ -407,7 +218,6 @@ static cinfer_status cuda_upload_weight(cf_backend *be, const void *host, cf_dty
 
 static void cuda_write(cf_backend *be, cf_tensor dst, const void *host) {
     cuda_backend *b = CB(be);
-    flush(b);
     if (b->capturing) { fail(b, CINFER_E_INVALID_ARGUMENT, "write() while recording a graph"); return; }
     if (empty(dst)) return;
     size_t es = cf_dtype_size(dst.dtype), row = (size_t)dst.cols * es, bytes = row * (size_t)dst.rows;
@@ -427,7 +237,6 @@ static void cuda_write(cf_backend *be, cf_tensor dst, const void *host) {
 
 static void cuda_read_begin(cf_backend *be, cf_tensor src, int slot) {
     cuda_backend *b = CB(be);
-    flush(b);
     const size_t n = (size_t)(src.rows * src.cols), bytes = n * cf_dtype_size(src.dtype);
     if (b->capturing) { fail(b, CINFER_E_INVALID_ARGUMENT, "read_begin() while recording a graph"); return; }
     if (slot < 0 || slot > 1 || bytes > READ_SLOT_BYTES || (src.rows > 1 && src.stride != src.cols)) {
@@ -454,7 +263,6 @@ static cinfer_status cuda_read_end(cf_backend *be, int slot, float *host, cinfer
 }
 
 static void ew(cuda_backend *b, cfk_ew op, cf_tensor out, cf_tensor a, cf_tensor c, float s, const char *what) {
-    flush(b);
     if (!empty(out)) check(b, cfk_elementwise(b->stream, op, out, a, c, s), what);
 }
 
@@ -462,7 +270,6 @@ static void cuda_fill(cf_backend *be, cf_tensor dst, float value) { ew(CB(be), C
 
 static cinfer_status cuda_read(cf_backend *be, float *host, cf_tensor src, cinfer_error *err) {
     cuda_backend *b = CB(be);
-    flush(b);
     if (b->capturing) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "read() while recording a graph");
     if (!empty(src)) {
         cf_tensor f = src;
@@ -489,7 +296,6 @@ static cinfer_status cuda_read(cf_backend *be, float *host, cf_tensor src, cinfe
 
 static cinfer_status cuda_sync(cf_backend *be, cinfer_error *err) {
     cuda_backend *b = CB(be);
-    flush(b);
     if (b->capturing) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "sync() while recording a graph");
     check(b, cudaStreamSynchronize(b->stream), "sync");
     b->staging_used = 0;
@@ -499,12 +305,10 @@ static cinfer_status cuda_sync(cf_backend *be, cinfer_error *err) {
 /* ---- operations ---- */
 
 static void cuda_embed(cf_backend *be, cf_tensor out, cf_tensor table, cf_tensor ids, float scale) {
-    flush(CB(be));
     if (!empty(out)) check(CB(be), cfk_embed(CB(be)->stream, out, table, ids, scale), "embed");
 }
 
 static void cuda_rmsnorm(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, float eps, float w_offset) {
-    flush(CB(be));
     if (!empty(out)) check(CB(be), cfk_rmsnorm(CB(be)->stream, out, x, w, eps, w_offset), "rmsnorm");
 }
 
@@ -540,29 +344,23 @@ static void gemm(cuda_backend *b, cf_tensor out, cf_tensor x, cf_tensor w, cf_te
     if (bias.data) check(b, cfk_elementwise(b->stream, CFK_ADD, out, out, bias, 0), "matmul (bias)");
 }
 
+/* whether a GEMV (few rows, the vector kernel) takes x . w^T */
+static int gemv_ok(cf_tensor x, cf_tensor w) {
+    return x.rows <= cfk_cfg.gemv_max_rows && cfk_gemv_vec_ok(x, w);
+}
+
 static void cuda_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
     cuda_backend *b = CB(be);
     if (empty(out)) return;
     if (x.rows > cfk_cfg.gemv_max_rows && (w.dtype == CF_BF16 || w.dtype == CF_F16)) {
-        flush(b);
         gemm(b, out, x, w, bias);
         return;
     }
-    if (cfk_cfg.fuse && pend_gemv(b, out, x, w, bias)) return;
-    flush(b);
-    pending *p = &b->pend;
-    p->gemv = (cfk_gemv_job){.x = x, .n_seg = 1, .out = {out}, .w = {w}, .bias = {bias}};
-    if (cfk_cfg.fuse && cfk_gemv_vec_ok(x, w)) {
-        p->kind = PEND_GEMV;
-        return;
-    }
-    check(b, cfk_gemv(b->stream, &p->gemv), "matmul");
+    cfk_gemv_job j = {.x = x, .n_seg = 1, .out = {out}, .w = {w}, .bias = {bias}};
+    check(b, cfk_gemv(b->stream, &j), "matmul");
 }
 
-static void cuda_add(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor c) {
-    if (cfk_cfg.fuse && pend_add(CB(be), out, a, c)) return;
-    ew(CB(be), CFK_ADD, out, a, c, 0, "add");
-}
+static void cuda_add(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor c) { ew(CB(be), CFK_ADD, out, a, c, 0, "add"); }
 static void cuda_scale(cf_backend *be, cf_tensor x, float s) { ew(CB(be), CFK_SCALE, x, x, x, s, "scale"); }
 static void cuda_softcap(cf_backend *be, cf_tensor x, float cap) { ew(CB(be), CFK_SOFTCAP, x, x, x, cap, "softcap"); }
 static void cuda_copy(cf_backend *be, cf_tensor dst, cf_tensor src) {
@@ -571,7 +369,7 @@ static void cuda_copy(cf_backend *be, cf_tensor dst, cf_tensor src) {
         ew(b, CFK_COPY, dst, src, src, 0, "copy");
         return;
     }
-    flush(b);   /* same type: the copy engine's rate */
+    /* same type: the copy engine's rate */
     size_t es = cf_dtype_size(dst.dtype);
     if (dst.stride == dst.cols && src.stride == src.cols) {
         check(b, cudaMemcpyAsync(dst.data, src.data, (size_t)(dst.rows * dst.cols) * es, cudaMemcpyDeviceToDevice, b->stream), "copy");
@@ -581,33 +379,102 @@ static void cuda_copy(cf_backend *be, cf_tensor dst, cf_tensor src) {
                                cudaMemcpyDeviceToDevice, b->stream), "copy");
 }
 static void cuda_glu(cf_backend *be, cf_tensor out, cf_tensor gate, cf_tensor up, cf_act act) {
-    if (cfk_cfg.fuse && pend_glu(CB(be), out, gate, up, act)) return;
     ew(CB(be), act == CF_ACT_SILU ? CFK_GLU_SILU : CFK_GLU_GELU, out, gate, up, 0, "glu");
 }
 
 static void cuda_rope(cf_backend *be, cf_tensor x, cf_tensor pos, int n_heads, int head_dim, int rot_dim, cf_tensor inv_freq) {
-    cuda_backend *b = CB(be);
     if (empty(x) || rot_dim < 2) return;
-    if (cfk_cfg.fuse && ((cfk_cfg.fuse_rope && gemv_rope(b, x, pos, n_heads, head_dim, rot_dim, inv_freq)) ||
-                         pend_rope(b, x, pos, n_heads, head_dim, rot_dim, inv_freq)))
-        return;
-    flush(b);
-    b->pend = (pending){.kind = PEND_ROPE, .n = 1, .t = {x}, .heads = {n_heads}, .pos = pos, .inv = inv_freq, .head_dim = head_dim,
-                        .rot_dim = rot_dim};
-    if (!cfk_cfg.fuse) flush(b);
+    check(CB(be), cfk_rope(CB(be)->stream, 1, &x, &n_heads, pos, head_dim, rot_dim, inv_freq, NULL), "rope");
 }
 
 static void kv_store(cuda_backend *b, cf_tensor cache, cf_tensor src, int pos0, cf_tensor pos, int cap) {
     if (empty(src)) return;
-    if (cfk_cfg.fuse && ((cfk_cfg.fuse_rope && gemv_store(b, cache, src, pos0, pos, cap)) || pend_kv(b, cache, src, pos0, pos, cap))) return;
-    flush(b);
-    b->pend = (pending){.kind = PEND_KV, .kv = {.n = 1, .cache = {cache}, .src = {src}, .pos0 = pos0, .cap = cap, .pos = pos}};
-    if (!cfk_cfg.fuse) flush(b);
+    cfk_kv_args kv = {.n = 1, .cache = {cache}, .src = {src}, .pos0 = pos0, .cap = cap, .pos = pos};
+    check(b, cfk_kv_store(b->stream, &kv), "kv_store");
 }
 
 static void cuda_kv_store(cf_backend *be, cf_tensor cache, cf_tensor src, int pos0, int cap) {
     cf_tensor none = {0};
     kv_store(CB(be), cache, src, pos0, none, cap);
+}
+
+/* ---- fused operations (backend.h) ---- */
+
+/* q, k, v in one GEMV launch where the vector kernel takes them; the RoPE and the stores are done by the
+ * GEMV's own blocks when there are no per-head norms and the rotation covers whole heads (Llama, Qwen2),
+ * else by one launch of cfk_qkv_post (per-head norms, RoPE and stores of q, k, v: Qwen3, Gemma). */
+static void cuda_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) {
+    cuda_backend *b = CB(be);
+    if (empty(x)) return;
+    const int own = a->own_kv, v_from_k = own && !a->wv.data, store = own && a->dest.k_cache.data != NULL;
+    const int norms = a->q_norm.data || (own && (a->k_norm.data || a->v_norm.data));
+    const int rope = a->rot_dim >= 2;
+    int one = gemv_ok(x, a->wq) && (!own || (gemv_ok(x, a->wk) && a->wk.dtype == a->wq.dtype &&
+                                             (v_from_k || (gemv_ok(x, a->wv) && a->wv.dtype == a->wq.dtype))));
+    if (one) {
+        cfk_gemv_job j = {.x = x, .n_seg = 1, .out = {a->q}, .w = {a->wq}, .bias = {a->bq}};
+        if (own) {
+            j.out[1] = a->k, j.w[1] = a->wk, j.bias[1] = a->bk;
+            j.n_seg = 2;
+            if (!v_from_k) j.out[2] = a->v, j.w[2] = a->wv, j.bias[2] = a->bv, j.n_seg = 3;
+        }
+        const int fold = !norms && !v_from_k && (!rope || (a->rot_dim == a->head_dim && a->inv_freq.dtype == CF_F32)) &&
+                         (!rope || a->pos.dtype == CF_I32);
+        if (fold) {
+            if (rope) {
+                j.rope[0] = 1, j.rope[1] = own;
+                j.pos = a->pos, j.inv_freq = a->inv_freq, j.head_dim = a->head_dim;
+            }
+            if (store) {
+                j.cache[1] = a->dest.k_cache, j.cache[2] = a->dest.v_cache;
+                j.store_pos = a->dest.idx, j.store_pos0 = a->dest.pos0, j.cap = a->dest.cap;
+            }
+            check(b, cfk_gemv(b->stream, &j), "qkv");
+            return;
+        }
+        check(b, cfk_gemv(b->stream, &j), "qkv");
+    } else {
+        cuda_matmul(be, a->q, x, a->wq, a->bq);
+        if (own) cuda_matmul(be, a->k, x, a->wk, a->bk);
+        if (own && !v_from_k) cuda_matmul(be, a->v, x, a->wv, a->bv);
+    }
+    if (v_from_k) cuda_copy(be, a->v, a->k);
+    if (norms || rope || store) check(b, cfk_qkv_post(b->stream, a), "qkv (norms, rope, stores)");
+}
+
+/* gate and up paired row by row in one GEMV launch, the GLU at its end; many rows: two GEMMs and the GLU */
+static void cuda_matmul_glu(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w_gate, cf_tensor w_up, cf_act act,
+                            cf_tensor gate, cf_tensor up) {
+    cuda_backend *b = CB(be);
+    if (empty(out)) return;
+    if (gemv_ok(x, w_gate) && gemv_ok(x, w_up) && w_gate.dtype == w_up.dtype && w_gate.rows == w_up.rows) {
+        cf_tensor none = {0};
+        cfk_gemv_job j = {.x = x, .n_seg = 2, .out = {none, none}, .w = {w_gate, w_up}, .glu_out = out, .act = act};
+        check(b, cfk_gemv(b->stream, &j), "matmul_glu");
+        return;
+    }
+    cf_tensor none = {0};
+    cuda_matmul(be, gate, x, w_gate, none);
+    cuda_matmul(be, up, x, w_up, none);
+    cuda_glu(be, out, gate, up, act);
+}
+
+static void cuda_matmul_gated(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf_act act, cf_tensor m) {
+    cuda_backend *b = CB(be);
+    if (empty(out)) return;
+    cf_tensor none = {0};
+    if (gemv_ok(x, w)) {
+        cfk_gemv_job j = {.x = x, .n_seg = 1, .out = {out}, .w = {w}, .bias = {none}, .mul = m, .act = act};
+        check(b, cfk_gemv(b->stream, &j), "matmul_gated");
+        return;
+    }
+    cuda_matmul(be, out, x, w, none);
+    cuda_glu(be, out, out, m, act);
+}
+
+static void cuda_add_norm(cf_backend *be, cf_tensor x, cf_tensor o, cf_tensor w_o, float scale, cf_tensor h, cf_tensor w_h, float eps,
+                          float w_offset) {
+    if (!empty(x)) check(CB(be), cfk_add_norm(CB(be)->stream, x, o, w_o, scale, h, w_h, eps, w_offset), "add_norm");
 }
 
 static int64_t cuda_mem_available(cf_backend *be) {
@@ -623,7 +490,6 @@ static void cuda_kv_store_pos(cf_backend *be, cf_tensor cache, cf_tensor src, cf
 
 static void attention(cuda_backend *b, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a,
                       const int32_t *pos_dev, int max_keys) {
-    flush(b);
     if (a->n_q <= 0) return;
     size_t sb = cfk_attention_scratch(k, v, a, max_keys);
     void *part = sb ? scratch(b, sb) : NULL;
@@ -640,15 +506,12 @@ static void cuda_attention_pos(cf_backend *be, cf_tensor out, cf_tensor q, cf_te
     attention(CB(be), out, q, k, v, a, pos.data, a->window > 0 && a->window < a->cap ? a->window : a->cap);
 }
 
-/* slot[i] % INT32_MAX is slot[i]: the paged store is the positional store, so it merges as that one does */
-static void cuda_kv_store_slots(cf_backend *be, cf_tensor cache, cf_tensor src, cf_tensor slot) {
-    cuda_kv_store_pos(be, cache, src, slot, INT32_MAX);
-}
+/* cap 0: row i to slot[i] itself */
+static void cuda_kv_store_slots(cf_backend *be, cf_tensor cache, cf_tensor src, cf_tensor slot) { kv_store(CB(be), cache, src, 0, slot, 0); }
 
 static void cuda_attention_paged(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_paged_attn_args *a,
                                  const cf_batch_view *bv) {
     cuda_backend *b = CB(be);
-    flush(b);
     if (bv->n_rows <= 0) return;
     if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || a->block_size <= 0 || a->head_dim > CFK_ATTN_MAX_D ||
         a->v_head_dim > CFK_ATTN_MAX_D) {
@@ -663,12 +526,10 @@ static void cuda_attention_paged(cf_backend *be, cf_tensor out, cf_tensor q, cf_
 }
 
 static void cuda_argmax(cf_backend *be, cf_tensor ids, cf_tensor logits) {
-    flush(CB(be));
     if (!empty(logits)) check(CB(be), cfk_argmax(CB(be)->stream, ids, logits, CB(be)->pick_state), "argmax");
 }
 
 static void cuda_sample(cf_backend *be, cf_tensor ids, cf_tensor logits, cf_tensor u, const cf_sample_args *s) {
-    flush(CB(be));
     if (!empty(logits)) check(CB(be), cfk_sample(CB(be)->stream, ids, logits, u, s), "sample");
 }
 
@@ -676,7 +537,6 @@ static void cuda_sample(cf_backend *be, cf_tensor ids, cf_tensor logits, cf_tens
 
 static cinfer_status cuda_graph_begin(cf_backend *be, cinfer_error *err) {
     cuda_backend *b = CB(be);
-    flush(b);
     if (b->capturing) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "graph_begin while already recording");
     CF_TRY(report(b, err));
     cudaError_t e = cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal);
@@ -688,7 +548,6 @@ static cinfer_status cuda_graph_begin(cf_backend *be, cinfer_error *err) {
 static cinfer_status cuda_graph_end(cf_backend *be, cf_graph **out, cinfer_error *err) {
     cuda_backend *b = CB(be);
     *out = NULL;
-    flush(b);
     if (!b->capturing) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "graph_end without graph_begin");
     b->capturing = 0;
     cudaGraph_t g = NULL;
@@ -711,7 +570,6 @@ static cinfer_status cuda_graph_end(cf_backend *be, cf_graph **out, cinfer_error
 }
 
 static void cuda_graph_launch(cf_backend *be, cf_graph *g) {
-    flush(CB(be));
     check(CB(be), cudaGraphLaunch(g->exec, CB(be)->stream), "graph launch");
 }
 
@@ -777,16 +635,15 @@ static const cf_backend_ops cuda_ops = {
     .attention_paged = cuda_attention_paged,
     .argmax = cuda_argmax,
     .sample = cuda_sample,
+    .qkv = cuda_qkv,
+    .matmul_glu = cuda_matmul_glu,
+    .matmul_gated = cuda_matmul_gated,
+    .add_norm = cuda_add_norm,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
     .graph_free = cuda_graph_free,
 };
-
-static int env_int(const char *name, int dflt) {
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : dflt;
-}
 
 static cinfer_status setup(cuda_backend *b, const cf_backend_params *p, cinfer_error *err) {
     cudaError_t e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking);
@@ -795,7 +652,7 @@ static cinfer_status setup(cuda_backend *b, const cf_backend_params *p, cinfer_e
     if (e == cudaSuccess) e = cudaMallocHost((void **)&b->staging, STAGING_BYTES + 2 * READ_SLOT_BYTES);
     for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(&b->read_done[i], cudaEventDisableTiming);
     if (e != cudaSuccess) return cf_fail(err, CINFER_E_DEVICE, "CUDA setup: %s", cudaGetErrorString(e));
-    b->direct = env_int("CINFER_CUDA_DIRECT_ALLOC", 0);
+    b->direct = p->tuning.cuda_direct_alloc;
     if (!b->direct) {
         size_t free_b = 0, total = 0;
         e = cudaMemGetInfo(&free_b, &total);
@@ -843,40 +700,41 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
         return cf_fail(err, CINFER_E_UNSUPPORTED, "%s has compute capability %d.%d; this build of cinfer runs on 9.0 (Hopper) and newer",
                        prop.name, prop.major, prop.minor);
     cfk_cfg.n_sm = prop.multiProcessorCount;
-    cfk_cfg.pdl = env_int("CINFER_CUDA_PDL", 1);
-    cfk_cfg.gemv_unroll = env_int("CINFER_GEMV_UNROLL", 0);
-    cfk_cfg.gemv_max_rows = env_int("CINFER_GEMV_MAX_ROWS", 8);
-    /* 8: every Llama-3-8B GEMV one warp a unit (its step on the H200: 239.2 tokens/s against 236.6 with 16,
-     * one chunk a batch; one-row units earlier: 224.2-224.7 against 217.7-218.0 with 16, 215.9-216.3 with 32) */
-    cfk_cfg.gemv_warps = env_int("CINFER_GEMV_WARPS", 8);
-    /* 4: on the H200 the Llama-3-8B step ran at 240.7 tokens/s with 4, 239.2 with 2 (one-row units earlier:
-     * 219.2 with 4 or 2, 217.6-218.3 with 8) */
-    cfk_cfg.gemv_block_warps = env_int("CINFER_GEMV_BLOCK_WARPS", 4);
-    if (cfk_cfg.gemv_block_warps != 2 && cfk_cfg.gemv_block_warps != 8) cfk_cfg.gemv_block_warps = 4;
-    cfk_cfg.fuse = env_int("CINFER_CUDA_FUSE", 1);
-    cfk_cfg.fuse_rope = env_int("CINFER_CUDA_FUSE_ROPE", 1);
-    cfk_cfg.attn_bc = env_int("CINFER_ATTN_BC", 32);
-    /* 2: Llama-3-8B prefill of 4096 tokens at 29359 tokens/s on the H200, against 28922 with 1 and 27674 with 4 */
-    cfk_cfg.attn_hpb = env_int("CINFER_ATTN_HPB", 2);
-    /* 1: Llama-3-8B decode (128 + 256) at 232.4 and 232.9 tokens/s on the H200, against 231.0 and 231.3 with
-     * the kernel per query head; after 4096 tokens 210.4 against 202.8 */
-    cfk_cfg.attn_group = env_int("CINFER_ATTN_GROUP", 1);
-    /* 64: Llama-3-8B decode after 4096 tokens at 210.4 tokens/s on the H200, against 200.9 with 32 */
-    cfk_cfg.attn_group_splits = env_int("CINFER_ATTN_GROUP_SPLITS", 64);
-    if (cfk_cfg.attn_group_splits < 1 || cfk_cfg.attn_group_splits > 64) cfk_cfg.attn_group_splits = 64;
-    /* 0: on the H200 (cuda_bench --paged) the CUDA-core kernel decodes 32/8 heads of 128 in 5.7 us at 1 x 256
-     * keys and 40.5 at 64 x 256, against 8.0 and 42.5 on tensor cores (4); tensor cores win at 128 x 256 (58.5
-     * against 62.0), at 32 x 4096 (213 with 8 blocks per SM, against 253) and for head size 512 at 8 x 256
+    const cf_tuning *t = &p->tuning;
+    cfk_cfg.pdl = t->pdl;
+    cfk_cfg.gemv_unroll = t->gemv_unroll;
+    cfk_cfg.gemv_max_rows = t->gemv_max_rows;
+    /* gemv_warps 8: every Llama-3-8B GEMV one warp a unit (its step on the H200: 239.2 tokens/s against 236.6
+     * with 16, one chunk a batch; one-row units earlier: 224.2-224.7 against 217.7-218.0 with 16, 215.9-216.3
+     * with 32) */
+    cfk_cfg.gemv_warps = t->gemv_warps;
+    /* gemv_block_warps 4: on the H200 the Llama-3-8B step ran at 240.7 tokens/s with 4, 239.2 with 2 (one-row
+     * units earlier: 219.2 with 4 or 2, 217.6-218.3 with 8) */
+    cfk_cfg.gemv_block_warps = t->gemv_block_warps == 2 || t->gemv_block_warps == 8 ? t->gemv_block_warps : 4;
+    cfk_cfg.attn_bc = t->attn_bc;
+    /* attn_hpb 2: Llama-3-8B prefill of 4096 tokens at 29359 tokens/s on the H200, against 28922 with 1 and
+     * 27674 with 4 */
+    cfk_cfg.attn_hpb = t->attn_hpb;
+    /* attn_group 1: Llama-3-8B decode (128 + 256) at 232.4 and 232.9 tokens/s on the H200, against 231.0 and
+     * 231.3 with the kernel per query head; after 4096 tokens 210.4 against 202.8 */
+    cfk_cfg.attn_group = t->attn_group;
+    /* attn_group_splits 64: Llama-3-8B decode after 4096 tokens at 210.4 tokens/s on the H200, against 200.9
+     * with 32 */
+    cfk_cfg.attn_group_splits = t->attn_group_splits >= 1 && t->attn_group_splits <= 64 ? t->attn_group_splits : 64;
+    /* paged_mma_group 0: on the H200 (cuda_bench --paged) the CUDA-core kernel decodes 32/8 heads of 128 in 5.7 us
+     * at 1 x 256 keys and 40.5 at 64 x 256, against 8.0 and 42.5 on tensor cores; tensor cores win at 128 x 256
+     * (58.5 against 62.0), at 32 x 4096 (213 with 8 blocks per SM, against 253) and for head size 512 at 8 x 256
      * (26.7 against 37.4), and lose at head size 512 otherwise (1 x 256: 22.3 against 19.1; 128 x 256: 114.8
      * against 90.6) */
-    cfk_cfg.paged_mma_group = env_int("CINFER_PAGED_MMA_GROUP", 0);
-    cfk_cfg.paged_sm_blocks = env_int("CINFER_PAGED_SM_BLOCKS", 4);
-    if (cfk_cfg.paged_sm_blocks < 1) cfk_cfg.paged_sm_blocks = 4;
+    cfk_cfg.paged_mma_group = t->paged_mma_group;
+    cfk_cfg.paged_sm_blocks = t->paged_sm_blocks >= 1 ? t->paged_sm_blocks : 4;
 
     cuda_backend *b = calloc(1, sizeof *b);
     if (!b) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
-    b->base.ops = &cuda_ops;
-    b->base.act_dtype = env_int("CINFER_CUDA_F32_ACT", 0) ? CF_F32 : CF_BF16;
+    b->ops = cuda_ops;
+    if (!t->fused_ops) b->ops.qkv = NULL, b->ops.matmul_glu = NULL, b->ops.matmul_gated = NULL, b->ops.add_norm = NULL;
+    b->base.ops = &b->ops;
+    b->base.act_dtype = t->cuda_f32_act ? CF_F32 : CF_BF16;
     b->base.n_threads = 1;
     b->base.prefill_chunk = 4096;   /* measured on the H200 (cuda_bench): 4096 tokens at 59% of the GEMM rate in 4096-token passes, 37% in 256 */
     b->device = p->gpu_index;
@@ -892,7 +750,6 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
 /* ---- helpers for tests and benchmarks (cuda_backend.h) ---- */
 
 void cf_cuda_fill_random(cf_backend *be, cf_tensor t, uint64_t seed, float scale) {
-    flush(CB(be));
     if (empty(t)) return;
     check(CB(be), cfk_fill_random(CB(be)->stream, t, seed, scale), "fill_random");
     check(CB(be), cudaStreamSynchronize(CB(be)->stream), "fill_random");   /* it may fill weights: see upload_weight */
@@ -900,7 +757,6 @@ void cf_cuda_fill_random(cf_backend *be, cf_tensor t, uint64_t seed, float scale
 
 cinfer_status cf_cuda_memcpy_bandwidth(cf_backend *be, size_t bytes, int reps, double *gb_s, cinfer_error *err) {
     cuda_backend *b = CB(be);
-    flush(b);
     char *src = dev_alloc(b, bytes), *dst = dev_alloc(b, bytes);
     cudaEvent_t e0 = NULL, e1 = NULL;
     cinfer_status st = CINFER_OK;

@@ -15,15 +15,13 @@ extern "C" {
 #endif
 #include "backend/backend.h"
 
-/* Knobs read once by cf_cuda_backend_create (environment overrides for experiments and the sanitizer). */
+/* The kernels' copy of the tuning knobs (cf_tuning, backend.h), set by cf_cuda_backend_create. */
 typedef struct cfk_config {
     int pdl;            /* launch with programmatic dependent launch (overlaps a kernel's start with the previous one's end) */
     int gemv_unroll;    /* 16-byte chunks of each of a unit's two rows per batch and lane in the GEMV kernel (two batches in flight): 1, 2, or 0: by row length */
     int gemv_max_rows;  /* matmuls with at most this many activation rows use the GEMV kernel, the rest cuBLAS */
     int gemv_warps;     /* warps per SM a GEMV aims to keep busy: fewer weight rows than that are split over warps */
     int gemv_block_warps;   /* warps per GEMV block (2, 4 or 8): smaller blocks leave a shorter tail at the end of a launch */
-    int fuse;           /* merge consecutive ops into one launch (cuda_backend.c) */
-    int fuse_rope;      /* with fuse: RoPE and KV stores in the GEMV of the q, k, v projections */
     int attn_bc;        /* keys per tile of the prefill attention kernel for head size 128: 32 (faster on the H200) or 64 */
     int attn_hpb;       /* query heads of one GQA group per prefill attention block, sharing its K/V tiles: 1, 2 or 4 */
     int attn_group;     /* decode attention with one block per KV head (groups of 2, 4, 8; head size 64, 128) */
@@ -44,8 +42,16 @@ typedef enum cfk_ew {
 cudaError_t cfk_elementwise(cudaStream_t st, cfk_ew op, cf_tensor out, cf_tensor a, cf_tensor b, float s);
 cudaError_t cfk_embed(cudaStream_t st, cf_tensor out, cf_tensor table, cf_tensor ids, float scale);
 cudaError_t cfk_rmsnorm(cudaStream_t st, cf_tensor out, cf_tensor x, cf_tensor w, float eps, float w_offset);
+/* x = (x + [rmsnorm(o) * (w_o + w_offset)]) * scale, then h = rmsnorm(x) * (w_h + w_offset) where h.data
+ * (op add_norm): one block a row */
+cudaError_t cfk_add_norm(cudaStream_t st, cf_tensor x, cf_tensor o, cf_tensor w_o, float scale, cf_tensor h, cf_tensor w_h, float eps,
+                         float w_offset);
+/* op qkv after its projections: the per-head norms, RoPE and KV stores of a->q, a->k, a->v, one launch
+ * (heads of at most CFK_QKV_MAX_HEAD values) */
+#define CFK_QKV_MAX_HEAD 1024
+cudaError_t cfk_qkv_post(cudaStream_t st, const cf_qkv_args *a);
 /* n (1 or 2) KV-cache stores of the same row count (k and v): rows r of src[i] go to slots
- * (pos0 + r) % cap, or pos[r] % cap when pos.data is set */
+ * (pos0 + r) % cap, or pos[r] % cap when pos.data is set (cap 0: pos[r]) */
 typedef struct cfk_kv_args {
     int n;
     cf_tensor cache[2], src[2];
@@ -67,21 +73,20 @@ cudaError_t cfk_convert(cudaStream_t st, void *dst, cf_dtype to, const void *src
 cudaError_t cfk_fill_random(cudaStream_t st, cf_tensor t, uint64_t seed, float scale);
 
 /* Matrix-vector products for few activation rows (k_gemv.cu). One launch computes up to CFK_MAX_SEG
- * products out[s] = x . w[s]^T (+ bias[s]) that share x, and may finish with a residual add
- * (add += out[add_seg]) or, for two products of equal size, a GLU (glu_out = act(out[0]) * out[1], each
- * warp computing a row of both). */
+ * products out[s] = x . w[s]^T (+ bias[s]) that share x, and may finish, for two products of equal size,
+ * with a GLU (glu_out = act(out[0]) * out[1], each warp computing a row of both; out[s].data NULL: those
+ * not written), or for one product, with a gate (out = act(x . w^T) * mul). */
 #define CFK_MAX_SEG 3
 typedef struct cfk_gemv_job {
     cf_tensor x;
     int n_seg;
     cf_tensor out[CFK_MAX_SEG], w[CFK_MAX_SEG], bias[CFK_MAX_SEG];
-    cf_tensor add;       /* data NULL: none */
-    int add_seg;
     cf_tensor glu_out;   /* data NULL: none */
+    cf_tensor mul;       /* data NULL: none */
     cf_act act;
     /* then RoPE of the products with rope[s] set (whole heads of head_dim, positions pos, frequencies
      * inv_freq), and a KV-cache store of those with cache[s].data set (slots store_pos[r] % cap, or
-     * (store_pos0 + r) % cap when store_pos.data is NULL) */
+     * (store_pos0 + r) % cap when store_pos.data is NULL; cap 0: store_pos[r] itself) */
     int rope[CFK_MAX_SEG];
     cf_tensor pos, inv_freq;
     int head_dim;

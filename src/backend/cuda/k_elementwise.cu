@@ -1,5 +1,7 @@
 /* k_elementwise.cu: the memory-light ops: elementwise maps (add, scale, softcap, GLU, copy, fill),
- * embedding gather, RMSNorm (one block per row), RoPE, KV-cache stores, dtype conversion, random fill.
+ * embedding gather, RMSNorm (one block per row), the residual update with its norms (add_norm), RoPE,
+ * the per-head norms, RoPE and KV stores after the q, k, v projections (qkv_post), KV-cache stores, dtype
+ * conversion, random fill.
  * Every tensor is read and written through its run-time dtype (f32, bf16, f16; i32 where the CPU allows),
  * computing in f32 with the same formulas as the CPU backend. */
 #include "backend/cuda/k_common.cuh"
@@ -146,7 +148,8 @@ struct RopeArgs {
 };
 
 __device__ __forceinline__ int64_t kv_slot(const cfk_kv_args &s, int64_t i) {
-    return (s.pos.data ? (int64_t)((const int32_t *)s.pos.data)[i * s.pos.stride] : s.pos0 + i) % s.cap;
+    const int64_t p = s.pos.data ? (int64_t)((const int32_t *)s.pos.data)[i * s.pos.stride] : s.pos0 + i;
+    return s.cap ? p % s.cap : p;
 }
 
 /* Row i of s.src[which] into its cache slot, the row spread over the threads of grid z. */
@@ -213,6 +216,153 @@ __global__ void kv_store_kernel(cfk_kv_args s) {
 extern "C" cudaError_t cfk_kv_store(cudaStream_t st, const cfk_kv_args *s) {
     const int64_t cols = s->n > 1 && s->src[1].cols > s->src[0].cols ? s->src[1].cols : s->src[0].cols;
     return launch(kv_store_kernel, dim3((unsigned)s->src[0].rows, (unsigned)s->n, col_blocks(cols, 256)), dim3(256), 0, st, *s);
+}
+
+/* v as a tensor of type dt stores it */
+__device__ __forceinline__ float rounded(float v, int dt) {
+    if (dt == CF_BF16) return __bfloat162float(__float2bfloat16(v));
+    if (dt == CF_F16) return __half2float(__float2half(v));
+    return v;
+}
+
+/* x = (x + [norm(o) * (w_o + off)]) * scale, then h = norm(x) * (w_h + off): one block a row, each thread
+ * holding its (at most ADD_NORM_PER) values of the row in registers; every load is issued before the first
+ * use, the weights before waiting for the kernel ahead. */
+#define ADD_NORM_PER 8
+__global__ void add_norm_kernel(TV x, TV o, TV wo, float scale, TV h, TV wh, int64_t cols, float eps, float off) {
+    const int64_t r = blockIdx.x;
+    float wov[ADD_NORM_PER], whv[ADD_NORM_PER], ov[ADD_NORM_PER], xv[ADD_NORM_PER];
+#pragma unroll
+    for (int e = 0; e < ADD_NORM_PER; e++) {
+        const int64_t c = threadIdx.x + (int64_t)e * blockDim.x;
+        wov[e] = wo.p && c < cols ? ld(wo, 0, c) + off : 1.0f;
+        whv[e] = h.p && c < cols ? ld(wh, 0, c) + off : 0.0f;
+    }
+    pdl_wait();
+    pdl_launch_next();
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < ADD_NORM_PER; e++) {
+        const int64_t c = threadIdx.x + (int64_t)e * blockDim.x;
+        ov[e] = c < cols ? ld(o, r, c) : 0.0f;
+        xv[e] = c < cols ? ld(x, r, c) : 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < ADD_NORM_PER; e++) ss += ov[e] * ov[e];
+    const float inv = wo.p ? 1.0f / sqrtf(block_sum(ss) / (float)cols + eps) : 1.0f;
+    float ss2 = 0.0f;
+#pragma unroll
+    for (int e = 0; e < ADD_NORM_PER; e++) {
+        const int64_t c = threadIdx.x + (int64_t)e * blockDim.x;
+        const float add = wo.p ? ov[e] * inv * wov[e] : ov[e];
+        xv[e] = rounded((xv[e] + add) * scale, x.dt);
+        if (c < cols) st(x, r, c, xv[e]);
+        ss2 += xv[e] * xv[e];
+    }
+    if (!h.p) return;
+    const float inv2 = 1.0f / sqrtf(block_sum(ss2) / (float)cols + eps);
+#pragma unroll
+    for (int e = 0; e < ADD_NORM_PER; e++) {
+        const int64_t c = threadIdx.x + (int64_t)e * blockDim.x;
+        if (c < cols) st(h, r, c, xv[e] * inv2 * whv[e]);
+    }
+}
+
+extern "C" cudaError_t cfk_add_norm(cudaStream_t st, cf_tensor x, cf_tensor o, cf_tensor w_o, float scale, cf_tensor h, cf_tensor w_h,
+                                    float eps, float w_offset) {
+    int threads = (int)((x.cols + ADD_NORM_PER - 1) / ADD_NORM_PER);
+    threads = threads < 256 ? 256 : (threads + 31) / 32 * 32;
+    if (threads > 1024) return cudaErrorInvalidValue;   /* rows of at most 8192 values */
+    return launch(add_norm_kernel, dim3((unsigned)x.rows), dim3(threads), 0, st, tv(x), tv(o), tv(w_o), scale, tv(h), tv(w_h), x.cols, eps,
+                  w_offset);
+}
+
+/* One block per (row, head) of q, k and v (blockIdx.y: q heads, then k heads, then v heads): the head's
+ * values in shared memory, RMS-normed where its weight is set (the weights fetched before waiting for the
+ * kernel ahead), turned by RoPE (q, k), written back and, for k and v with a store, written to the cache
+ * slot too (the values as rounded in the tensor). */
+struct QkvPost {
+    TV t[3], w[3];
+    int heads[3], dim[3];
+    float off[3];
+    float eps;
+    TV pos, inv_freq;
+    int half;   /* rot_dim / 2; 0: no RoPE */
+    TV cache[3];   /* [0] unused */
+    TV idx;
+    int pos0, cap;
+};
+
+__global__ void __launch_bounds__(128) qkv_post_kernel(QkvPost a) {
+    __shared__ float buf[CFK_QKV_MAX_HEAD];
+    const int64_t r = blockIdx.x;
+    int which = 0, hd = blockIdx.y;
+    if (hd >= a.heads[0]) {
+        hd -= a.heads[0];
+        which = 1;
+        if (hd >= a.heads[1]) hd -= a.heads[1], which = 2;
+    }
+    const TV t = a.t[which], w = a.w[which];
+    const int d = a.dim[which];
+    const int64_t c0 = (int64_t)hd * d;
+    float wv[CFK_QKV_MAX_HEAD / 128];
+    if (w.p)
+        for (int e = 0, i = threadIdx.x; i < d; i += blockDim.x, e++) wv[e] = ld(w, 0, i) + a.off[which];
+    pdl_wait();
+    pdl_launch_next();
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        const float v = ld(t, r, c0 + i);
+        buf[i] = v;
+        ss += v * v;
+    }
+    if (w.p) {
+        const float inv = 1.0f / sqrtf(block_sum(ss) / (float)d + a.eps);
+        for (int e = 0, i = threadIdx.x; i < d; i += blockDim.x, e++) buf[i] = buf[i] * inv * wv[e];
+    }
+    __syncthreads();
+    float outv[CFK_QKV_MAX_HEAD / 128];
+    const bool rope = which < 2 && a.half > 0;
+    const float p = rope ? (float)((const int32_t *)a.pos.p)[r * a.pos.stride] : 0.0f;
+    for (int e = 0, i = threadIdx.x; i < d; i += blockDim.x, e++) {
+        float v = buf[i];
+        if (rope && i < 2 * a.half) {
+            const int f = i < a.half ? i : i - a.half;
+            float sn, cs;
+            sincosf(p * ld(a.inv_freq, 0, f), &sn, &cs);
+            v = i < a.half ? buf[i] * cs - buf[i + a.half] * sn : buf[i] * cs + buf[i - a.half] * sn;
+        }
+        outv[e] = rounded(v, t.dt);
+    }
+    const TV cache = a.cache[which];
+    int64_t slot = 0;
+    if (cache.p) {
+        slot = a.idx.p ? (int64_t)((const int32_t *)a.idx.p)[r * a.idx.stride] : (int64_t)a.pos0 + r;
+        if (a.cap) slot %= a.cap;
+    }
+    for (int e = 0, i = threadIdx.x; i < d; i += blockDim.x, e++) {
+        st(t, r, c0 + i, outv[e]);
+        if (cache.p) st(cache, slot, c0 + i, outv[e]);
+    }
+}
+
+extern "C" cudaError_t cfk_qkv_post(cudaStream_t st, const cf_qkv_args *q) {
+    const int own = q->own_kv, store = own && q->dest.k_cache.data != NULL;
+    QkvPost a = {};
+    a.t[0] = tv(q->q), a.w[0] = tv(q->q_norm), a.heads[0] = q->n_heads, a.dim[0] = q->head_dim, a.off[0] = q->w_offset;
+    if (own) {
+        a.t[1] = tv(q->k), a.w[1] = tv(q->k_norm), a.heads[1] = q->n_kv_heads, a.dim[1] = q->head_dim, a.off[1] = q->w_offset;
+        if (q->v_norm.data || store) a.t[2] = tv(q->v), a.w[2] = tv(q->v_norm), a.heads[2] = q->n_kv_heads;
+        a.dim[2] = q->v_head_dim, a.off[2] = 0.0f;
+    }
+    if (q->head_dim > CFK_QKV_MAX_HEAD || q->v_head_dim > CFK_QKV_MAX_HEAD) return cudaErrorInvalidValue;
+    a.eps = q->eps;
+    a.pos = tv(q->pos), a.inv_freq = tv(q->inv_freq);
+    a.half = q->rot_dim >= 2 ? q->rot_dim / 2 : 0;
+    if (store) a.cache[1] = tv(q->dest.k_cache), a.cache[2] = tv(q->dest.v_cache);
+    a.idx = tv(q->dest.idx), a.pos0 = q->dest.pos0, a.cap = q->dest.cap;
+    const int heads = a.heads[0] + a.heads[1] + a.heads[2];
+    return launch(qkv_post_kernel, dim3((unsigned)q->q.rows, (unsigned)heads), dim3(128), 0, st, a);
 }
 
 __global__ void convert_kernel(void *dst, int to, const void *src, int from, int64_t n) {

@@ -29,7 +29,8 @@ extern "C" int cfk_gemv_vec_ok(cf_tensor x, cf_tensor w) {
 }
 
 static Seg seg_of(const cfk_gemv_job *j, int s, int64_t r0, int n, int64_t block0) {
-    return Seg{j->w[s].data, j->w[s].stride, j->w[s].rows, block0, tv(cf_rows(j->out[s], r0, n)), tv(j->bias[s]), 0, TV{}};
+    const TV out = j->out[s].data ? tv(cf_rows(j->out[s], r0, n)) : TV{};
+    return Seg{j->w[s].data, j->w[s].stride, j->w[s].rows, block0, out, tv(j->bias[s]), 0, TV{}};
 }
 
 /* The job's RoPEs, then its stores, as launches of their own (when the kernel cannot take them). */
@@ -56,7 +57,7 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
     int vec = cfk_gemv_vec_ok(x, w);
     for (int s = 1; s < j->n_seg; s++) vec &= cfk_gemv_vec_ok(x, j->w[s]) && j->w[s].dtype == w.dtype;
     if (!vec) {   /* the backend fuses only what the vector kernel takes */
-        if (j->n_seg != 1 || j->add.data) return cudaErrorInvalidValue;
+        if (j->n_seg != 1 || glu || j->mul.data) return cudaErrorInvalidValue;
         for (int64_t r0 = 0; r0 < x.rows; r0 += 8) {
             const int n = (int)(x.rows - r0 < 8 ? x.rows - r0 : 8);
             cudaError_t e = launch(gemv_generic_kernel, dim3((unsigned)ceil_div(w.rows, 8)), dim3(256), 0, st, tv(cf_rows(x, r0, n)),
@@ -66,7 +67,7 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
         return rope_and_store(st, j);
     }
     /* RoPE and stores in the kernel, else launches of their own after it */
-    bool fold = !glu && !j->add.data;
+    bool fold = !glu && !j->mul.data;
     for (int s = 0; s < j->n_seg; s++)
         if (j->rope[s]) fold = fold && j->head_dim % 2 == 0 && j->w[s].rows % j->head_dim == 0;
     int64_t units[CFK_MAX_SEG], n_units = 0;   /* a warp's work: two rows (see k_gemv.cuh) */
@@ -92,7 +93,6 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
         g.wpr = wpr;
         g.block_warps = bw;
         g.nseg = j->n_seg;
-        g.add_seg = j->add_seg;
         g.act = (int)j->act;
         int64_t blocks = 0;
         Seg *segs[3] = {&g.s0, &g.s1, &g.s2};
@@ -101,7 +101,7 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
             if (!glu) blocks += ceil_div(units[s], rpb);
         }
         if (glu) blocks = ceil_div(units[0], rpb);
-        if (j->add.data) g.add = tv(cf_rows(j->add, r0, n));
+        if (j->mul.data) g.mul = tv(cf_rows(j->mul, r0, n));
         if (glu) g.glu = tv(cf_rows(j->glu_out, r0, n));
         if (fold) {
             for (int s = 0; s < j->n_seg; s++) {

@@ -6,8 +6,8 @@
  * warps splitting k when the units are too few to fill the GPU or long, per unit; f32 accumulation.
  *
  * One launch serves a cfk_gemv_job: up to 3 products sharing x (q, k, v) as consecutive block ranges,
- * with an optional residual add of one product's result (o_proj/down_proj + residual), or two products
- * paired row by row (gate, up) finished by the GLU. Unaligned shapes and f32 weights take a plain scalar
+ * two products paired row by row (gate, up) finished by the GLU, or one product times act() of a gate
+ * (Gemma's per-layer inputs). Unaligned shapes and f32 weights take a plain scalar
  * kernel, one product per launch.
  *
  * A unit's rows: gate and up row j for the GLU; for products that are rotated (RoPE over whole heads)
@@ -32,9 +32,9 @@ struct Seg {
 struct GemvArgs {
     const void *x;
     int64_t xstride, k;
-    int n, wpr, block_warps, nseg, add_seg, act;   /* block_warps: a multiple of wpr, at most 8 */
+    int n, wpr, block_warps, nseg, act;   /* block_warps: a multiple of wpr, at most 8 */
     Seg s0, s1, s2;
-    TV add, glu;   /* .p NULL: none */
+    TV glu, mul;   /* .p NULL: none */
     /* RoPE: in each head of size 2 * half, (x[i], x[i + half]) of row r turns by pos[r] * inv_freq[i].
      * KV stores: row r goes to slot store_pos[r] % cap, or (store_pos.p NULL) (pos0 + r) % cap */
     TV pos, store_pos;
@@ -43,7 +43,8 @@ struct GemvArgs {
 };
 
 __device__ __forceinline__ int64_t store_slot(const GemvArgs &g, int r) {
-    return (g.store_pos.p ? (int64_t)((const int32_t *)g.store_pos.p)[r * g.store_pos.stride] : (int64_t)g.pos0 + r) % g.cap;
+    const int64_t p = g.store_pos.p ? (int64_t)((const int32_t *)g.store_pos.p)[r * g.store_pos.stride] : (int64_t)g.pos0 + r;
+    return g.cap ? p % g.cap : p;
 }
 
 __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
@@ -88,8 +89,8 @@ __device__ __forceinline__ float act_fn(int act, float g) {
     return 0.5f * g * (1.0f + tanhf(k0 * (g + 0.044715f * g * g * g)));
 }
 
-/* The end of a two-row unit (rows j, j2 of segment S, sums a0, a1 without bias): the GLU, RoPE, stores, the
- * residual add and the KV cache stores. */
+/* The end of a two-row unit (rows j, j2 of segment S, sums a0, a1 without bias): the bias, then the GLU,
+ * the gate, or RoPE and the KV cache stores. */
 template <int NX>
 __device__ __forceinline__ void finish_pair(const GemvArgs &g, const Seg &S, int si, bool glu, int64_t j, int64_t j2, bool row2_ok,
                                             const float (&a0)[NX], const float (&a1)[NX]) {
@@ -102,9 +103,14 @@ __device__ __forceinline__ void finish_pair(const GemvArgs &g, const Seg &S, int
         if (r >= g.n) break;
         float v0 = a0[r] + b0, v1 = a1[r] + b1;
         if (glu) {
-            st(S.out, r, j, v0);
-            st(g.s1.out, r, j, v1);
+            if (S.out.p) st(S.out, r, j, v0);
+            if (g.s1.out.p) st(g.s1.out, r, j, v1);
             st(g.glu, r, j, act_fn(g.act, v0) * v1);
+            continue;
+        }
+        if (g.mul.p) {
+            st(S.out, r, j, act_fn(g.act, v0) * ld(g.mul, r, j));
+            if (row2_ok) st(S.out, r, j2, act_fn(g.act, v1) * ld(g.mul, r, j2));
             continue;
         }
         if (S.rope) {   /* (x_j, x_j2) turned by pos * inv_freq */
@@ -116,10 +122,7 @@ __device__ __forceinline__ void finish_pair(const GemvArgs &g, const Seg &S, int
         }
         st(S.out, r, j, v0);
         if (row2_ok) st(S.out, r, j2, v1);
-        if (g.add.p && si == g.add_seg) {
-            st(g.add, r, j, ld(g.add, r, j) + v0);
-            if (row2_ok) st(g.add, r, j2, ld(g.add, r, j2) + v1);
-        } else if (S.cache.p) {   /* the rounded values, as a store reading out would see them */
+        if (S.cache.p) {   /* the rounded values, as a store reading out would see them */
             const int64_t slot = store_slot(g, r);
             st(S.cache, slot, j, ld(S.out, r, j));
             if (row2_ok) st(S.cache, slot, j2, ld(S.out, r, j2));
