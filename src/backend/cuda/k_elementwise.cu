@@ -268,8 +268,61 @@ __global__ void add_norm_kernel(TV x, TV o, TV wo, float scale, TV h, TV wh, int
     }
 }
 
+/* The decode case, written for latency as rmsnorm_row_kernel is: f32 x and o rows of at most 4 * 1024
+ * values, one 16-byte load of each per thread, the norm weights (both of type WT, either may be absent)
+ * fetched before waiting for the kernel ahead. The same arithmetic as add_norm_kernel. */
+template <typename WT>
+__global__ void add_norm_row_kernel(float *x, int64_t xstride, const float *o, int64_t ostride, const WT *wo, float scale, TV h,
+                                    const WT *wh, int64_t cols, float eps, float off) {
+    const int64_t c = 4 * (int64_t)threadIdx.x;
+    const bool in = c < cols;
+    float wov[4] = {1.0f, 1.0f, 1.0f, 1.0f}, whv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (in && wo)
+#pragma unroll
+        for (int e = 0; e < 4; e++) wov[e] = (float)wo[c + e] + off;
+    if (in && wh)
+#pragma unroll
+        for (int e = 0; e < 4; e++) whv[e] = (float)wh[c + e] + off;
+    pdl_wait();
+    pdl_launch_next();
+    float *xr = x + blockIdx.x * xstride;
+    const float4 o4 = in ? *reinterpret_cast<const float4 *>(o + blockIdx.x * ostride + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float4 x4 = in ? *reinterpret_cast<const float4 *>(xr + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float ov[4] = {o4.x, o4.y, o4.z, o4.w};
+    float xv[4] = {x4.x, x4.y, x4.z, x4.w};
+    const float inv = wo ? 1.0f / sqrtf(block_sum(ov[0] * ov[0] + ov[1] * ov[1] + ov[2] * ov[2] + ov[3] * ov[3]) / (float)cols + eps) : 1.0f;
+    float ss2 = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const float add = wo ? ov[e] * inv * wov[e] : ov[e];
+        xv[e] = (xv[e] + add) * scale;
+        ss2 += xv[e] * xv[e];
+    }
+    if (in) *reinterpret_cast<float4 *>(xr + c) = make_float4(xv[0], xv[1], xv[2], xv[3]);
+    if (!wh) return;
+    const float inv2 = 1.0f / sqrtf(block_sum(ss2) / (float)cols + eps);
+    if (!in) return;
+#pragma unroll
+    for (int e = 0; e < 4; e++) st(h, blockIdx.x, c + e, xv[e] * inv2 * whv[e]);
+}
+
+static bool aligned4(cf_tensor t) { return (uintptr_t)t.data % 16 == 0 && t.stride % 4 == 0; }
+
 extern "C" cudaError_t cfk_add_norm(cudaStream_t st, cf_tensor x, cf_tensor o, cf_tensor w_o, float scale, cf_tensor h, cf_tensor w_h,
                                     float eps, float w_offset) {
+    if (!h.data) w_h.data = NULL;
+    /* the weights' type: both present ones alike, f32 or bf16 */
+    const cf_dtype wt = w_o.data ? w_o.dtype : w_h.data ? w_h.dtype : CF_F32;
+    const bool row = x.dtype == CF_F32 && o.dtype == CF_F32 && x.cols % 4 == 0 && x.cols <= 4096 && aligned4(x) && aligned4(o) &&
+                     (wt == CF_F32 || wt == CF_BF16) && (!w_o.data || w_o.dtype == wt) && (!w_h.data || w_h.dtype == wt);
+    if (row) {
+        const dim3 grid((unsigned)x.rows), block((unsigned)((x.cols / 4 + 31) / 32 * 32));
+        if (wt == CF_F32)
+            return launch(add_norm_row_kernel<float>, grid, block, 0, st, (float *)x.data, x.stride, (const float *)o.data, o.stride,
+                          (const float *)w_o.data, scale, tv(h), (const float *)w_h.data, x.cols, eps, w_offset);
+        return launch(add_norm_row_kernel<__nv_bfloat16>, grid, block, 0, st, (float *)x.data, x.stride, (const float *)o.data, o.stride,
+                      (const __nv_bfloat16 *)w_o.data, scale, tv(h), (const __nv_bfloat16 *)w_h.data, x.cols, eps, w_offset);
+    }
     int threads = (int)((x.cols + ADD_NORM_PER - 1) / ADD_NORM_PER);
     threads = threads < 256 ? 256 : (threads + 31) / 32 * 32;
     if (threads > 1024) return cudaErrorInvalidValue;   /* rows of at most 8192 values */
