@@ -51,6 +51,7 @@ typedef struct cuda_backend {
     int read_n[2];
     int *attn_counters;   /* zeroed; attention's split merge leaves them zeroed */
     unsigned long long *pick_state;   /* zeroed; argmax leaves it zeroed */
+    int *one_seq;   /* {0, 0, 1, 0}: row_seq, seq_start and block table of a batch of one row (decode_as_paged) */
     int capturing;
     cf_backend_ops ops;   /* cuda_ops, less the fused ops where tuning.fused_ops is 0 */
     cinfer_status status;
@@ -502,8 +503,34 @@ static void cuda_attention(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor
     attention(CB(be), out, q, k, v, a, NULL, a->window > 0 && a->window < last ? a->window : last);
 }
 
+static void cuda_attention_paged(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_paged_attn_args *a,
+                                 const cf_batch_view *bv);
+
+/* One query over a cache that holds every position (window 0: slot = position) at head size 512, which the
+ * decode kernels of k_attention.cu do not take (their generic split kernel ran Gemma-4-E4B's full-attention
+ * layers at 76 us each at ~200 keys on the H200): the paged decode kernel takes it, the cache seen as one
+ * sequence whose one block is the whole cache (block size cap, table {0}). */
+static int decode_as_paged(cf_tensor k, cf_tensor v, const cf_attn_args *a) {
+    return a->n_q == 1 && a->window == 0 && a->head_dim == 512 && a->v_head_dim == 512 && k.dtype == v.dtype &&
+           (k.dtype == CF_BF16 || k.dtype == CF_F16);
+}
+
 static void cuda_attention_pos(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a, cf_tensor pos) {
-    attention(CB(be), out, q, k, v, a, pos.data, a->window > 0 && a->window < a->cap ? a->window : a->cap);
+    cuda_backend *b = CB(be);
+    if (decode_as_paged(k, v, a)) {
+        const cf_batch_view bv = {.pos = pos,
+                                  .row_seq = {.data = b->one_seq, .dtype = CF_I32, .rows = 1, .cols = 1, .stride = 1},
+                                  .seq_start = {.data = b->one_seq + 1, .dtype = CF_I32, .rows = 2, .cols = 1, .stride = 1},
+                                  .slot = pos,   /* unread by attention_paged */
+                                  .block_table = {.data = b->one_seq + 3, .dtype = CF_I32, .rows = 1, .cols = 1, .stride = 1},
+                                  .n_rows = 1, .n_seqs = 1, .max_rows_per_seq = 1};
+        const cf_paged_attn_args pa = {.n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads, .head_dim = a->head_dim,
+                                       .v_head_dim = a->v_head_dim, .block_size = a->cap, .table_cols = 1, .max_keys = a->cap,
+                                       .window = 0, .scale = a->scale, .softcap = a->softcap};
+        cuda_attention_paged(be, out, q, k, v, &pa, &bv);
+        return;
+    }
+    attention(b, out, q, k, v, a, pos.data, a->window > 0 && a->window < a->cap ? a->window : a->cap);
 }
 
 /* cap 0: row i to slot[i] itself */
@@ -671,8 +698,12 @@ static cinfer_status setup(cuda_backend *b, const cf_backend_params *p, cinfer_e
     if (!b->attn_counters) return oom(b, CFK_ATTN_COUNTERS * sizeof(int), "attention counters", err);
     b->pick_state = dev_alloc(b, CFK_PICK_ROWS * 2 * sizeof(unsigned long long));
     if (!b->pick_state) return oom(b, CFK_PICK_ROWS * 2 * sizeof(unsigned long long), "argmax state", err);
+    static const int one_seq[4] = {0, 0, 1, 0};
+    b->one_seq = dev_alloc(b, sizeof one_seq);
+    if (!b->one_seq) return oom(b, sizeof one_seq, "a batch table", err);
     e = cudaMemsetAsync(b->attn_counters, 0, CFK_ATTN_COUNTERS * sizeof(int), b->stream);
     if (e == cudaSuccess) e = cudaMemsetAsync(b->pick_state, 0, CFK_PICK_ROWS * 2 * sizeof(unsigned long long), b->stream);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(b->one_seq, one_seq, sizeof one_seq, cudaMemcpyHostToDevice, b->stream);
     if (e != cudaSuccess) return cf_fail(err, CINFER_E_DEVICE, "CUDA memset: %s", cudaGetErrorString(e));
     cublasStatus_t bs = cublasCreate(&b->blas);
     if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(b->blas, b->stream);
