@@ -261,13 +261,15 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *   attn_group_splits CINFER_ATTN_GROUP_SPLITS  64: its key splits at most (1 to 64)
  *   paged_mma_group   CINFER_PAGED_MMA_GROUP    0: paged decode attention on CUDA cores; n: tensor cores (n blocks per SM)
  *   paged_sm_blocks   CINFER_PAGED_SM_BLOCKS    4: blocks per SM the paged decode kernel sizes its key splits for
+ *   attn_paged_d512   CINFER_ATTN_PAGED_D512    1: decode attention_pos at head size 512 runs the paged decode kernel; 0: the
+ *                                               generic split kernel
  * The measurements behind the CUDA defaults are noted where cuda_backend.c applies them. */
 typedef struct cf_tuning {
     int fused_ops, decode_graphs;
     int cuda_direct_alloc, cuda_f32_act, pdl;
     int gemv_unroll, gemv_max_rows, gemv_warps, gemv_block_warps;
     int attn_bc, attn_hpb, attn_group, attn_group_splits;
-    int paged_mma_group, paged_sm_blocks;
+    int paged_mma_group, paged_sm_blocks, attn_paged_d512;
 } cf_tuning;
 
 cf_tuning cf_tuning_defaults(void);

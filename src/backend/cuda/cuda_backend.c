@@ -52,6 +52,7 @@ typedef struct cuda_backend {
     int *attn_counters;   /* zeroed; attention's split merge leaves them zeroed */
     unsigned long long *pick_state;   /* zeroed; argmax leaves it zeroed */
     int *one_seq;   /* {0, 0, 1, 0}: row_seq, seq_start and block table of a batch of one row (decode_as_paged) */
+    int paged_d512;   /* tuning.attn_paged_d512 */
     int capturing;
     cf_backend_ops ops;   /* cuda_ops, less the fused ops where tuning.fused_ops is 0 */
     cinfer_status status;
@@ -510,14 +511,14 @@ static void cuda_attention_paged(cf_backend *be, cf_tensor out, cf_tensor q, cf_
  * decode kernels of k_attention.cu do not take (their generic split kernel ran Gemma-4-E4B's full-attention
  * layers at 76 us each at ~200 keys on the H200): the paged decode kernel takes it, the cache seen as one
  * sequence whose one block is the whole cache (block size cap, table {0}). */
-static int decode_as_paged(cf_tensor k, cf_tensor v, const cf_attn_args *a) {
-    return a->n_q == 1 && a->window == 0 && a->head_dim == 512 && a->v_head_dim == 512 && k.dtype == v.dtype &&
+static int decode_as_paged(const cuda_backend *b, cf_tensor k, cf_tensor v, const cf_attn_args *a) {
+    return b->paged_d512 && a->n_q == 1 && a->window == 0 && a->head_dim == 512 && a->v_head_dim == 512 && k.dtype == v.dtype &&
            (k.dtype == CF_BF16 || k.dtype == CF_F16);
 }
 
 static void cuda_attention_pos(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a, cf_tensor pos) {
     cuda_backend *b = CB(be);
-    if (decode_as_paged(k, v, a)) {
+    if (decode_as_paged(b, k, v, a)) {
         const cf_batch_view bv = {.pos = pos,
                                   .row_seq = {.data = b->one_seq, .dtype = CF_I32, .rows = 1, .cols = 1, .stride = 1},
                                   .seq_start = {.data = b->one_seq + 1, .dtype = CF_I32, .rows = 2, .cols = 1, .stride = 1},
@@ -766,6 +767,7 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     if (!t->fused_ops) b->ops.qkv = NULL, b->ops.matmul_glu = NULL, b->ops.matmul_gated = NULL, b->ops.add_norm = NULL;
     b->base.ops = &b->ops;
     b->base.act_dtype = t->cuda_f32_act ? CF_F32 : CF_BF16;
+    b->paged_d512 = t->attn_paged_d512;
     b->base.n_threads = 1;
     b->base.prefill_chunk = 4096;   /* measured on the H200 (cuda_bench): 4096 tokens at 59% of the GEMM rate in 4096-token passes, 37% in 256 */
     b->device = p->gpu_index;
