@@ -22,7 +22,7 @@ def short(name, cache={}):
             d = subprocess.run(["c++filt"], input=name, capture_output=True, text=True).stdout.strip()
         except OSError:
             d = name
-        d = re.sub(r"\(.*\)$", "", d)
+        d = re.sub(r"\(.*\)$", "", d.replace("(anonymous namespace)::", ""))
         cache[name] = d[:90]
     return cache[name]
 
