@@ -1,6 +1,7 @@
 /* metrics.c: the server's counters and histograms (metrics.h) and their Prometheus text format. */
 #include "server/metrics.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const int statuses[CF_METRICS_STATUSES] = {200, 400, 401, 404, 405, 408, 413, 422, 429, 500, 503, 0};

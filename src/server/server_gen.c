@@ -28,37 +28,6 @@ static void random_id(char *out, size_t cap, const char *prefix) {
     out[n] = 0;
 }
 
-/* The HTTP status of a session that could not open, or of a generation that failed. */
-static int status_of(cinfer_status st) {
-    switch (st) {
-    case CINFER_E_BUSY:
-    case CINFER_E_CANCELLED: return 503;
-    case CINFER_E_INTERNAL:
-    case CINFER_E_DEVICE:
-    case CINFER_E_NO_DEVICE:
-    case CINFER_E_IO:
-    case CINFER_E_FORMAT:
-    case CINFER_E_NOT_A_NUMBER: return 500;
-    default: return 400;  /* the request's values, or one whose prompt and max_tokens can never fit (OUT_OF_MEMORY) */
-    }
-}
-
-static const char *param_of(cinfer_status st, cf_api_kind kind) {
-    switch (st) {
-    case CINFER_E_MAX_TOKENS: return "max_tokens";
-    case CINFER_E_TEMPERATURE: return "temperature";
-    case CINFER_E_TOP_K: return "top_k";
-    case CINFER_E_TOP_P: return "top_p";
-    case CINFER_E_MIN_P: return "min_p";
-    case CINFER_E_TOP_LOGPROBS: return "top_logprobs";
-    case CINFER_E_EMPTY_PROMPT:
-    case CINFER_E_CONTEXT_OVERFLOW:
-    case CINFER_E_TOKEN_OUT_OF_RANGE:
-    case CINFER_E_TEMPLATE: return kind == CF_API_COMPLETIONS ? "prompt" : "messages";
-    default: return "";
-    }
-}
-
 /* ---- under g->mu ---- */
 
 static int writable(const cf_gen *g) { return !g->conn_gone && !g->broken && !g->discard; }
@@ -96,7 +65,8 @@ static void mark_resumed(cf_gen *g) {
     atomic_fetch_sub(&g->srv->n_suspended, 1);
 }
 
-/* A choice's result: metrics, token counts, and the error a non-streaming answer reports. */
+/* A choice's result: metrics, token counts, and whether it was cancelled (a non-streaming answer is then
+ * an error: the connection is alive, so the server is stopping). */
 static void account(cf_gen *g, const cinfer_result *res) {
     cf_metrics *m = &g->srv->metrics;
     g->prompt_tokens += res->usage.prompt_tokens;
@@ -105,16 +75,7 @@ static void account(cf_gen *g, const cinfer_result *res) {
                        : res->outcome == CINFER_OUTCOME_FAILED  ? CF_GEN_FAILED
                                                                 : CF_GEN_CANCELLED;
     cf_metrics_generation(m, o, res->usage.prompt_tokens, res->usage.cached_tokens);
-    if (g->failed || o == CF_GEN_COMPLETED) return;
-    g->failed = 1;
-    if (o == CF_GEN_FAILED) {
-        g->fail_err.status = status_of(res->error.code) == 400 ? 500 : status_of(res->error.code);
-        snprintf(g->fail_err.message, sizeof g->fail_err.message, "generation failed: %s", res->error.message);
-    } else {
-        g->fail_err.status = 503;
-        snprintf(g->fail_err.message, sizeof g->fail_err.message, "the request was cancelled (%s): the server is stopping",
-                 cinfer_cancel_reason_name(res->cancel_reason));
-    }
+    if (o == CF_GEN_CANCELLED) g->stopped = 1;
 }
 
 /* ---- life ---- */
@@ -275,17 +236,17 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
     }
 }
 
-/* A non-streaming answer once every choice has ended: the body, or the error of a choice that failed. */
+/* A non-streaming answer once every choice has ended: the body, in the status the writer gives it (an
+ * error body when a choice failed). */
 static enum MHD_Result answer_whole(cf_req *r) {
     cf_gen *g = r->gen;
     close_choices(g);
     pthread_mutex_lock(&g->mu);
-    cf_api_error e = g->fail_err;
-    const int failed = g->failed, ok = !g->broken && g->finished && g->out.len;
+    const int stopped = g->stopped, ok = !g->broken && g->finished && g->out.len;
     pthread_mutex_unlock(&g->mu);
-    if (failed) return cf_respond_error(r, e.status, NULL, "%s", e.message);
+    if (stopped) return cf_respond_error(r, 503, NULL, "the request was cancelled: the server is stopping");
     if (!ok) return cf_respond_error(r, 500, NULL, "the response could not be written (out of memory)");
-    return cf_respond(r, 200, "application/json", g->out.data, g->out.len);
+    return cf_respond(r, cf_api_writer_http_status(g->w), "application/json", g->out.data, g->out.len);
 }
 
 enum MHD_Result cf_gen_resumed(cf_req *r) {
@@ -362,7 +323,10 @@ enum MHD_Result cf_gen_start(cf_req *r) {
         return cf_respond_error(r, 500, NULL, "cannot write the response (out of memory)");
     }
     st = open_sessions(g, e, &err);
-    if (st != CINFER_OK) return cf_respond_error(r, status_of(st), param_of(st, kind), "%s", err.message);
+    if (st != CINFER_OK) {
+        cf_api_error_from_status(kind, st, err.message, &ae);
+        return respond_api_error(r, &ae);
+    }
     if (g->stream) {
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, read_stream, g, NULL);
         if (!resp) return MHD_NO;

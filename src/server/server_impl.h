@@ -102,8 +102,7 @@ struct cf_gen {
     int finished;                /* cf_api_writer_finish done */
     int suspended;               /* MHD holds the connection suspended */
     int resume_asked;
-    int failed;                  /* a choice ended FAILED (or CANCELLED by the engine closing): its error */
-    cf_api_error fail_err;
+    int stopped;                 /* a choice was cancelled while the connection lived (the server is stopping) */
     cf_buf out;                  /* bytes to send */
     double t_start;
     char id[48], fingerprint[32];
