@@ -20,6 +20,11 @@ cinfer_status cf_chat_messages_json(const cinfer_request *r, char **json, cinfer
 cinfer_status cf_chat_render(const cinfer_model *m, const cinfer_request *r, char **text, size_t *len,
                              cinfer_error *err);
 
+/* The same with a given template (the tests render fixture templates without a model). */
+typedef struct cf_chat_template cf_chat_template;
+cinfer_status cf_chat_render_with(const cf_chat_template *ct, const cinfer_request *r, char **text, size_t *len,
+                                  cinfer_error *err);
+
 /* The model's reply format, from its chat template and vocabulary. */
 cf_chat_format cf_model_chat_format(const cinfer_model *m);
 

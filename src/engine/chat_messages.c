@@ -1,6 +1,7 @@
 /* chat_messages.c: a chat request as its template sees it. The messages (with tool calls, tool results
  * and their ids) become the JSON array `messages`, tools_json becomes `tools` and template_kwargs_json's
- * members become variables, as transformers' apply_chat_template passes them. Each tool call's
+ * members become variables, as transformers' apply_chat_template passes them. A NULL content (an
+ * assistant message of tool calls) is "", as vLLM hands it to string templates. Each tool call's
  * function.arguments, sent by OpenAI clients as JSON text, is handed over as the value it holds (as vLLM
  * does), so a template that writes it with tojson does not encode it twice. */
 #include "engine/chat.h"
@@ -84,9 +85,7 @@ static cinfer_status add_string(cJSON *o, const char *key, const char *v, cinfer
 static cinfer_status message_object(const cinfer_message *m, size_t i, cJSON *o, cinfer_error *err) {
     CF_TRY(check_message(m, i, err));
     CF_TRY(add_string(o, "role", m->role, err));
-    if (m->content) CF_TRY(add_string(o, "content", m->content, err));
-    else if (!cJSON_AddNullToObject(o, "content"))
-        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the chat messages");
+    CF_TRY(add_string(o, "content", m->content ? m->content : "", err));
     if (m->tool_calls_json) {
         cJSON *calls = parse_whole(m->tool_calls_json);
         if (!calls) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "messages[%zu].tool_calls_json is not valid JSON", i);
@@ -161,12 +160,17 @@ cinfer_status cf_chat_check(const cinfer_request *r, cinfer_error *err) {
 cinfer_status cf_chat_render(const cinfer_model *m, const cinfer_request *r, char **text, size_t *len,
                              cinfer_error *err) {
     if (!m->tmpl) return cf_fail(err, CINFER_E_TEMPLATE, "this model folder has no usable chat template");
+    return cf_chat_render_with(m->tmpl, r, text, len, err);
+}
+
+cinfer_status cf_chat_render_with(const cf_chat_template *ct, const cinfer_request *r, char **text, size_t *len,
+                                  cinfer_error *err) {
     CF_TRY(cf_chat_check(r, err));
     char *json;
     CF_TRY(cf_chat_messages_json(r, &json, err));
     cf_chat_request cr = {.messages_json = json, .tools_json = r->tools_json,
                           .add_generation_prompt = r->add_generation_prompt, .kwargs_json = r->template_kwargs_json};
-    cinfer_status st = cf_chat_template_render(m->tmpl, &cr, NULL, text, len, err);
+    cinfer_status st = cf_chat_template_render(ct, &cr, NULL, text, len, err);
     cJSON_free(json);
     return st;
 }
