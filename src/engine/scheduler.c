@@ -149,7 +149,7 @@ static cinfer_status prepare(cinfer_engine *e, cinfer_session *s, cinfer_error *
         s->logits = malloc((size_t)m->hp.vocab * sizeof *s->logits);
         if (!s->logits) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the logits of %d tokens", m->hp.vocab);
     }
-    if (e->model->tok && !q->ids_only) CF_TRY(cf_detok_create(cf_detok_tokenizer_decode, e->model->tok, 1, &s->detok, err));
+    if (e->model->tok && !q->ids_only) CF_TRY(cf_detok_create(cf_detok_tokenizer_decode, e->model->tok, !q->keep_special, &s->detok, err));
     if (q->n_stop) CF_TRY(cf_stop_create((const char *const *)q->stop, q->n_stop, NULL, 0, &s->stop, err));
     return CINFER_OK;
 }
