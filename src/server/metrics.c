@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const int statuses[CF_METRICS_STATUSES] = {200, 400, 401, 404, 405, 408, 413, 422, 429, 500, 503, 0};
+static const int statuses[CF_METRICS_STATUSES] = {200, 400, 401, 404, 405, 413, 422, 429, 499, 500, 503, 0};
 
 static const double ttft_bounds[CF_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                                     1,     2.5,  5,     10,   20,  40,   80};

@@ -203,8 +203,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         return MHD_YES;
     }
     if (*upload_size) {
-        if (r->body.len + *upload_size > s->p.max_body)
-            return cf_respond_error(r, 413, NULL, "the request body is over the limit of %zu bytes", s->p.max_body);
+        if (r->body.len + *upload_size > s->p.max_body) {
+            /* A body without Content-Length (chunked) passing the limit: libmicrohttpd cannot answer in the
+             * middle of a body, so the connection is closed without reading the rest. */
+            r->status = 413;
+            return MHD_NO;
+        }
         if (cf_buf_append(&r->body, upload_data, *upload_size)) return MHD_NO;
         *upload_size = 0;
         return MHD_YES;
@@ -249,7 +253,8 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
         r->completion_tokens = r->gen->completion_tokens;
         cf_gen_detach(r->gen);
     }
-    cf_metrics_request(&s->metrics, r->route, r->status ? r->status : 500);
+    if (!r->status) r->status = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 500 : 499;  /* 499: the client closed first */
+    cf_metrics_request(&s->metrics, r->route, r->status);
     cf_metrics_in_flight(&s->metrics, -1);
     log_request(r, toe);
     cf_buf_free(&r->body);
@@ -294,7 +299,7 @@ static void cancel_hung_up(struct pollfd *pf, cf_conn **pc, int n) {
     if (n && poll(pf, (nfds_t)n, 0) > 0)
         for (int i = 0; i < n; i++)
             if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-                cf_gen_cancel(pc[i]->gen);
+                cf_gen_cancel(pc[i]->gen, 1);
                 pc[i]->gen = NULL;
             }
 }
@@ -429,13 +434,13 @@ cinfer_status cf_server_start(cinfer_model *model, cinfer_engine *engine, const 
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)p->threads,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)p->idle_timeout_s,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                             MHD_OPTION_END);
     int e = errno;
     freeaddrinfo(ai);
@@ -474,7 +479,7 @@ void cf_server_stop(cf_server *s) {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
-    for (cf_gen *g = s->gens; g; g = g->next) cf_gen_cancel(g);
+    for (cf_gen *g = s->gens; g; g = g->next) cf_gen_cancel(g, 0);
     pthread_mutex_unlock(&s->mu);
     int lfd = MHD_quiesce_daemon(s->d);
     if (lfd >= 0) close(lfd);

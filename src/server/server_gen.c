@@ -242,8 +242,13 @@ static enum MHD_Result answer_whole(cf_req *r) {
     cf_gen *g = r->gen;
     close_choices(g);
     pthread_mutex_lock(&g->mu);
-    const int stopped = g->stopped, ok = !g->broken && g->finished && g->out.len;
+    const int stopped = g->stopped, hung_up = g->hung_up, ok = !g->broken && g->finished && g->out.len;
     pthread_mutex_unlock(&g->mu);
+    if (hung_up) {
+        enum MHD_Result res = cf_respond_error(r, 503, NULL, "the request was cancelled: the client hung up");
+        r->status = 499;
+        return res;
+    }
     if (stopped) return cf_respond_error(r, 503, NULL, "the request was cancelled: the server is stopping");
     if (!ok) return cf_respond_error(r, 500, NULL, "the response could not be written (out of memory)");
     return cf_respond(r, cf_api_writer_http_status(g->w), "application/json", g->out.data, g->out.len);
@@ -356,8 +361,9 @@ void cf_gen_detach(cf_gen *g) {
     unref_unlock(g);
 }
 
-void cf_gen_cancel(cf_gen *g) {
+void cf_gen_cancel(cf_gen *g, int client_gone) {
     pthread_mutex_lock(&g->mu);
+    g->hung_up |= client_gone;
     cancel_locked(g);
     pthread_mutex_unlock(&g->mu);
 }

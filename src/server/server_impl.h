@@ -102,7 +102,8 @@ struct cf_gen {
     int finished;                /* cf_api_writer_finish done */
     int suspended;               /* MHD holds the connection suspended */
     int resume_asked;
-    int stopped;                 /* a choice was cancelled while the connection lived (the server is stopping) */
+    int stopped;                 /* a choice was cancelled while the connection lived */
+    int hung_up;                 /* the reaper saw the client hang up */
     cf_buf out;                  /* bytes to send */
     double t_start;
     char id[48], fingerprint[32];
@@ -133,7 +134,7 @@ enum MHD_Result cf_gen_start(cf_req *r);
 enum MHD_Result cf_gen_resumed(cf_req *r);
 /* MHD completed the request: the generation loses its connection (and is cancelled if still running). */
 void cf_gen_detach(cf_gen *g);
-/* Cancels every session of g (thread-safe). */
-void cf_gen_cancel(cf_gen *g);
+/* Cancels every session of g (thread-safe): the server is stopping, or (client_gone) its client hung up. */
+void cf_gen_cancel(cf_gen *g, int client_gone);
 
 #endif

@@ -362,8 +362,8 @@ static void test_auth(int port) {
     resp_free(&r);
 }
 
-/* The limit is 1024 bytes: a larger Content-Length is refused before any of the body is sent, so is a
- * chunked body once it passes the limit; Expect: 100-continue gets 413 instead of 100. */
+/* The limit is 1024 bytes: a larger Content-Length is refused before any of the body is sent (Expect:
+ * 100-continue gets 413 instead of 100); a chunked body is cut off once it passes the limit. */
 static void test_body_limit(int port) {
     int fd = connect_port(port);
     resp r;
@@ -389,9 +389,11 @@ static void test_body_limit(int port) {
     char size[16];
     snprintf(size, sizeof size, "%zx\r\n", sizeof chunk);
     for (int i = 0; i < 2; i++) send_str(fd, size), send_all(fd, chunk, sizeof chunk), send_str(fd, "\r\n");
-    CHECK(!read_resp(fd, &r) && r.status == 413, "chunked body over the limit: %d", r.status);
-    resp_free(&r);
+    /* libmicrohttpd cannot answer in the middle of a body: the connection is closed instead */
+    CHECK(wait_closed(fd, 2) >= 0, "a chunked body over the limit is cut off");
     close(fd);
+    CHECK(!request(port, "GET", "/health", NULL, NULL, &r) && r.status == 200, "healthy after the refused bodies");
+    resp_free(&r);
 }
 
 /* header_timeout 2 s, idle 1 s: a silent connection is closed as idle; one trickling a header byte every
