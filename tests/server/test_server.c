@@ -495,9 +495,12 @@ static void test_disconnects(int port) {
 
     fd = open_long_stream(port, 0);
     CHECK(fd >= 0, "a long non-streaming request sent");
-    sleep_s(0.1);
     cinfer_engine_stats st;
-    cinfer_engine_get_stats(engine, &st);
+    t0 = now_s();
+    do {
+        sleep_s(0.01);
+        cinfer_engine_get_stats(engine, &st);
+    } while (st.running != 1 && now_s() - t0 < 5);
     CHECK(st.running == 1, "it runs (%d running)", st.running);
     if (fd >= 0) close(fd);
     t0 = now_s();
