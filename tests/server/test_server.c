@@ -4,7 +4,7 @@
  * answer whole and streamed, a stream that does not block other requests, clients that disconnect
  * mid-generation (their sessions cancelled, nothing left running), stopping with requests in flight, and
  * 429 when the engine's queue is full.
- *   test_server MODEL_DIR */
+ *   test_server MODEL_DIR          (CINFER_TEST_THREADS: CPU threads, default 2) */
 #define _GNU_SOURCE
 #include "check.h"
 #include "server/server.h"
@@ -592,7 +592,8 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     cinfer_error err = {0};
     cinfer_model_params mp = cinfer_model_default_params();
-    mp.n_threads = 2;
+    const char *nt = getenv("CINFER_TEST_THREADS");  /* ThreadSanitizer runs use 1: libgomp is not instrumented */
+    mp.n_threads = nt ? atoi(nt) : 2;
     cinfer_engine_params ep = cinfer_engine_default_params();
     ep.max_batch = 8;
     if (cinfer_model_load(argv[1], &mp, &model, &err) != CINFER_OK || cinfer_engine_create(model, &ep, &engine, &err) != CINFER_OK) {
