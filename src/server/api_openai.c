@@ -3,6 +3,7 @@
  * events, and the chat.completion / text_completion bodies. */
 #include "server/api_writer.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
