@@ -72,6 +72,7 @@ typedef struct cf_api_meta {
  * serializes them. */
 typedef struct cf_api_writer cf_api_writer;
 
+/* r must outlive the writer; meta's strings are copied. */
 cinfer_status cf_api_writer_create(const cf_api_request *r, const cf_api_meta *meta, cf_api_writer **out,
                                    cinfer_error *err);
 /* Before any event: OpenAI's first chunk of each choice (role), Anthropic's message_start. */

@@ -31,10 +31,14 @@ static int block_text(cf_api_ctx *c, const cJSON *content, const char *param, co
         if (!text) return cf_api_fail(c->err, 400, q, "%s is required", q);
         total += strlen(text);
     }
-    char *joined = cf_arena_alloc(c->arena, total + 1);
+    char *joined = cf_arena_alloc(c->arena, total + 1), *w = joined;
     if (!joined) return cf_api_oom(c->err);
-    for (const cJSON *b = content->child; b; b = b->next)
-        strcat(joined, cJSON_GetObjectItemCaseSensitive(b, "text")->valuestring);
+    for (const cJSON *b = content->child; b; b = b->next) {
+        const char *t = cJSON_GetObjectItemCaseSensitive(b, "text")->valuestring;
+        size_t n = strlen(t);
+        memcpy(w, t, n);
+        w += n;
+    }
     *out = joined;
     return 0;
 }
@@ -57,11 +61,12 @@ typedef struct msg_out {
     size_t n;
 } msg_out;
 
-static int push(cf_api_ctx *c, msg_out *o, const char *role, const char *content) {
+/* The next message (o has room for every message a request can make). */
+static cinfer_message *push(msg_out *o, const char *role, const char *content) {
     cinfer_message *m = &o->m[o->n++];
     m->role = role;
     m->content = content;
-    return 0;
+    return m;
 }
 
 static int tool_result(cf_api_ctx *c, const cJSON *msgs, int i, const cJSON *b, const char *p, msg_out *o) {
@@ -73,8 +78,7 @@ static int tool_result(cf_api_ctx *c, const cJSON *msgs, int i, const cJSON *b, 
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(b, "content");
     snprintf(q, sizeof q, "%s.content", p);
     if (content && !cJSON_IsNull(content) && block_text(c, content, q, &text)) return -1;
-    push(c, o, "tool", text);
-    cinfer_message *m = &o->m[o->n - 1];
+    cinfer_message *m = push(o, "tool", text);
     const char *name = tool_name_of(msgs, i, id);
     if (!(m->tool_call_id = cf_arena_strdup(c->arena, id)) || (name && !(m->name = cf_arena_strdup(c->arena, name))))
         return cf_api_oom(c->err);
@@ -119,8 +123,7 @@ static int flush_text(cf_api_ctx *c, msg_out *o, const char *role, cf_buf *text,
     if (!text->len && !tool_calls && !always) return 0;
     const char *content = tool_calls && !text->len ? NULL : cf_arena_strndup(c->arena, text->len ? text->data : "", text->len);
     if (!tool_calls && !content) return cf_api_oom(c->err);
-    push(c, o, role, content);
-    o->m[o->n - 1].tool_calls_json = tool_calls;
+    push(o, role, content)->tool_calls_json = tool_calls;
     cf_buf_consume(text, text->len);
     return 0;
 }
@@ -164,7 +167,9 @@ static int convert_message(cf_api_ctx *c, const cJSON *msgs, int i, const cJSON 
     snprintf(q, sizeof q, "%s.content", p);
     if (cJSON_IsString(content)) {
         const char *t = cf_arena_strdup(c->arena, content->valuestring);
-        return t ? push(c, o, role, t) : cf_api_oom(c->err);
+        if (!t) return cf_api_oom(c->err);
+        push(o, role, t);
+        return 0;
     }
     if (!cJSON_IsArray(content))
         return cf_api_fail(c->err, 400, q, "%s must be a string or an array of content blocks, not %s", q,
@@ -285,7 +290,7 @@ int cf_api_parse_messages(cf_api_ctx *c, const cJSON *root, cf_api_request *r, c
     if (system && !cJSON_IsNull(system)) {
         const char *text;
         if (block_text(c, system, "system", &text)) return -1;
-        push(c, &o, "system", text);
+        push(&o, "system", text);
     }
     int i = 0;
     for (const cJSON *m = msgs->child; m; m = m->next, i++)

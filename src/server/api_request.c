@@ -224,8 +224,9 @@ int cf_api_parse(cf_api_kind kind, const char *body, size_t len, const cf_api_li
                            (size_t)(end - body));
     }
     if (!cJSON_IsObject(root)) {
+        cf_api_fail(err, 400, NULL, "the request body must be a JSON object, not %s", cf_api_type_name(root));
         cJSON_Delete(root);
-        return cf_api_fail(err, 400, NULL, "the request body must be a JSON object, not %s", cf_api_type_name(root));
+        return -1;
     }
     cf_api_request *r = calloc(1, sizeof *r);
     cf_api_storage *st = calloc(1, sizeof *st);

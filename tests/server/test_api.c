@@ -417,6 +417,52 @@ static void malformed(void) {
     free(br);
 }
 
+/* Bodies with bytes flipped, dropped or duplicated: each is parsed or refused with a status and a message. */
+static void mutations(void) {
+    static const struct {
+        cf_api_kind kind;
+        const char *body;
+    } seeds[] = {
+        {CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]},{\"role\":\"assistant\","
+                      "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+                      "{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"r\"}],\"tools\":[{\"type\":\"function\",\"function\":"
+                      "{\"name\":\"f\",\"parameters\":{}}}],\"stop\":[\"x\"],\"logit_bias\":{\"4\":1},\"n\":2,\"seed\":3}"},
+        {CF_API_COMPLETIONS, "{\"prompt\":[[1,2],[3]],\"echo\":true,\"n\":2,\"max_tokens\":3,\"stop\":\"z\"}"},
+        {CF_API_MESSAGES, "{\"max_tokens\":5,\"system\":[{\"type\":\"text\",\"text\":\"s\"}],\"messages\":[{\"role\":\"assistant\","
+                          "\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":{\"a\":[1]}}]},{\"role\":\"user\","
+                          "\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t\",\"content\":\"r\"}]}],\"tools\":[{\"name\":\"f\","
+                          "\"input_schema\":{}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"f\"}}"},
+    };
+    static const char alphabet[] = "{}[]\",:0-9.eE tfn\\u\x00\xc3\xff";
+    uint64_t s = 12345;
+    int parsed = 0, refusals = 0;
+    for (size_t k = 0; k < sizeof seeds / sizeof *seeds; k++)
+        for (int round = 0; round < 3000; round++) {
+            char buf[1024];
+            size_t n = strlen(seeds[k].body);
+            memcpy(buf, seeds[k].body, n);
+            for (int edits = 1 + round % 3; edits > 0; edits--) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                size_t at = (s >> 33) % n;
+                int op = (int)((s >> 20) % 3);
+                if (op == 0) buf[at] = alphabet[(s >> 40) % (sizeof alphabet - 1)];
+                else if (op == 1 && n > 1) memmove(buf + at, buf + at + 1, n-- - at - 1);
+                else if (n + 1 < sizeof buf) memmove(buf + at + 1, buf + at, n++ - at);
+            }
+            cf_api_request *r = NULL;
+            cf_api_error e;
+            if (cf_api_parse(seeds[k].kind, buf, n, &LIM, model, &r, &e) == 0) {
+                parsed++;
+                CHECK(r && r->n_reqs > 0, "a parsed request has choices");
+                cf_api_request_free(r);
+            } else {
+                refusals++;
+                CHECK(!r && e.status >= 400 && e.message[0], "a refusal has a status and a message");
+            }
+        }
+    CHECK(parsed > 0 && refusals > 0, "mutations: %d parsed, %d refused", parsed, refusals);
+}
+
 static void errors(void) {
     cf_api_error e = {.status = 400};
     snprintf(e.param, sizeof e.param, "messages[0].role");
@@ -471,6 +517,7 @@ int main(int argc, char **argv) {
     completions();
     messages();
     malformed();
+    mutations();
     errors();
     cinfer_model_free(model);
     printf("%d checks, %d failures\n", checks, failures);
