@@ -133,14 +133,14 @@ static void set_phase(cf_server *s, cf_conn *c, cf_conn_phase ph) {
 }
 
 /* The request is complete: answer it. */
-static enum MHD_Result dispatch(cf_req *r, const char *model_id) {
+static enum MHD_Result dispatch(cf_req *r) {
     cf_server *s = r->srv;
     set_phase(s, r->conn, CF_CONN_BUSY);
     switch (r->route) {
     case CF_ROUTE_HEALTH: return cf_route_health(r);
     case CF_ROUTE_PAGE: return cf_route_page(r);
     case CF_ROUTE_METRICS: return cf_route_metrics(r);
-    case CF_ROUTE_MODELS: return cf_route_models(r, model_id);
+    case CF_ROUTE_MODELS: return cf_route_models(r, r->model_id);
     default: break;
     }
     if (!atomic_load(&s->model)) return cf_respond_error(r, 503, NULL, "the model is still loading; try again shortly");
@@ -188,8 +188,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         r->t_start = cf_server_now();
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->path, sizeof r->path, "%s", url);
-        const char *model_id;
-        r->route = route_of(url, &model_id);
+        r->route = route_of(r->path, &r->model_id);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         r->conn = ci ? ci->socket_context : NULL;
         set_phase(s, r->conn, CF_CONN_BODY);
@@ -213,9 +212,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         *upload_size = 0;
         return MHD_YES;
     }
-    const char *model_id;
-    route_of(url, &model_id);
-    return dispatch(r, model_id);
+    return dispatch(r);
 }
 
 /* Up to 4 KiB of the body on one line: control bytes escaped. */

@@ -64,7 +64,8 @@ typedef struct cf_req {
     cf_conn *conn;
     cf_route route;
     char method[16];
-    char path[96];
+    char path[256];
+    const char *model_id;        /* /v1/models/ID: ID, in path */
     double t_start;
     cf_buf body;
     int status;                  /* the status answered; 0 until then */
