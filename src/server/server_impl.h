@@ -121,6 +121,11 @@ enum MHD_Result cf_respond_error(cf_req *r, int status, const char *param, const
     __attribute__((format(printf, 4, 5)));
 cf_api_kind cf_route_api(cf_route r);
 
+/* server_conn.c: libmicrohttpd's connection notification, and the reaper thread (arg: the server). */
+void cf_server_on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+                             enum MHD_ConnectionNotificationCode toe);
+void *cf_server_reaper_main(void *arg);
+
 /* server_routes.c: the routes that answer at once. */
 enum MHD_Result cf_route_health(cf_req *r);
 enum MHD_Result cf_route_models(cf_req *r, const char *model_id);
