@@ -299,10 +299,11 @@ static void completions(void) {
 }
 
 #define EV(name, json) "event: " name "\ndata: " json "\n\n"
-#define MSG_START                                                                                                                  \
+/* input_tokens: the prompt as the template renders it, one token per byte and per special token */
+#define MSG_START(input)                                                                                                           \
     EV("message_start", "{\"type\":\"message_start\",\"message\":{\"id\":\"resp-1\",\"type\":\"message\",\"role\":\"assistant\","   \
-                        "\"model\":\"tiny\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":0," \
-                        "\"output_tokens\":0}}}")
+                        "\"model\":\"tiny\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":" input \
+                        ",\"output_tokens\":0}}}")
 
 static void anthropic(void) {
     cf_buf out = {0};
@@ -311,7 +312,7 @@ static void anthropic(void) {
     respond(CF_API_MESSAGES, body, &THINK_TOOL, &out);
     if (out.data) mask_ids(out.data), out.len = strlen(out.data);
     expect("messages stream", &out,
-           MSG_START
+           MSG_START("27")
            EV("content_block_start", "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\","
                                      "\"thinking\":\"\",\"signature\":\"\"}}")
            EV("content_block_delta", "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\","
@@ -352,7 +353,7 @@ static void anthropic(void) {
     respond(CF_API_MESSAGES, "{\"max_tokens\":5,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
             &(reply){.pieces = {"Hi"}, .finish = CINFER_FINISH_LENGTH, .prompt_tokens = 4}, &out);
     expect("messages stream ended by max_tokens", &out,
-           MSG_START
+           MSG_START("20")
            EV("content_block_start", "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}")
            EV("content_block_delta", "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}")
            EV("content_block_stop", "{\"type\":\"content_block_stop\",\"index\":0}")
@@ -382,7 +383,7 @@ static void failures_mid_stream(void) {
 
     respond(CF_API_MESSAGES, "{\"max_tokens\":5,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &rp[1], &out);
     expect("messages stream that failed", &out,
-           MSG_START
+           MSG_START("20")
            EV("content_block_start", "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}")
            EV("content_block_delta", "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"par\"}}")
            EV("error", "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"generation failed: the device fell over\"}}"));
