@@ -17,7 +17,8 @@ static const cf_api_meta META = {.id = "resp-1", .created = 1700000000, .model =
 static const char TEMPLATE[] =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-    "{% if false %}<think></think><tool_call></tool_call>{% endif %}";
+    "{% if false %}<think></think><tool_call></tool_call>{% endif %}"
+    "{% if messages[0]['content'] == 'boom' %}{{ raise_exception('no boom here') }}{% endif %}";
 
 static int write_template(const char *dir) {
     char path[4096];
@@ -424,6 +425,33 @@ static void tail_from_result(void) {
     cf_api_request_free(r);
 }
 
+/* A prompt the template refuses still gets a writer: the session's open reports the template's error. */
+static void unrenderable(void) {
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"boom\"}],\"stream\":true}";
+    cf_api_request *r = NULL;
+    cf_api_error e;
+    CHECK(!cf_api_parse(CF_API_CHAT, body, strlen(body), &LIM, model, &r, &e), "parse");
+    cf_api_writer *w = NULL;
+    cf_api_meta meta = META;
+    meta.m = model;
+    cinfer_error err = {0};
+    CHECK(r && cf_api_writer_create(r, &meta, &w, &err) == CINFER_OK, "a writer for an unrenderable prompt: %s", err.message);
+    cinfer_engine *eng = NULL;
+    cinfer_session *s = NULL;
+    cinfer_session_params sp = cinfer_session_default_params();
+    if (r && cinfer_engine_create(model, NULL, &eng, &err) == CINFER_OK) {
+        cinfer_status st = cinfer_session_open(eng, &r->reqs[0], &sp, &s, &err);
+        CHECK(st == CINFER_E_TEMPLATE && strstr(err.message, "no boom here"), "open reports the template: %s", err.message);
+        cf_api_error ae;
+        cf_api_error_from_status(CF_API_CHAT, st, err.message, &ae);
+        CHECK(ae.status == 400 && !strcmp(ae.param, "messages"), "a 400 naming messages");
+        if (st == CINFER_OK) cinfer_session_free(s);
+        cinfer_engine_free(eng);
+    }
+    cf_api_writer_free(w);
+    cf_api_request_free(r);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_api_writer TMP_DIR\n");
@@ -443,6 +471,7 @@ int main(int argc, char **argv) {
     anthropic();
     failures_mid_stream();
     tail_from_result();
+    unrenderable();
     cinfer_model_free(model);
     printf("%d checks, %d failures\n", checks, failures);
     return failures != 0;
