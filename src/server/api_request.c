@@ -7,14 +7,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The deepest nesting of arrays and objects, counted outside strings; stops counting past limit. */
-static int json_depth(const char *s, size_t n, int limit) {
+/* The deepest nesting of arrays and objects, counted outside strings (stops counting past limit), and
+ * whether a string holds the escape \u0000, which cJSON would silently cut the string at. */
+static int json_depth(const char *s, size_t n, int limit, int *nul) {
     int depth = 0, deepest = 0, in_string = 0;
+    *nul = 0;
     for (size_t i = 0; i < n; i++) {
         char ch = s[i];
         if (in_string) {
-            if (ch == '\\') i++;
-            else if (ch == '"') in_string = 0;
+            if (ch == '\\') {
+                *nul |= i + 5 < n && !memcmp(s + i + 1, "u0000", 5);
+                i++;
+            } else if (ch == '"') {
+                in_string = 0;
+            }
         } else if (ch == '"') {
             in_string = 1;
         } else if (ch == '[' || ch == '{') {
@@ -225,9 +231,11 @@ int cf_api_parse(cf_api_kind kind, const char *body, size_t len, const cf_api_li
     *out = NULL;
     if (!body || !len) return cf_api_fail(err, 400, NULL, "the request body is empty; send a JSON object");
     if (!cf_api_valid_utf8(body, len)) return cf_api_fail(err, 400, NULL, "the request body is not valid UTF-8");
-    int depth = json_depth(body, len, CF_API_MAX_DEPTH);
+    int nul;
+    int depth = json_depth(body, len, CF_API_MAX_DEPTH, &nul);
     if (depth > CF_API_MAX_DEPTH)
         return cf_api_fail(err, 400, NULL, "the request body nests arrays and objects more than %d levels deep", CF_API_MAX_DEPTH);
+    if (nul) return cf_api_fail(err, 400, NULL, "a string in the request body holds \\u0000 (NUL), which cinfer does not take");
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {

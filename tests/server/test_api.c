@@ -387,6 +387,7 @@ static void malformed(void) {
         refused((cf_api_kind)k, "{} x", 400, "", "not valid JSON");
         refused((cf_api_kind)k, "{} {}", 400, "", "not valid JSON");
         refused((cf_api_kind)k, "{\"a\":\"\\ud800\"}", 400, "", "not valid JSON");
+        refused((cf_api_kind)k, "{\"prompt\":\"a\\u0000b\"}", 400, "", "NUL");
         refused((cf_api_kind)k, "{\"prompt\":\"caf\xc3\"}", 400, "", "UTF-8");
         refused((cf_api_kind)k, "{\"prompt\":\"\xed\xa0\x80\"}", 400, "", "UTF-8");   /* a surrogate */
         refused((cf_api_kind)k, "{\"prompt\":\"\xc0\xaf\"}", 400, "", "UTF-8");       /* overlong */
@@ -416,6 +417,9 @@ static void malformed(void) {
     strcpy(br + at + n, "\\\"\"}]}");
     r = parse(CF_API_CHAT, br);
     CHECK(r && strlen(r->reqs[0].messages[0].content) == n + 1, "brackets in strings are text");
+    cf_api_request_free(r);
+    r = parse(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\\\u0000\"}]}");
+    CHECK(r && !strcmp(r->reqs[0].messages[0].content, "a\\u0000"), "an escaped backslash before u0000 is text");
     cf_api_request_free(r);
     free(br);
 }
