@@ -282,7 +282,7 @@ int cf_api_parse_chat(cf_api_ctx *c, const cJSON *root, cf_api_request *r, cinfe
     int got_top;
     if (cf_api_get_bool(root, "logprobs", NULL, &lp, c->err) < 0) return -1;
     if ((got_top = cf_api_get_int(root, "top_logprobs", NULL, 0, CINFER_MAX_TOP_LOGPROBS, &top, c->err)) < 0) return -1;
-    if (got_top && !lp)
+    if (got_top && top > 0 && !lp)
         return cf_api_fail(c->err, 400, "top_logprobs", "top_logprobs needs logprobs set to true");
     base->logprobs = lp;
     base->top_logprobs = (int32_t)top;

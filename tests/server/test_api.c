@@ -80,6 +80,10 @@ static void chat_happy(void) {
     }
     cf_api_request_free(r);
 
+    r = parse(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"logprobs\":false,\"top_logprobs\":0}");
+    CHECK(r && !r->reqs[0].logprobs && !r->reqs[0].top_logprobs, "top_logprobs 0 without logprobs");
+    cf_api_request_free(r);
+
     r = parse(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_completion_tokens\":7,\"max_tokens\":9,"
                            "\"stop\":[\"a\",\"bc\"],\"seed\":-1,\"top_p\":0,\"n\":2}");
     CHECK(r && r->reqs[0].max_tokens == 7, "max_completion_tokens wins over max_tokens");
