@@ -2,8 +2,11 @@
  * Gemma 4, FunctionGemma, <think> and Gemma's thought channel): the deltas of each reply as one feed,
  * the same deltas when the reply is split at every byte boundary and fed a byte at a time, what is held
  * back while streaming, unclosed and malformed markup, several calls, tools not offered; and the format
- * detection from the fixture templates. Usage: test_chat_parse FIXTURES_DIR */
+ * detection from the fixture templates. With the fetched tokenizers and templates (.cache/tokenizers,
+ * .cache/templates) it checks the detection on real models instead, exiting 77 when they are absent.
+ * Usage: test_chat_parse FIXTURES_DIR | test_chat_parse --real TOKENIZERS_DIR TEMPLATES_DIR */
 #include "text/chat_parse.h"
+#include "text/template.h"
 #include "../check.h"
 
 #include <stdlib.h>
@@ -297,7 +300,46 @@ static void check_detect(const char *fixtures) {
           "Gemma's thought channel in the prompt");
 }
 
+/* Real vocabularies and templates: which markers exist and which are special tokens. */
+static int check_real(const char *toks, const char *tmpls) {
+    static const struct {
+        const char *tok, *tmpl; /* folders under toks and tmpls */
+        cf_reasoning_syntax r;
+        cf_tool_syntax t;
+    } models[] = {
+        {"qwen3", NULL, CF_REASONING_THINK, CF_TOOLS_HERMES},  /* its template is in the tokenizer folder */
+        {"llama3", "llama3", CF_REASONING_NONE, CF_TOOLS_NONE}, /* Llama 3.0: no tool calls */
+        {"llama3", "llama3_2", CF_REASONING_NONE, CF_TOOLS_LLAMA3},
+        {"gemma3", "gemma3", CF_REASONING_NONE, CF_TOOLS_NONE},
+    };
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        char td[4096], cd[4096];
+        snprintf(td, sizeof td, "%s/%s", toks, models[i].tok);
+        snprintf(cd, sizeof cd, "%s/%s", models[i].tmpl ? tmpls : toks, models[i].tmpl ? models[i].tmpl : models[i].tok);
+        cf_tokenizer *tok = NULL;
+        cf_chat_template *ct = NULL;
+        cinfer_error err = {0};
+        if (cf_tokenizer_load(td, &tok, &err) != CINFER_OK || cf_chat_template_load(cd, NULL, &ct, &err) != CINFER_OK) {
+            fprintf(stderr, "%s / %s not available (%s): skipped\n", td, cd, err.message);
+            cf_tokenizer_free(tok);
+            return 77;
+        }
+        cf_chat_format f = cf_chat_format_detect(cf_chat_template_source(ct), tok);
+        CHECK(f.reasoning == models[i].r && f.tools == models[i].t && !f.reasoning_special && !f.tools_special,
+              "%s: reasoning %s (special %d), tools %s (special %d)", cd, cf_reasoning_syntax_name(f.reasoning),
+              f.reasoning_special, cf_tool_syntax_name(f.tools), f.tools_special);
+        cf_chat_format by_vocab = cf_chat_format_detect(NULL, tok);
+        CHECK(by_vocab.reasoning == (i == 0 ? CF_REASONING_THINK : CF_REASONING_NONE) &&
+              by_vocab.tools == (i == 0 ? CF_TOOLS_HERMES : CF_TOOLS_NONE), "%s: from the vocabulary alone", td);
+        cf_chat_template_free(ct);
+        cf_tokenizer_free(tok);
+    }
+    printf("%d checks, %d failures\n", checks, failures);
+    return failures != 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "--real")) return check_real(argv[2], argv[3]);
     if (argc < 2) {
         fprintf(stderr, "usage: %s FIXTURES_DIR\n", argv[0]);
         return 2;
