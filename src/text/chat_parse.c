@@ -92,10 +92,13 @@ cf_chat_format cf_chat_format_detect(const char *src, const cf_tokenizer *tok) {
     if (f.reasoning) f.reasoning_special = is_special_token(tok, reasoning_open(f.reasoning)) ||
                                            is_special_token(tok, "<|channel>") ||
                                            is_special_token(tok, reasoning_close(f.reasoning));
-    if (f.tools) f.tools_special = is_special_token(tok, tool_open(f.tools)) ||
-                                   (tool_close(f.tools) && is_special_token(tok, tool_close(f.tools))) ||
-                                   is_special_token(tok, "[ARGS]") || is_special_token(tok, "<|\"|>") ||
-                                   is_special_token(tok, "<escape>");
+    if (f.tools) {
+        int gemma = f.tools == CF_TOOLS_GEMMA4 || f.tools == CF_TOOLS_FUNCTIONGEMMA;
+        const char *extra = f.tools == CF_TOOLS_MISTRAL ? "[ARGS]" : gemma ? gemma_quote(f.tools) : NULL;
+        f.tools_special = is_special_token(tok, tool_open(f.tools)) ||
+                          (tool_close(f.tools) && is_special_token(tok, tool_close(f.tools))) ||
+                          (extra && is_special_token(tok, extra));
+    }
     return f;
 }
 
