@@ -197,6 +197,9 @@ static void check_mistral(void) {
     expect(&M, "[TOOL_CALLS]f[ARG]{}", "|C:[TOOL_CALLS]f[ARG]{}");
     expect(&M, "[TOOL_CALLS]f[ARGS]\"text\" after", "|C:[TOOL_CALLS]f[ARGS]\"text\" after");
     expect(&M, "an array [1, 2] and [TOOL", "|C:an array [1, 2] and [TOOL");
+    const setup M_no_tools = {{CF_REASONING_NONE, CF_TOOLS_MISTRAL, 0, 1}, 0, 1, 0};
+    expect(&M_no_tools, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]",
+           "|C:[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]");
     expect_streamed(&M, "x [TOOL_CA", "|C:x ");
     expect_streamed(&M, "x [TOOL_CALLS]get_", "|C:x ");
 }
@@ -216,10 +219,17 @@ static void check_gemma(void) {
     expect(&G, "<|tool_call>call:f{a:1", "|C:<|tool_call>call:f{a:1");
     expect(&G, "<|channel>thought\n<channel|>Hi", "|C:Hi");
 
+    const setup G_no_tools = {{CF_REASONING_CHANNEL, CF_TOOLS_GEMMA4, 1, 1}, 0, 1, 0};
+    expect(&G_no_tools, "<|channel>thought\nx<channel|><|tool_call>call:ping{}<tool_call|>",
+           "|R:x|C:<|tool_call>call:ping{}<tool_call|>");
+
     const setup FG = {{CF_REASONING_NONE, CF_TOOLS_FUNCTIONGEMMA, 0, 1}, 1, 1, 0};
     expect(&FG, "<start_function_call>call:read_file{max_chars:500,path:<escape>notes, v2.txt<escape>}<end_function_call>",
            "{T0 read_file {\"max_chars\":500,\"path\":\"notes, v2.txt\"}}");
     expect(&FG, "<start_function_call>call:pwd{}<end_function_call>", "{T0 pwd {}}");
+    const setup FG_no_tools = {{CF_REASONING_NONE, CF_TOOLS_FUNCTIONGEMMA, 0, 1}, 0, 1, 0};
+    expect(&FG_no_tools, "<start_function_call>call:pwd{}<end_function_call>",
+           "|C:<start_function_call>call:pwd{}<end_function_call>");
 }
 
 /* Random replies built from markup fragments, on every format: any split gives the deltas of one feed. */
