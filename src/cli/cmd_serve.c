@@ -30,6 +30,8 @@ static const char *serve_help =
     "  --http-threads N         event-loop threads (default 2)\n"
     "  --log-prompts            log request bodies (prompts) with each request line\n"
     "  --quiet                  no request log\n"
+    "  --verbose                also the engine's log (each session's plan and outcome) and libmicrohttpd's\n"
+    "                           messages\n"
     "  --max-batch N            sessions in one engine step (default: 128 CUDA, 16 CPU)\n"
     "  --kv-memory MIB          KV cache memory in MiB (default: room for max-batch full contexts)\n"
     "  --device cpu|cuda        compute device (default cpu)\n"
@@ -69,6 +71,7 @@ typedef struct serve_opts {
     cf_common_opts common;
     cf_server_params sp;
     long max_batch, kv_mib, max_queued;
+    int verbose;
 } serve_opts;
 
 /* --flag with an integer value in [lo, hi]; same return convention as cf_flag_value. */
@@ -120,6 +123,7 @@ static int serve_flag(const char *verb, int argc, char **argv, int *i, serve_opt
     if ((r = long_flag(verb, argc, argv, i, "--max-queued", 0, 1 << 24, &o->max_queued)) != 0) return r;
     if (!strcmp(argv[*i], "--log-prompts")) return sp->log_prompts = 1;
     if (!strcmp(argv[*i], "--quiet")) return (sp->log_requests = 0), 1;
+    if (!strcmp(argv[*i], "--verbose")) return o->verbose = 1;
     return 0;
 }
 
@@ -129,6 +133,7 @@ int cf_cmd_serve(int argc, char **argv) {
                     .sp = cf_server_default_params(),
                     .max_queued = 256};
     o.sp.api_key = getenv("CINFER_API_KEY");
+    o.sp.model_name = NULL;
     for (int i = 1; i < argc; i++) {
         if (cf_is_help(argv[i])) {
             fputs(serve_help, stdout);
@@ -139,6 +144,7 @@ int cf_cmd_serve(int argc, char **argv) {
         if (r < 0) return CF_EXIT_USAGE;
     }
     if (!o.common.model) return cf_usage_error(verb, "--model DIR is required (no embedded model in this build)");
+    o.sp.log_http = o.verbose;
     char name[256];
     if (!o.sp.model_name || !*o.sp.model_name) o.sp.model_name = base_name(o.common.model, name, sizeof name);
 
@@ -170,7 +176,7 @@ int cf_cmd_serve(int argc, char **argv) {
     ep.max_batch = (int)o.max_batch;
     ep.kv_memory = (int64_t)o.kv_mib << 20;
     ep.max_queued = (int)o.max_queued;
-    if (o.sp.log_requests) ep.log = engine_log;
+    if (o.verbose) ep.log = engine_log;
     cinfer_model *m = NULL;
     cinfer_engine *e = NULL;
     int rc = 0;

@@ -43,13 +43,14 @@ static void broke(cf_gen *g) {
     cancel_locked(g);
 }
 
-/* The connection has something to do: resume it if MHD holds it suspended. */
-static void wake(cf_gen *g) {
-    if (!g->suspended || g->resume_asked) return;
+/* Whether the connection has something to do and MHD holds it suspended: the caller then resumes it,
+ * after releasing g->mu (MHD's own locks are never taken under it). The connection stays suspended, so g
+ * stays alive, until then. */
+static int wake(cf_gen *g) {
+    if (!g->suspended || g->resume_asked) return 0;
     int ready = g->stream ? g->out.len || g->n_ended > g->n_closed || g->broken : g->n_ended == g->n_open;
-    if (!ready) return;
-    g->resume_asked = 1;
-    MHD_resume_connection(g->mc);
+    if (ready) g->resume_asked = 1;
+    return ready;
 }
 
 /* On the connection's MHD thread, which may suspend it only from its callbacks. */
@@ -174,15 +175,24 @@ static int on_event(const cinfer_event *ev, void *user) {
     }
     if (writable(g) && cf_api_writer_event(g->w, c->index, ev, &g->out) != CINFER_OK) broke(g);
     const int cancel = g->cancelled;
+    struct MHD_Connection *mc = g->mc;
     if (ev->kind != CINFER_EVENT_END) {
-        wake(g);
+        int resume = wake(g);
         pthread_mutex_unlock(&g->mu);
+        if (resume) MHD_resume_connection(mc);
         return cancel;
     }
     c->ended = 1;
     g->n_ended++;
-    wake(g);
-    unref_unlock(g);
+    int resume = wake(g);
+    g->refs--;  /* a connection to resume still holds its reference, so g outlives the resume */
+    if (!g->refs) {
+        pthread_mutex_unlock(&g->mu);
+        gen_free(g);
+        return 0;
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (resume) MHD_resume_connection(mc);
     return 0;
 }
 
