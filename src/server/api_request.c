@@ -231,6 +231,7 @@ int cf_api_parse(cf_api_kind kind, const char *body, size_t len, const cf_api_li
     *out = NULL;
     if (!body || !len) return cf_api_fail(err, 400, NULL, "the request body is empty; send a JSON object");
     if (!cf_api_valid_utf8(body, len)) return cf_api_fail(err, 400, NULL, "the request body is not valid UTF-8");
+    if (memchr(body, 0, len)) return cf_api_fail(err, 400, NULL, "the request body holds a NUL byte; JSON text has none");
     int nul;
     int depth = json_depth(body, len, CF_API_MAX_DEPTH, &nul);
     if (depth > CF_API_MAX_DEPTH)

@@ -400,6 +400,10 @@ static void malformed(void) {
     cf_api_request *r = NULL;
     cf_api_error e;
     CHECK(cf_api_parse(CF_API_CHAT, "", 0, &LIM, model, &r, &e) == -1 && e.status == 400, "an empty body");
+    static const char with_nul[] = "{\"prompt\":\"a\0b\"}";
+    CHECK(cf_api_parse(CF_API_COMPLETIONS, with_nul, sizeof with_nul - 1, &LIM, model, &r, &e) == -1 && e.status == 400 &&
+              strstr(e.message, "NUL"),
+          "a raw NUL byte: %s", e.message);
     /* 100k nested arrays, and 100k nested objects inside a string-free body */
     size_t n = 100000;
     char *deep = malloc(5 * n + 64);
