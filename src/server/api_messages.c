@@ -34,7 +34,7 @@ static int block_text(cf_api_ctx *c, const cJSON *content, const char *param, co
     char *joined = cf_arena_alloc(c->arena, total + 1), *w = joined;
     if (!joined) return cf_api_oom(c->err);
     for (const cJSON *b = content->child; b; b = b->next) {
-        const char *t = cJSON_GetObjectItemCaseSensitive(b, "text")->valuestring;
+        const char *t = cf_api_get(b, "text")->valuestring;
         size_t n = strlen(t);
         memcpy(w, t, n);
         w += n;
@@ -47,9 +47,9 @@ static int block_text(cf_api_ctx *c, const cJSON *content, const char *param, co
 static const char *tool_name_of(const cJSON *msgs, int i, const char *id) {
     int k = 0;
     for (const cJSON *m = msgs->child; m && k < i; m = m->next, k++) {
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        const cJSON *content = cf_api_get(m, "content");
         for (const cJSON *b = cJSON_IsArray(content) ? content->child : NULL; b; b = b->next) {
-            const cJSON *bid = cJSON_GetObjectItemCaseSensitive(b, "id"), *name = cJSON_GetObjectItemCaseSensitive(b, "name");
+            const cJSON *bid = cf_api_get(b, "id"), *name = cf_api_get(b, "name");
             if (cJSON_IsString(bid) && cJSON_IsString(name) && !strcmp(bid->valuestring, id)) return name->valuestring;
         }
     }
@@ -75,7 +75,7 @@ static int tool_result(cf_api_ctx *c, const cJSON *msgs, int i, const cJSON *b, 
     snprintf(q, sizeof q, "%s.tool_use_id", p);
     if (cf_api_get_string(b, "tool_use_id", q, &id, c->err) < 0) return -1;
     if (!id) return cf_api_fail(c->err, 400, q, "%s is required", q);
-    const cJSON *content = cJSON_GetObjectItemCaseSensitive(b, "content");
+    const cJSON *content = cf_api_get(b, "content");
     snprintf(q, sizeof q, "%s.content", p);
     if (content && !cJSON_IsNull(content) && block_text(c, content, q, &text)) return -1;
     cinfer_message *m = push(o, "tool", text);
@@ -94,7 +94,7 @@ static int tool_use(cf_api_ctx *c, const cJSON *b, const char *p, cJSON *calls) 
     snprintf(q, sizeof q, "%s.name", p);
     if (cf_api_get_string(b, "name", q, &name, c->err) < 0) return -1;
     if (!name) return cf_api_fail(c->err, 400, q, "%s is required", q);
-    const cJSON *input = cJSON_GetObjectItemCaseSensitive(b, "input");
+    const cJSON *input = cf_api_get(b, "input");
     snprintf(q, sizeof q, "%s.input", p);
     if (!cJSON_IsObject(input))
         return cf_api_fail(c->err, 400, q, "%s must be an object, not %s", q, input ? cf_api_type_name(input) : "missing");
@@ -163,7 +163,7 @@ static int convert_message(cf_api_ctx *c, const cJSON *msgs, int i, const cJSON 
     if (!role || (strcmp(role, "user") && strcmp(role, "assistant")))
         return cf_api_fail(c->err, 400, q, "%s must be \"user\" or \"assistant\"", q);
     role = strcmp(role, "user") ? "assistant" : "user";
-    const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    const cJSON *content = cf_api_get(msg, "content");
     snprintf(q, sizeof q, "%s.content", p);
     if (cJSON_IsString(content)) {
         const char *t = cf_arena_strdup(c->arena, content->valuestring);
@@ -207,7 +207,7 @@ static int convert_tools(cf_api_ctx *c, const cJSON *tools, cJSON *out) {
         if (!name || !name[0]) return cf_api_fail(c->err, 400, q, "%s is required", q);
         snprintf(q, sizeof q, "%s.description", p);
         if (cf_api_get_string(t, "description", q, &desc, c->err) < 0) return -1;
-        const cJSON *schema = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
+        const cJSON *schema = cf_api_get(t, "input_schema");
         snprintf(q, sizeof q, "%s.input_schema", p);
         if (!cJSON_IsObject(schema))
             return cf_api_fail(c->err, 400, q, "%s must be a JSON Schema object, not %s", q, schema ? cf_api_type_name(schema) : "missing");
@@ -229,7 +229,7 @@ static int convert_tools(cf_api_ctx *c, const cJSON *tools, cJSON *out) {
 
 /* {"type": "auto" | "any" | "tool" | "none", "name"}: none hides the tools; the others offer them all. */
 static int parse_tool_choice(cf_api_ctx *c, const cJSON *root, const cJSON *tools, int *none) {
-    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    const cJSON *tc = cf_api_get(root, "tool_choice");
     *none = 0;
     if (!tc || cJSON_IsNull(tc)) return 0;
     const char *type = NULL, *name = NULL;
@@ -242,14 +242,14 @@ static int parse_tool_choice(cf_api_ctx *c, const cJSON *root, const cJSON *tool
     if (strcmp(type, "tool")) return 0;
     if (cf_api_get_string(tc, "name", "tool_choice.name", &name, c->err) < 0) return -1;
     for (const cJSON *t = tools ? tools->child : NULL; name && t; t = t->next) {
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(t, "name");
+        const cJSON *n = cf_api_get(t, "name");
         if (cJSON_IsString(n) && !strcmp(n->valuestring, name)) return 0;
     }
     return cf_api_fail(c->err, 400, "tool_choice.name", "tool_choice.name must name one of the tools");
 }
 
 static int parse_thinking(cf_api_ctx *c, const cJSON *root, cinfer_request *base) {
-    const cJSON *th = cJSON_GetObjectItemCaseSensitive(root, "thinking");
+    const cJSON *th = cf_api_get(root, "thinking");
     if (!th || cJSON_IsNull(th)) return 0;
     const char *type = NULL;
     if (!cJSON_IsObject(th)) return cf_api_fail(c->err, 400, "thinking", "thinking must be an object, not %s", cf_api_type_name(th));
@@ -277,16 +277,16 @@ static int parse_sampling(cf_api_ctx *c, const cJSON *root, cinfer_request *base
 int cf_api_parse_messages(cf_api_ctx *c, const cJSON *root, cf_api_request *r, cinfer_request *base) {
     if (cf_api_parse_max_tokens(c, root, "max_tokens", 1, base) || parse_sampling(c, root, base) || parse_thinking(c, root, base))
         return -1;
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    const cJSON *msgs = cf_api_get(root, "messages");
     if (!msgs || cJSON_IsNull(msgs)) return cf_api_fail(c->err, 400, "messages", "messages is required");
     if (!cJSON_IsArray(msgs)) return cf_api_fail(c->err, 400, "messages", "messages must be an array, not %s", cf_api_type_name(msgs));
     if (!msgs->child) return cf_api_fail(c->err, 400, "messages", "messages is empty; send at least one message");
     size_t cap = 1;
-    for (const cJSON *m = msgs->child; m; m = m->next) cap += 1 + (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "content"));
+    for (const cJSON *m = msgs->child; m; m = m->next) cap += 1 + (size_t)cJSON_GetArraySize(cf_api_get(m, "content"));
     msg_out o = {.m = cf_arena_alloc(c->arena, cap * sizeof *o.m)};
     if (!o.m) return cf_api_oom(c->err);
 
-    const cJSON *system = cJSON_GetObjectItemCaseSensitive(root, "system");
+    const cJSON *system = cf_api_get(root, "system");
     if (system && !cJSON_IsNull(system)) {
         const char *text;
         if (block_text(c, system, "system", &text)) return -1;
@@ -298,7 +298,7 @@ int cf_api_parse_messages(cf_api_ctx *c, const cJSON *root, cf_api_request *r, c
     base->messages = o.m;
     base->n_messages = o.n;
 
-    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    const cJSON *tools = cf_api_get(root, "tools");
     if (tools && cJSON_IsNull(tools)) tools = NULL;
     cJSON *defs = cJSON_CreateArray();
     if (!defs) return cf_api_oom(c->err);

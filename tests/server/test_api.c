@@ -42,7 +42,7 @@ static void chat_happy(void) {
                               "{\"model\":\"m1\",\"messages\":[{\"role\":\"developer\",\"content\":\"be brief\"},"
                               "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],"
                               "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":-1,\"min_p\":0.1,\"presence_penalty\":1.5,"
-                              "\"frequency_penalty\":-2,\"repetition_penalty\":1.1,\"logit_bias\":{\"5\":150,\"7\":-3.5},"
+                              "\"frequency_penalty\":-2,\"repetition_penalty\":1.1,\"logit_bias\":{\"7\":2,\"5\":150,\"7\":-3.5},"
                               "\"seed\":42,\"n\":3,\"stop\":\"\\n\\n\",\"logprobs\":true,\"top_logprobs\":2,\"stream\":true,"
                               "\"stream_options\":{\"include_usage\":true},\"max_tokens\":10,\"unknown_field\":{\"x\":[1]},"
                               "\"chat_template_kwargs\":{\"enable_thinking\":false},\"response_format\":{\"type\":\"text\"},"
@@ -62,7 +62,7 @@ static void chat_happy(void) {
         CHECK(q->presence_penalty == 1.5f && q->frequency_penalty == -2.f && q->repetition_penalty == 1.1f, "penalties");
         CHECK(q->n_logit_bias == 2 && q->logit_bias[0].token == 5 && q->logit_bias[0].bias == 100.f &&
                   q->logit_bias[1].token == 7 && q->logit_bias[1].bias == -3.5f,
-              "logit_bias clamped to 100");
+              "logit_bias clamped to 100; a repeated token keeps its last bias");
         CHECK(q->n_stop == 1 && !strcmp(q->stop[0], "\n\n"), "stop string");
         CHECK(q->logprobs && q->top_logprobs == 2, "logprobs");
         CHECK(q->max_tokens == 10 && !q->fit_context, "max_tokens");
@@ -78,6 +78,10 @@ static void chat_happy(void) {
         CHECK(r->reqs[0].seed < 0 && r->reqs[0].n_stop == 0 && !r->reqs[0].logprobs, "defaults");
         CHECK(r->reqs[0].temperature == cinfer_request_default().temperature, "default temperature");
     }
+    cf_api_request_free(r);
+
+    r = parse(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"logprobs\":false,\"top_logprobs\":0}");
+    CHECK(r && !r->reqs[0].logprobs && !r->reqs[0].top_logprobs, "top_logprobs 0 without logprobs");
     cf_api_request_free(r);
 
     r = parse(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_completion_tokens\":7,\"max_tokens\":9,"
@@ -168,6 +172,9 @@ static void chat_refused(void) {
         {U "\"logit_bias\":{\"abc\":1}}", "logit_bias.abc", "token ids"},
         {U "\"logit_bias\":{\"259\":1}}", "logit_bias.259", "[0, 259)"},
         {U "\"logit_bias\":{\"-1\":1}}", "logit_bias.-1", NULL},
+        {U "\"logit_bias\":{\"+5\":1}}", "logit_bias.+5", NULL},
+        {U "\"logit_bias\":{\" 5\":1}}", "logit_bias. 5", NULL},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2,\"max_tokens\":1e300}", "max_tokens", NULL},
         {U "\"logit_bias\":{\"5\":\"x\"}}", "logit_bias.5", "number"},
         {U "\"seed\":1.5}", "seed", "integer"},
         {U "\"seed\":1e30}", "seed", NULL},
@@ -342,7 +349,7 @@ static void messages(void) {
         const char *body, *param, *want;
     } cases[] = {
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens", "required"},
-        {"{\"max_tokens\":100,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens", NULL},
+        {M "\"max_tokens\":100}", "max_tokens", "at most 64"}, /* a key given twice: its last value */
         {"{\"max_tokens\":0,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens", NULL},
         {M "\"temperature\":1.5}", "temperature", "[0, 1]"},
         {M "\"top_k\":-1}", "top_k", NULL},
@@ -384,6 +391,7 @@ static void malformed(void) {
         refused((cf_api_kind)k, "{} x", 400, "", "not valid JSON");
         refused((cf_api_kind)k, "{} {}", 400, "", "not valid JSON");
         refused((cf_api_kind)k, "{\"a\":\"\\ud800\"}", 400, "", "not valid JSON");
+        refused((cf_api_kind)k, "{\"prompt\":\"a\\u0000b\"}", 400, "", "NUL");
         refused((cf_api_kind)k, "{\"prompt\":\"caf\xc3\"}", 400, "", "UTF-8");
         refused((cf_api_kind)k, "{\"prompt\":\"\xed\xa0\x80\"}", 400, "", "UTF-8");   /* a surrogate */
         refused((cf_api_kind)k, "{\"prompt\":\"\xc0\xaf\"}", 400, "", "UTF-8");       /* overlong */
@@ -392,6 +400,10 @@ static void malformed(void) {
     cf_api_request *r = NULL;
     cf_api_error e;
     CHECK(cf_api_parse(CF_API_CHAT, "", 0, &LIM, model, &r, &e) == -1 && e.status == 400, "an empty body");
+    static const char with_nul[] = "{\"prompt\":\"a\0b\"}";
+    CHECK(cf_api_parse(CF_API_COMPLETIONS, with_nul, sizeof with_nul - 1, &LIM, model, &r, &e) == -1 && e.status == 400 &&
+              strstr(e.message, "NUL"),
+          "a raw NUL byte: %s", e.message);
     /* 100k nested arrays, and 100k nested objects inside a string-free body */
     size_t n = 100000;
     char *deep = malloc(5 * n + 64);
@@ -413,6 +425,9 @@ static void malformed(void) {
     strcpy(br + at + n, "\\\"\"}]}");
     r = parse(CF_API_CHAT, br);
     CHECK(r && strlen(r->reqs[0].messages[0].content) == n + 1, "brackets in strings are text");
+    cf_api_request_free(r);
+    r = parse(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\\\u0000\"}]}");
+    CHECK(r && !strcmp(r->reqs[0].messages[0].content, "a\\u0000"), "an escaped backslash before u0000 is text");
     cf_api_request_free(r);
     free(br);
 }

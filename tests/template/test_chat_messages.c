@@ -3,7 +3,8 @@
  * Python jinja2's rendering of the same request as vLLM hands it to transformers (chat_goldens.json,
  * from tools/templates/make_chat_goldens.py). Malformed fields are refused naming the message and field.
  * Through the public API on a tiny model: sessions with tools open and run, bad JSON fails at open, and
- * a parser made from a request whose prompt opens <think> starts in reasoning.
+ * a parser made from a request whose prompt opens <think> starts in reasoning; a model whose tool markup is
+ * a special token keeps it in the text of requests that offer tools, and only those.
  * Usage: test_chat_messages FIXTURES_DIR WORK_DIR */
 #include "engine/chat.h"
 #include "text/template.h"
@@ -350,6 +351,90 @@ static void check_model(const char *work) {
     cinfer_model_free(m);
 }
 
+/* Replaces every "from" in the file by "to". */
+static void replace_in_file(const char *dir, const char *name, const char *from, const char *to) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    char *text = read_file(p);
+    CHECK(text != NULL, "cannot read %s", p);
+    if (!text) return;
+    size_t n = strlen(text), fl = strlen(from), tl = strlen(to), k = 0;
+    char *out = malloc(n * (tl > fl ? tl / fl + 2 : 1) + 1);
+    for (size_t i = 0; i < n;) {
+        if (!strncmp(text + i, from, fl)) {
+            memcpy(out + k, to, tl);
+            k += tl;
+            i += fl;
+        } else {
+            out[k++] = text[i++];
+        }
+    }
+    out[k] = 0;
+    write_file(dir, name, out);
+    free(out);
+    free(text);
+}
+
+/* Runs r greedily and returns its text (malloc'd). */
+static char *run_text(cinfer_engine *e, const cinfer_request *r) {
+    cinfer_session *s = NULL;
+    const cinfer_result *res = NULL;
+    cinfer_error err = {0};
+    char *t = NULL;
+    CHECK(cinfer_session_open(e, r, NULL, &s, &err) == CINFER_OK, "open: %s", err.message);
+    if (s && cinfer_session_wait(s, -1, &res, &err) == CINFER_OK && res->outcome == CINFER_OUTCOME_COMPLETED)
+        t = strdup(res->text);
+    cinfer_session_free(s);
+    return t;
+}
+
+static void check_special(const char *work) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/special", work);
+    CHECK(tiny_model_write(dir, 0) == 0, "tiny model");
+    /* Token 0 becomes Mistral's [TOOL_CALLS], a special token. */
+    replace_in_file(dir, "tokenizer.json", "<|endoftext|>", "[TOOL_CALLS]");
+    replace_in_file(dir, "tokenizer_config.json", "<|endoftext|>", "[TOOL_CALLS]");
+    write_file(dir, "chat_template.jinja",
+               "{% for m in messages %}{{ m.content }}{% if m.tool_calls %}[TOOL_CALLS]{% endif %}{% endfor %}");
+    cinfer_model *m = NULL;
+    cinfer_engine *e = NULL;
+    cinfer_error err = {0};
+    cinfer_model_params mp = cinfer_model_default_params();
+    mp.n_threads = 1;
+    CHECK(cinfer_model_load(dir, &mp, &m, &err) == CINFER_OK, "load: %s", err.message);
+    if (!m) return;
+    CHECK(cinfer_engine_create(m, NULL, &e, &err) == CINFER_OK, "engine: %s", err.message);
+    cf_chat_format f = cf_model_chat_format(m);
+    CHECK(f.tools == CF_TOOLS_MISTRAL && f.tools_special && !f.reasoning, "format: tools %s, special %d",
+          cf_tool_syntax_name(f.tools), f.tools_special);
+
+    cinfer_message msgs[] = {{.role = "user", .content = "hi"}};
+    cinfer_logit_bias bias = {0, 100.0f};
+    cinfer_request r = cinfer_request_default();
+    r.messages = msgs;
+    r.n_messages = 1;
+    r.max_tokens = 3;
+    r.temperature = 0;
+    r.logit_bias = &bias;
+    r.n_logit_bias = 1;
+    r.tools_json = "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]";
+    char *with = run_text(e, &r);
+    CHECK(with && !strcmp(with, "[TOOL_CALLS][TOOL_CALLS][TOOL_CALLS]"), "tools offered: the markup is kept: '%s'",
+          with ? with : "(failed)");
+    free(with);
+    r.tools_json = "[]";
+    char *empty = run_text(e, &r);
+    CHECK(empty && !strcmp(empty, ""), "an empty tools list: special tokens skipped: '%s'", empty ? empty : "(failed)");
+    free(empty);
+    r.tools_json = NULL;
+    char *without = run_text(e, &r);
+    CHECK(without && !strcmp(without, ""), "no tools: special tokens skipped: '%s'", without ? without : "(failed)");
+    free(without);
+    cinfer_engine_free(e);
+    cinfer_model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s FIXTURES_DIR WORK_DIR\n", argv[0]);
@@ -359,6 +444,7 @@ int main(int argc, char **argv) {
     check_goldens(argv[1], argv[2]);
     check_validation(argv[2]);
     check_model(argv[2]);
+    check_special(argv[2]);
     printf("%d checks, %d failures\n", checks, failures);
     return failures != 0;
 }

@@ -2,8 +2,11 @@
  * Gemma 4, FunctionGemma, <think> and Gemma's thought channel): the deltas of each reply as one feed,
  * the same deltas when the reply is split at every byte boundary and fed a byte at a time, what is held
  * back while streaming, unclosed and malformed markup, several calls, tools not offered; and the format
- * detection from the fixture templates. Usage: test_chat_parse FIXTURES_DIR */
+ * detection from the fixture templates. With the fetched tokenizers and templates (.cache/tokenizers,
+ * .cache/templates) it checks the detection on real models instead, exiting 77 when they are absent.
+ * Usage: test_chat_parse FIXTURES_DIR | test_chat_parse --real TOKENIZERS_DIR TEMPLATES_DIR */
 #include "text/chat_parse.h"
+#include "text/template.h"
 #include "../check.h"
 
 #include <stdlib.h>
@@ -194,6 +197,9 @@ static void check_mistral(void) {
     expect(&M, "[TOOL_CALLS]f[ARG]{}", "|C:[TOOL_CALLS]f[ARG]{}");
     expect(&M, "[TOOL_CALLS]f[ARGS]\"text\" after", "|C:[TOOL_CALLS]f[ARGS]\"text\" after");
     expect(&M, "an array [1, 2] and [TOOL", "|C:an array [1, 2] and [TOOL");
+    const setup M_no_tools = {{CF_REASONING_NONE, CF_TOOLS_MISTRAL, 0, 1}, 0, 1, 0};
+    expect(&M_no_tools, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]",
+           "|C:[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]");
     expect_streamed(&M, "x [TOOL_CA", "|C:x ");
     expect_streamed(&M, "x [TOOL_CALLS]get_", "|C:x ");
 }
@@ -213,10 +219,60 @@ static void check_gemma(void) {
     expect(&G, "<|tool_call>call:f{a:1", "|C:<|tool_call>call:f{a:1");
     expect(&G, "<|channel>thought\n<channel|>Hi", "|C:Hi");
 
+    const setup G_no_tools = {{CF_REASONING_CHANNEL, CF_TOOLS_GEMMA4, 1, 1}, 0, 1, 0};
+    expect(&G_no_tools, "<|channel>thought\nx<channel|><|tool_call>call:ping{}<tool_call|>",
+           "|R:x|C:<|tool_call>call:ping{}<tool_call|>");
+
     const setup FG = {{CF_REASONING_NONE, CF_TOOLS_FUNCTIONGEMMA, 0, 1}, 1, 1, 0};
     expect(&FG, "<start_function_call>call:read_file{max_chars:500,path:<escape>notes, v2.txt<escape>}<end_function_call>",
            "{T0 read_file {\"max_chars\":500,\"path\":\"notes, v2.txt\"}}");
     expect(&FG, "<start_function_call>call:pwd{}<end_function_call>", "{T0 pwd {}}");
+    const setup FG_no_tools = {{CF_REASONING_NONE, CF_TOOLS_FUNCTIONGEMMA, 0, 1}, 0, 1, 0};
+    expect(&FG_no_tools, "<start_function_call>call:pwd{}<end_function_call>",
+           "|C:<start_function_call>call:pwd{}<end_function_call>");
+}
+
+/* Random replies built from markup fragments, on every format: any split gives the deltas of one feed. */
+static void check_random_splits(void) {
+    static const char *const pieces[] = {
+        "<think>", "</think>", "<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]",
+        "<|tool_call>", "<tool_call|>", "<|\"|>", "<start_function_call>", "<end_function_call>", "<escape>",
+        "<|channel>thought", "<channel|>", "call:f", "{\"name\": \"f\", \"arguments\": {\"a\": 1}}",
+        "[{\"name\": \"g\", \"arguments\": {}}]", "{", "}", "[", "]", "\"", "\\", ":", ",", ";", " ", "\n", "abc",
+        "é", "<", "<tool", "[TOOL", "f", "x:1",
+    };
+    const int n_pieces = (int)(sizeof pieces / sizeof pieces[0]);
+    const setup formats[] = {
+        QWEN,
+        {{CF_REASONING_NONE, CF_TOOLS_LLAMA3, 0, 0}, 1, 1, 0},
+        {{CF_REASONING_NONE, CF_TOOLS_MISTRAL, 0, 1}, 1, 1, 0},
+        {{CF_REASONING_CHANNEL, CF_TOOLS_GEMMA4, 1, 1}, 1, 1, 0},
+        {{CF_REASONING_NONE, CF_TOOLS_FUNCTIONGEMMA, 0, 1}, 1, 1, 1},
+    };
+    unsigned seed = 12345;
+    int bad = 0;
+    for (int round = 0; round < 400 && !bad; round++) {
+        char reply[1024] = "";
+        size_t len = 0;
+        for (int k = (int)((seed = seed * 1103515245u + 12345u) >> 16) % 24; k >= 0; k--) {
+            const char *pc = pieces[((seed = seed * 1103515245u + 12345u) >> 16) % n_pieces];
+            if (len + strlen(pc) >= sizeof reply) break;
+            memcpy(reply + len, pc, strlen(pc) + 1);
+            len += strlen(pc);
+        }
+        const setup *su = &formats[round % 5];
+        transcript whole, t;
+        run_cuts(su, reply, NULL, 0, &whole);
+        size_t cuts[8];
+        int n_cuts = 0;
+        for (size_t c = 1; c < len && n_cuts < 8; c += 1 + ((seed = seed * 1103515245u + 12345u) >> 16) % 7) cuts[n_cuts++] = c;
+        run_cuts(su, reply, cuts, n_cuts, &t);
+        if (strcmp(t.s, whole.s) != 0 || t.empty_deltas || whole.empty_deltas) {
+            bad = 1;
+            CHECK(0, "random reply %s (format %d)\n  split %s\n  whole %s", reply, round % 5, t.s, whole.s);
+        }
+    }
+    CHECK(!bad, "random splits");
 }
 
 static void check_cancel(void) {
@@ -297,7 +353,46 @@ static void check_detect(const char *fixtures) {
           "Gemma's thought channel in the prompt");
 }
 
+/* Real vocabularies and templates: which markers exist and which are special tokens. */
+static int check_real(const char *toks, const char *tmpls) {
+    static const struct {
+        const char *tok, *tmpl; /* folders under toks and tmpls */
+        cf_reasoning_syntax r;
+        cf_tool_syntax t;
+    } models[] = {
+        {"qwen3", NULL, CF_REASONING_THINK, CF_TOOLS_HERMES},  /* its template is in the tokenizer folder */
+        {"llama3", "llama3", CF_REASONING_NONE, CF_TOOLS_NONE}, /* Llama 3.0: no tool calls */
+        {"llama3", "llama3_2", CF_REASONING_NONE, CF_TOOLS_LLAMA3},
+        {"gemma3", "gemma3", CF_REASONING_NONE, CF_TOOLS_NONE},
+    };
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        char td[4096], cd[4096];
+        snprintf(td, sizeof td, "%s/%s", toks, models[i].tok);
+        snprintf(cd, sizeof cd, "%s/%s", models[i].tmpl ? tmpls : toks, models[i].tmpl ? models[i].tmpl : models[i].tok);
+        cf_tokenizer *tok = NULL;
+        cf_chat_template *ct = NULL;
+        cinfer_error err = {0};
+        if (cf_tokenizer_load(td, &tok, &err) != CINFER_OK || cf_chat_template_load(cd, NULL, &ct, &err) != CINFER_OK) {
+            fprintf(stderr, "%s / %s not available (%s): skipped\n", td, cd, err.message);
+            cf_tokenizer_free(tok);
+            return 77;
+        }
+        cf_chat_format f = cf_chat_format_detect(cf_chat_template_source(ct), tok);
+        CHECK(f.reasoning == models[i].r && f.tools == models[i].t && !f.reasoning_special && !f.tools_special,
+              "%s: reasoning %s (special %d), tools %s (special %d)", cd, cf_reasoning_syntax_name(f.reasoning),
+              f.reasoning_special, cf_tool_syntax_name(f.tools), f.tools_special);
+        cf_chat_format by_vocab = cf_chat_format_detect(NULL, tok);
+        CHECK(by_vocab.reasoning == (i == 0 ? CF_REASONING_THINK : CF_REASONING_NONE) &&
+              by_vocab.tools == (i == 0 ? CF_TOOLS_HERMES : CF_TOOLS_NONE), "%s: from the vocabulary alone", td);
+        cf_chat_template_free(ct);
+        cf_tokenizer_free(tok);
+    }
+    printf("%d checks, %d failures\n", checks, failures);
+    return failures != 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "--real")) return check_real(argv[2], argv[3]);
     if (argc < 2) {
         fprintf(stderr, "usage: %s FIXTURES_DIR\n", argv[0]);
         return 2;
@@ -306,6 +401,7 @@ int main(int argc, char **argv) {
     check_llama3();
     check_mistral();
     check_gemma();
+    check_random_splits();
     check_cancel();
     check_detect(argv[1]);
     printf("%d checks, %d failures\n", checks, failures);
