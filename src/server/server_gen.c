@@ -173,7 +173,8 @@ static int on_event(const cinfer_event *ev, void *user) {
         c->n_tokens++;
         c->t_last = now;
     }
-    if (writable(g) && cf_api_writer_event(g->w, c->index, ev, &g->out) != CINFER_OK) broke(g);
+    /* a whole answer is made from the results alone: only streams take the events */
+    if (g->stream && writable(g) && cf_api_writer_event(g->w, c->index, ev, &g->out) != CINFER_OK) broke(g);
     const int cancel = g->cancelled;
     struct MHD_Connection *mc = g->mc;
     if (ev->kind != CINFER_EVENT_END) {
