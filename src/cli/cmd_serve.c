@@ -27,6 +27,7 @@ static const char *serve_help =
     "  --max-queued N           requests waiting for the batch before new ones get 429 (default 256; 0 = no limit)\n"
     "  --timeout S              close connections idle this long (default 60)\n"
     "  --header-timeout S       close connections whose request headers take longer (default 10)\n"
+    "  --body-timeout S         and those whose body takes longer after the headers (default 60)\n"
     "  --http-threads N         event-loop threads (default 2)\n"
     "  --log-prompts            log request bodies (prompts) with each request line\n"
     "  --quiet                  no request log\n"
@@ -116,6 +117,10 @@ static int serve_flag(const char *verb, int argc, char **argv, int *i, serve_opt
     }
     if ((r = long_flag(verb, argc, argv, i, "--header-timeout", 1, 1 << 20, &n)) != 0) {
         if (r > 0) sp->header_timeout_s = (double)n;
+        return r;
+    }
+    if ((r = long_flag(verb, argc, argv, i, "--body-timeout", 1, 1 << 20, &n)) != 0) {
+        if (r > 0) sp->body_timeout_s = (double)n;
         return r;
     }
     if ((r = long_flag(verb, argc, argv, i, "--max-batch", 1, 2048, &o->max_batch)) != 0) return r;

@@ -2,8 +2,8 @@
  * in raw HTTP over sockets: /health (also while loading), /v1/models, /metrics' format, the tokenize round
  * trip, 401/404/405/413 (the body not read), malformed JSON, the header deadline, the idle timeout, a chat
  * answer whole and streamed, a stream that does not block other requests, clients that disconnect
- * mid-generation (their sessions cancelled, nothing left running), stopping with requests in flight, and
- * 429 when the engine's queue is full.
+ * mid-generation (their sessions cancelled, nothing left running), stopping with requests in flight, 429
+ * when the engine's queue is full, and the request log (prompts only when asked).
  *   test_server MODEL_DIR          (CINFER_TEST_THREADS: CPU threads, default 2) */
 #define _GNU_SOURCE
 #include "check.h"
@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -584,6 +585,41 @@ static void test_busy(void) {
     cf_server_stop(s);
 }
 
+/* The request log: one line per request with method, path, status, tokens and time; the prompt only with
+ * log_prompts. stderr goes to a file meanwhile. */
+static void test_log(int log_prompts) {
+    char path[] = "/tmp/cinfer_test_server_logXXXXXX";
+    int lfd = mkstemp(path);
+    if (lfd < 0) return;
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(lfd, 2);
+    cf_server_params p = cf_server_default_params();
+    p.port = 0;
+    p.log_prompts = log_prompts;
+    cf_server *s = NULL;
+    cf_server_start(model, engine, &p, &s, NULL);
+    resp r = {0};
+    if (s) {
+        request(cf_server_port(s), "POST", "/v1/chat/completions", NULL,
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"zebra secret\"}],\"max_tokens\":3}", &r);
+        cf_server_stop(s);  /* every request is logged by then */
+    }
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    CHECK(s && r.status == 200, "a logged request: %d", r.status);
+    resp_free(&r);
+    char log[8192] = "";
+    ssize_t n = pread(lfd, log, sizeof log - 1, 0);
+    log[n > 0 ? n : 0] = 0;
+    close(lfd);
+    unlink(path);
+    const char *line = strstr(log, "cinfer serve: POST /v1/chat/completions 200 ");
+    CHECK(line && strstr(line, " tokens ") && strstr(line, " s"), "the request's log line: %s", log);
+    CHECK(!log_prompts == !strstr(log, "zebra secret"), "the prompt %s logged: %s", log_prompts ? "is" : "is not", log);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_server MODEL_DIR\n");
@@ -605,6 +641,8 @@ int main(int argc, char **argv) {
         snprintf(eos_bias + strlen(eos_bias), sizeof eos_bias - strlen(eos_bias), "%s\"%d\":-100", i ? "," : "", info.eos_ids[i]);
 
     test_loading();
+    test_log(0);
+    test_log(1);
 
     cf_server_params p = cf_server_default_params();
     p.model_name = "tiny-test";
