@@ -395,8 +395,15 @@ void cf_server_stop(cf_server *s) {
     pthread_mutex_unlock(&s->mu);
     int lfd = MHD_quiesce_daemon(s->d);
     if (lfd >= 0) close(lfd);
-    /* Cancelled generations end within a step and resume their connections, which MHD must have taken
-     * back before it stops. */
+    /* Cancelled generations end within a step and their answers (the end of a stream, a 503) go out;
+     * a client that does not read them is not waited for longer than a few seconds. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 3;
+    pthread_mutex_lock(&s->mu);
+    while (s->n_gens && pthread_cond_timedwait(&s->cv, &s->mu, &until) == 0) {}
+    pthread_mutex_unlock(&s->mu);
+    /* MHD must have taken back every suspended connection before it stops. */
     for (int i = 0; i < 30000 && atomic_load(&s->n_suspended) > 0; i++) sleep_ms(1);
     MHD_stop_daemon(s->d);
     pthread_mutex_lock(&s->mu);

@@ -454,16 +454,17 @@ static void test_chat(int port) {
     CHECK(metric(port, "cinfer_time_to_first_token_seconds_count") >= 4, "TTFT observed");
 }
 
-/* Sends a long streaming request (the model kept from ending) and reads until the first data arrives. */
+/* Sends a long completion (greedy, the end-of-sequence ids biased away, no chat template whose end of turn
+ * could stop it), streamed or not; a stream is read until its first token arrives. */
 static int open_long_stream(int port, int stream) {
     int fd = connect_port(port);
     char body[1024];
     snprintf(body, sizeof body,
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a long story\"}],\"max_tokens\":900,"
+             "{\"prompt\":\"Tell me a long story\",\"max_tokens\":900,\"temperature\":0,"
              "\"stream\":%s,\"logit_bias\":{%s}}",
              stream ? "true" : "false", eos_bias);
     char head[256];
-    snprintf(head, sizeof head, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+    snprintf(head, sizeof head, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
              strlen(body));
     if (fd < 0 || send_str(fd, head) || send_str(fd, body)) return -1;
     if (!stream) return fd;
@@ -474,7 +475,7 @@ static int open_long_stream(int port, int stream) {
         if (k <= 0) break;
         got += (size_t)k;
         buf[got] = 0;
-        if (strstr(buf, "\"content\":")) return fd;
+        if (strstr(buf, "\"text\":")) return fd;
     }
     close(fd);
     return -1;
