@@ -141,6 +141,19 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
  * callback. */
 void cinfer_engine_free(cinfer_engine *e);
 
+/* The engine's load as of its last step, for monitoring; any thread, any time. */
+typedef struct cinfer_engine_stats {
+    int queued;                  /* sessions waiting for their turn (preempted ones included) */
+    int running;                 /* sessions in the batch */
+    int kv_blocks_total;         /* blocks of the KV memory */
+    int kv_blocks_used;          /* held by sessions (not free, not merely cached) */
+    int kv_blocks_cached;        /* free blocks that still hold a cached prompt prefix */
+    int kv_block_tokens;         /* token positions per block */
+    int64_t kv_block_bytes;
+    long steps;                  /* forward steps run so far */
+} cinfer_engine_stats;
+void cinfer_engine_get_stats(cinfer_engine *e, cinfer_engine_stats *out);
+
 /* ---- requests -------------------------------------------------------------------------------- */
 
 #define CINFER_MAX_TOP_LOGPROBS 20
@@ -352,7 +365,9 @@ void cinfer_session_free(cinfer_session *s);
  * <tool_call>{json}</tool_call> (Qwen, Hermes), a JSON object (Llama 3), [TOOL_CALLS][...] (Mistral) or
  * Gemma's call syntax. A chat parser, fed the reply's text as it streams, splits it into deltas of
  * content, reasoning and complete tool calls, holding back only text that may still turn out to be
- * markup. The format is found from the model's chat template and tokenizer. */
+ * markup. The format is found from the model's chat template and tokenizer. Where that markup is made of
+ * special tokens (Mistral's [TOOL_CALLS], Gemma 4's <|tool_call> and thought channel), a chat request that
+ * offers tools (or, for reasoning markup, any chat request) keeps special tokens in its text. */
 typedef enum cinfer_chat_delta_kind {
     CINFER_DELTA_CONTENT,        /* text of the answer */
     CINFER_DELTA_REASONING,      /* text of the model's reasoning (inside <think>...</think>) */
