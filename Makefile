@@ -29,9 +29,9 @@ SOAK_SECONDS ?= 300
 soak: build
 	@CINFER_BIN=$(abspath $(BUILD))/cinfer node tests/server/js/soak.mjs --duration $(SOAK_SECONDS)
 
-# Decode tokens/s streamed through HTTP against the library directly (bench/http_vs_lib.sh)
+# Decode tokens/s streamed through HTTP against the library directly (bench/http_vs_lib.mjs)
 bench-http: build
-	@bash bench/http_vs_lib.sh $(BUILD)/cinfer
+	@node bench/http_vs_lib.mjs --bin $(BUILD)/cinfer
 
 asan: setup
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCINFER_CUDA=OFF -DCINFER_SANITIZE=address,undefined >/dev/null
