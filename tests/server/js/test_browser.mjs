@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import puppeteer from 'puppeteer-core';
-import { NO_EOS, startServer, stopServer, waitIdle } from './harness.mjs';
+import { metricValue, NO_EOS, startServer, stopServer, waitIdle } from './harness.mjs';
 
 export const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -109,6 +109,7 @@ test('Stop ends a reply mid-stream', async () => {
   };
   page.on('request', rewrite);
   try {
+    const tokens0 = metricValue(await waitIdle(server), /^cinfer_generated_tokens_total$/);
     const n0 = await replyCount();
     await send('Continue: And it came to pass');
     const deadline = Date.now() + 20000;
@@ -122,7 +123,8 @@ test('Stop ends a reply mid-stream', async () => {
     const later = await replyText();
     assert.equal(later, atStop, 'the reply stopped growing');
     assert.ok(later.length > 0);
-    await waitIdle(server, 3000);
+    const idle = await waitIdle(server, 3000);
+    assert.ok(metricValue(idle, /^cinfer_generated_tokens_total$/) - tokens0 < 800, 'the server stopped generating early');
     assert.deepEqual(pageErrors.filter((e) => !/abort/i.test(e)), []);
   } finally {
     page.off('request', rewrite);

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import OpenAI from 'openai';
-import { metrics, metricValue, modelName, NO_EOS, startServer, stopServer, waitIdle } from './harness.mjs';
+import { metricValue, modelName, NO_EOS, startServer, stopServer, waitIdle } from './harness.mjs';
 
 let server;
 let client;
@@ -13,6 +13,9 @@ before(async () => {
   client = new OpenAI({ baseURL: server.baseURL, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
 });
 after(async () => { await stopServer(server, assert); });
+
+const generations = (samples, outcome) => samples.filter((s) => s.name === 'cinfer_generations_total' && s.labels.outcome === outcome)
+  .reduce((a, s) => a + s.value, 0);
 
 const PROMPTS = [
   'Tell me a fortune.', 'Continue: And it came to pass', 'Continue: The committee met on Tuesday',
@@ -57,7 +60,7 @@ test('a short stream finishes while a long one is still running', async () => {
 
 test('clients disconnecting mid-stream cancel their sequences', async () => {
   const before0 = await waitIdle(server);
-  const total = metricValue(before0, /^cinfer_kv_blocks_total$/);
+  const cancelled0 = generations(before0, 'cancelled');
   const aborts = Array.from({ length: 8 }, async (_, i) => {
     const ac = new AbortController();
     const s = await client.chat.completions.create({
@@ -76,14 +79,14 @@ test('clients disconnecting mid-stream cancel their sequences', async () => {
   });
   await Promise.all(aborts);
   const idle = await waitIdle(server, 5000);
-  assert.equal(metricValue(idle, /^cinfer_kv_blocks_available$/), total, 'all KV blocks available again');
-  const m = await metrics(server);
-  assert.ok(metricValue(m, /^cinfer_requests_total$/) > 0);
+  assert.equal(metricValue(idle, /^cinfer_kv_blocks_used$/), 0, 'no KV block held');
+  assert.equal(generations(idle, 'cancelled') - cancelled0, 8, 'eight generations cancelled');
   const r = await client.chat.completions.create({ model: modelName, messages: [{ role: 'user', content: 'Tell me a fortune.' }], max_tokens: 4 });
   assert.equal(r.choices.length, 1, 'the server still answers');
 });
 
 test('a non-streaming client that disconnects cancels its generation', async () => {
+  const tokens0 = metricValue(await waitIdle(server), /^cinfer_generated_tokens_total$/);
   const ac = new AbortController();
   const p = client.chat.completions.create({
     model: modelName, messages: [{ role: 'user', content: 'Continue: The committee met on Tuesday' }], max_tokens: 900, temperature: 0, logit_bias: NO_EOS,
@@ -91,5 +94,7 @@ test('a non-streaming client that disconnects cancels its generation', async () 
   await new Promise((r) => setTimeout(r, 300));
   ac.abort();
   await assert.rejects(p);
-  await waitIdle(server, 5000);
+  const idle = await waitIdle(server, 5000);
+  assert.equal(metricValue(idle, /^cinfer_kv_blocks_used$/), 0, 'no KV block held');
+  assert.ok(metricValue(idle, /^cinfer_generated_tokens_total$/) - tokens0 < 800, 'the generation stopped early');
 });
