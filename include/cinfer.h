@@ -141,6 +141,19 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
  * callback. */
 void cinfer_engine_free(cinfer_engine *e);
 
+/* The engine's load as of its last step, for monitoring; any thread, any time. */
+typedef struct cinfer_engine_stats {
+    int queued;                  /* sessions waiting for their turn (preempted ones included) */
+    int running;                 /* sessions in the batch */
+    int kv_blocks_total;         /* blocks of the KV memory */
+    int kv_blocks_used;          /* held by sessions (not free, not merely cached) */
+    int kv_blocks_cached;        /* free blocks that still hold a cached prompt prefix */
+    int kv_block_tokens;         /* token positions per block */
+    int64_t kv_block_bytes;
+    long steps;                  /* forward steps run so far */
+} cinfer_engine_stats;
+void cinfer_engine_get_stats(cinfer_engine *e, cinfer_engine_stats *out);
+
 /* ---- requests -------------------------------------------------------------------------------- */
 
 #define CINFER_MAX_TOP_LOGPROBS 20

@@ -1,8 +1,10 @@
 /* cmd_chat.c: `cinfer chat`, an interactive conversation: each line read is a user message, the whole
- * history is rendered with the model's chat template and the reply streams to stdout. /reset forgets
+ * history is rendered with the model's chat template and the reply streams to stdout through the chat
+ * parser (reasoning set apart; the history keeps the reply's content). /reset forgets
  * the history, /exit (or end of input) quits. Ctrl-C cancels the reply being written; at the prompt it
  * quits. */
 #include "cli/gen.h"
+#include "cli/chat_out.h"
 #include "base/status.h"
 
 #include <errno.h>
@@ -51,50 +53,33 @@ static void history_truncate(history *h, size_t n) {
     while (h->n > n) free((char *)h->msgs[--h->n].content);
 }
 
-typedef struct text_buf {
-    char *p;
-    size_t len, cap;
-} text_buf;
-
-static int text_append(text_buf *t, const char *s, size_t n) {
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 256;
-        while (t->len + n + 1 > cap) cap *= 2;
-        char *p = realloc(t->p, cap);
-        if (!p) return -1;
-        t->p = p;
-        t->cap = cap;
-    }
-    memcpy(t->p + t->len, s, n);
-    t->len += n;
-    t->p[t->len] = 0;
-    return 0;
-}
-
-/* Streams one reply to stdout and collects its text in *out. Ctrl-C cancels it (kept as far as it got). */
-static cinfer_status reply(cinfer_engine *e, cinfer_request *q, const history *h, int stats, text_buf *out,
-                           cinfer_error *err) {
+/* Streams one reply to stdout through *out, which keeps its content. Ctrl-C cancels it (kept as far as it
+ * got). */
+static cinfer_status reply(const cinfer_model *m, cinfer_engine *e, cinfer_request *q, const history *h, int stats,
+                           cf_chat_out *out, cinfer_error *err) {
     q->messages = h->msgs;
     q->n_messages = h->n;
     cinfer_session_params sp = cinfer_session_default_params();
     sp.output = CINFER_OUTPUT_PULL;
     cinfer_session *s = NULL;
     CF_TRY(cinfer_session_open(e, q, &sp, &s, err));
-    cinfer_status st;
+    cinfer_status st = cf_chat_out_open(out, m, q, stdout, err);
     cinfer_event ev;
-    int oom = 0;
-    for (;;) {
+    while (st == CINFER_OK) {
         if (interrupted) {
             cinfer_session_cancel(s);
             interrupted = 0;
         }
         st = cinfer_session_next(s, &ev, 0.05, err);
-        if (st == CINFER_E_TIMEOUT) continue;
-        if (st != CINFER_OK) break;
-        fwrite(ev.text, 1, ev.text_len, stdout);
-        fflush(stdout);
-        oom |= text_append(out, ev.text, ev.text_len);
-        if (ev.kind == CINFER_EVENT_END) break;
+        if (st == CINFER_E_TIMEOUT) {
+            st = CINFER_OK;
+            continue;
+        }
+        if (st == CINFER_OK) st = cf_chat_out_feed(out, ev.text, ev.text_len, err);
+        if (st == CINFER_OK && ev.kind == CINFER_EVENT_END) {
+            st = cf_chat_out_finish(out, err);
+            break;
+        }
     }
     printf("\n");
     fflush(stdout);
@@ -110,7 +95,6 @@ static cinfer_status reply(cinfer_engine *e, cinfer_request *q, const history *h
         if (stats) cf_gen_print_stats("chat", res);
     }
     cinfer_session_free(s);
-    if (st == CINFER_OK && oom) st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the reply");
     return st;
 }
 
@@ -192,15 +176,15 @@ int cf_cmd_chat(int argc, char **argv) {
         }
         if (!n) continue;
         if (history_add(&h, "user", line, (size_t)n)) goto oom;
-        text_buf answer = {0};
-        cinfer_status st = reply(e, &o.req, &h, o.stats, &answer, &err);
+        cf_chat_out answer = {0};
+        cinfer_status st = reply(m, e, &o.req, &h, o.stats, &answer, &err);
         if (st == CINFER_OK) {
-            int failed = history_add(&h, "assistant", answer.p ? answer.p : "", answer.len);
-            free(answer.p);
+            int failed = history_add(&h, "assistant", answer.content ? answer.content : "", answer.len);
+            cf_chat_out_close(&answer);
             if (failed) goto oom;
             continue;
         }
-        free(answer.p);
+        cf_chat_out_close(&answer);
         history_truncate(&h, h.n - 1);
         if (st == CINFER_E_CONTEXT_OVERFLOW) fprintf(stderr, "cinfer chat: %s; /reset starts over\n", err.message);
         else fprintf(stderr, "cinfer chat: %s\n", err.message);

@@ -1,6 +1,7 @@
 /* cmd_run.c: `cinfer run`, one generation through the engine, streamed to stdout as text or ids; and
  * the generation flags it shares with `cinfer chat` (gen.h). */
 #include "cli/gen.h"
+#include "cli/chat_out.h"
 
 #include <float.h>
 #include <limits.h>
@@ -35,6 +36,8 @@ const char *const cf_gen_flags_help =
     "  --seed N                 sampling seed (default: a fresh one, printed by --stats)\n"
     "  --stop TEXT              end before this text (repeatable); it is not printed\n"
     "  --ignore-eos             do not end at end-of-sequence tokens\n"
+    "  --chat-template-kwargs JSON\n"
+    "                           extra chat template variables, e.g. '{\"enable_thinking\": false}'\n"
     "  --logprobs N             print each token's log-probability and its N most likely alternatives (0..20)\n"
     "                           to stderr\n"
     "  --stats                  print token counts, time to first token and tokens/s to stderr\n"
@@ -116,6 +119,7 @@ int cf_gen_flag(const char *verb, int argc, char **argv, int *i, cf_gen_opts *o)
         q->stop = o->stop;
         return 1;
     }
+    if ((r = cf_flag_value(verb, argc, argv, i, "--chat-template-kwargs", &q->template_kwargs_json)) != 0) return r;
     if (!strcmp(argv[*i], "--ignore-eos")) {
         q->ignore_eos = 1;
         return 1;
@@ -156,16 +160,28 @@ static const char *run_help =
     "Generates after a prompt and streams the result to stdout.\n"
     "  -p, --prompt TEXT        the prompt as text (tokenized with the model's tokenizer)\n"
     "  --prompt-ids LIST        the prompt as token ids, comma-separated\n"
-    "  --chat                   wrap the prompt as one user message in the model's chat template\n"
+    "  --chat                   wrap the prompt as one user message in the model's chat template; the reply's\n"
+    "                           reasoning is set apart (dimmed, or lines prefixed \"thinking> \" when not a terminal)\n"
     "  --output text|ids        print the generated text (default for -p) or the ids on one line (default for\n"
     "                           --prompt-ids)\n";
 
 typedef struct run_out {
     int ids;
+    cf_chat_out *chat;      /* --chat: the reply goes through the chat parser */
+    cinfer_error chat_err;  /* the parser's failure, if any */
 } run_out;
 
 static int print_event(const cinfer_event *ev, void *user) {
-    const run_out *o = user;
+    run_out *o = user;
+    if (o->chat) {
+        cinfer_status st = cf_chat_out_feed(o->chat, ev->text, ev->text_len, &o->chat_err);
+        if (st == CINFER_OK && ev->kind == CINFER_EVENT_END) {
+            st = cf_chat_out_finish(o->chat, &o->chat_err);
+            printf("\n");
+            fflush(stdout);
+        }
+        return st != CINFER_OK;
+    }
     if (o->ids) {
         if (ev->kind == CINFER_EVENT_TOKEN) printf(ev->index ? " %d" : "%d", ev->token);
         else printf("\n");
@@ -228,6 +244,7 @@ int cf_cmd_run(int argc, char **argv) {
     if (!o.common.model) rc = cf_usage_error(verb, "--model DIR is required (no embedded model in this build)");
     else if (!text == !ids_s) rc = cf_usage_error(verb, "give the prompt as -p TEXT or --prompt-ids LIST (one of them)");
     else if (chat && !text) rc = cf_usage_error(verb, "--chat needs the prompt as text (-p)");
+    else if (!chat && o.req.template_kwargs_json) rc = cf_usage_error(verb, "--chat-template-kwargs needs --chat");
     else if (out_ids == 1 && o.req.n_stop) rc = cf_usage_error(verb, "--stop matches text; --output ids prints no text");
     else if (ids_s && cf_parse_ids(ids_s, &ids, &n_ids, why, sizeof why)) rc = cf_usage_error(verb, "--prompt-ids: %s", why);
     if (rc) {
@@ -258,15 +275,19 @@ int cf_cmd_run(int argc, char **argv) {
     cinfer_engine *e = NULL;
     cinfer_session *s = NULL;
     const cinfer_result *res = NULL;
-    if (cf_gen_load(&o, &m, &e, &err) != CINFER_OK || cinfer_session_open(e, q, &sp, &s, &err) != CINFER_OK ||
-        cinfer_session_wait(s, -1, &res, &err) != CINFER_OK) {
+    cf_chat_out chat_out = {0};
+    if (chat) out.chat = &chat_out;
+    if (cf_gen_load(&o, &m, &e, &err) != CINFER_OK || (chat && cf_chat_out_open(&chat_out, m, q, stdout, &err) != CINFER_OK) ||
+        cinfer_session_open(e, q, &sp, &s, &err) != CINFER_OK || cinfer_session_wait(s, -1, &res, &err) != CINFER_OK) {
         rc = cf_report(verb, &err);
     } else {
         if (res->outcome == CINFER_OUTCOME_FAILED) rc = cf_report(verb, &res->error);
+        else if (out.chat_err.code != CINFER_OK) rc = cf_report(verb, &out.chat_err);
         if (res->logprobs) print_logprobs(m, res, !out.ids);
         if (o.stats) cf_gen_print_stats(verb, res);
     }
     cinfer_session_free(s);
+    cf_chat_out_close(&chat_out);
     cinfer_engine_free(e);
     cinfer_model_free(m);
     free(ids);

@@ -20,6 +20,7 @@ static const verb verbs[] = {
     {"bench", cf_cmd_bench, "measure prefill and decode speed against the bandwidth roofline"},
     {"tokenize", cf_cmd_tokenize, "print the token ids of a text"},
     {"detokenize", cf_cmd_detokenize, "print the text of token ids"},
+    {"serve", cf_cmd_serve, "serve the model over HTTP (OpenAI, Anthropic and llama-server APIs, a chat page)"},
     {"chat-template", cf_cmd_chat_template, "render a model's chat template for a conversation"},
 };
 

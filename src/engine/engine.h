@@ -46,6 +46,7 @@ typedef struct cf_request {
     int ignore_eos;
     int ids_only;
     int fit_context;            /* max_tokens may be lowered to what the engine's KV memory leaves */
+    int keep_special;           /* the text keeps special tokens (a chat reply whose markup is made of them) */
     char draft[64];
 } cf_request;
 

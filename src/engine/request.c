@@ -2,6 +2,7 @@
  * kind of mistake with its own status code; then the prompt is resolved to token ids (text tokenized,
  * chat messages rendered with the model's template) and every buffer is copied. */
 #include "engine/engine.h"
+#include "engine/chat.h"
 #include "base/status.h"
 #include "text/template.h"
 #include "text/tokenizer.h"
@@ -9,7 +10,6 @@
 #include <cjson/cJSON.h>
 #include <utf8proc.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,9 +46,6 @@ static cinfer_status check_prompt_shape(const cinfer_request *r, cinfer_error *e
     if (r->n_messages && !r->messages)
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "n_messages is %zu but messages is NULL", r->n_messages);
     if (r->messages && !r->n_messages) return cf_fail(err, CINFER_E_EMPTY_PROMPT, "the request has no chat messages");
-    for (size_t i = 0; i < r->n_messages; i++)
-        if (!r->messages[i].role || !r->messages[i].role[0] || !r->messages[i].content)
-            return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "messages[%zu] needs a role and a content (content may be \"\")", i);
     return CINFER_OK;
 }
 
@@ -88,6 +85,7 @@ static cinfer_status check_fields(const cinfer_model *m, const cinfer_request *r
                        "cinfer_request.struct_size is %zu, expected %zu: start from cinfer_request_default()",
                        r->struct_size, sizeof *r);
     CF_TRY(check_prompt_shape(r, err));
+    CF_TRY(cf_chat_check(r, err));
     if (r->max_tokens <= 0)
         return cf_fail(err, CINFER_E_MAX_TOKENS, "max_tokens is %d; it must be a positive number of tokens", (int)r->max_tokens);
     cf_sampling_params sp = sampling_of(r);
@@ -133,26 +131,6 @@ static cinfer_status check_fields(const cinfer_model *m, const cinfer_request *r
     return CINFER_OK;
 }
 
-static cinfer_status render_messages(const cinfer_model *m, const cinfer_request *r, char **out, size_t *len,
-                                     cinfer_error *err) {
-    cJSON *arr = cJSON_CreateArray();
-    for (size_t i = 0; arr && i < r->n_messages; i++) {
-        cJSON *o = cJSON_CreateObject();
-        if (!o || !cJSON_AddItemToArray(arr, o) || !cJSON_AddStringToObject(o, "role", r->messages[i].role) ||
-            !cJSON_AddStringToObject(o, "content", r->messages[i].content)) {
-            cJSON_Delete(arr);
-            arr = NULL;
-        }
-    }
-    char *json = arr ? cJSON_PrintUnformatted(arr) : NULL;
-    cJSON_Delete(arr);
-    if (!json) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the chat messages");
-    cf_chat_request cr = {.messages_json = json, .add_generation_prompt = r->add_generation_prompt};
-    cinfer_status st = cf_chat_template_render(m->tmpl, &cr, NULL, out, len, err);
-    cJSON_free(json);
-    return st;
-}
-
 /* Resolves the prompt to *ids (owned by the caller). */
 static cinfer_status prompt_ids(const cinfer_model *m, const cinfer_request *r, int32_t **ids, size_t *n, cinfer_error *err) {
     if (r->prompt_ids) {
@@ -167,7 +145,7 @@ static cinfer_status prompt_ids(const cinfer_model *m, const cinfer_request *r, 
                                    ids, n, err);
     char *text;
     size_t len;
-    CF_TRY(render_messages(m, r, &text, &len, err));
+    CF_TRY(cf_chat_render(m, r, &text, &len, err));
     /* The template writes the special tokens (BOS included) itself, as transformers'
      * apply_chat_template(tokenize=True) relies on. */
     cinfer_status st = cf_tokenizer_encode(m->tok, text, len, CF_TOK_PARSE_SPECIAL, ids, n, err);
@@ -219,6 +197,7 @@ cinfer_status cf_request_build(const cinfer_model *m, const cinfer_request *r, c
     out->ignore_eos = r->ignore_eos != 0;
     out->ids_only = r->ids_only != 0;
     out->fit_context = r->fit_context != 0;
+    out->keep_special = cf_chat_keeps_special(m, r);
     snprintf(out->draft, sizeof out->draft, "%s", r->draft ? r->draft : "");
 
     int oom = 0;

@@ -52,6 +52,9 @@ struct cinfer_engine {
     cinfer_session **fresh;       /* [max_batch] admitted in this turn */
     int peak_batch;
     long n_steps, n_preemptions;
+    /* published under mu at the end of each turn, for cinfer_engine_get_stats */
+    int pub_running, pub_blocks_available, pub_blocks_cached;
+    long pub_steps;
 };
 
 static double monotonic_now(void *user) {
@@ -146,7 +149,7 @@ static cinfer_status prepare(cinfer_engine *e, cinfer_session *s, cinfer_error *
         s->logits = malloc((size_t)m->hp.vocab * sizeof *s->logits);
         if (!s->logits) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the logits of %d tokens", m->hp.vocab);
     }
-    if (e->model->tok && !q->ids_only) CF_TRY(cf_detok_create(cf_detok_tokenizer_decode, e->model->tok, 1, &s->detok, err));
+    if (e->model->tok && !q->ids_only) CF_TRY(cf_detok_create(cf_detok_tokenizer_decode, e->model->tok, !q->keep_special, &s->detok, err));
     if (q->n_stop) CF_TRY(cf_stop_create((const char *const *)q->stop, q->n_stop, NULL, 0, &s->stop, err));
     return CINFER_OK;
 }
@@ -459,6 +462,29 @@ static void iterate(cinfer_engine *e) {
 
 /* ---- the loop ---- */
 
+/* Under e->mu, on the engine thread. */
+static void publish_stats(cinfer_engine *e) {
+    e->pub_running = e->n_run;
+    e->pub_blocks_available = cf_runner_blocks_available(e->runner);
+    e->pub_blocks_cached = cf_runner_blocks_cached(e->runner);
+    e->pub_steps = e->n_steps;
+}
+
+void cinfer_engine_get_stats(cinfer_engine *e, cinfer_engine_stats *out) {
+    int queued = 0;
+    pthread_mutex_lock(&e->mu);
+    for (const cinfer_session *s = e->head; s; s = s->next) queued++;
+    *out = (cinfer_engine_stats){.queued = queued,
+                                 .running = e->pub_running,
+                                 .kv_blocks_total = e->blocks_total,
+                                 .kv_blocks_used = e->blocks_total - e->pub_blocks_available,
+                                 .kv_blocks_cached = e->pub_blocks_cached,
+                                 .kv_block_tokens = e->block_size,
+                                 .kv_block_bytes = e->block_bytes,
+                                 .steps = e->pub_steps};
+    pthread_mutex_unlock(&e->mu);
+}
+
 static void *sched_main(void *arg) {
     cinfer_engine *e = arg;
     cinfer_session **fresh = e->fresh;
@@ -520,6 +546,7 @@ static void *sched_main(void *arg) {
         iterate(e);
 
         pthread_mutex_lock(&e->mu);
+        publish_stats(e);
         if (e->closing && !e->head && !e->n_run) break;
     }
     pthread_mutex_unlock(&e->mu);
@@ -596,6 +623,7 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
     e->block_size = rq->block_size;
     e->blocks_total = cf_runner_blocks_total(runner);
     e->block_bytes = e->blocks_total ? rq->kv_bytes / e->blocks_total : 0;
+    e->pub_blocks_available = cf_runner_blocks_available(runner);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     int rc = pthread_create(&e->thread, NULL, sched_main, e);

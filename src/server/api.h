@@ -54,6 +54,9 @@ void cf_api_request_free(cf_api_request *r);
  * {"type": "error", "error": {"type", "message"}}. Routes of neither API use OpenAI's shape. NULL when
  * memory runs out. Released with free. */
 char *cf_api_error_json(cf_api_kind kind, const cf_api_error *e);
+/* A failure of the engine as the API reports it: what cinfer_session_open refused (400 naming the field
+ * for a request it cannot take, 429 for CINFER_E_BUSY), or 500 / 503 for the server's own failures. */
+void cf_api_error_from_status(cf_api_kind kind, cinfer_status st, const char *message, cf_api_error *out);
 
 typedef struct cf_api_meta {
     const char *id;              /* "chatcmpl-...", "cmpl-...", "msg_..." made by the server */
@@ -64,15 +67,17 @@ typedef struct cf_api_meta {
 } cf_api_meta;
 
 /* Writes one response. Streaming: every call appends the SSE bytes to send now to out. Not streaming:
- * calls append nothing until cf_api_writer_finish appends the whole JSON body. Calls for different
- * choices may interleave; the caller serializes them. */
+ * calls append nothing until cf_api_writer_finish appends the whole JSON body, made from the results
+ * alone (so events need not be passed on). Calls for different choices may interleave; the caller
+ * serializes them. */
 typedef struct cf_api_writer cf_api_writer;
 
+/* r must outlive the writer; meta's strings are copied. */
 cinfer_status cf_api_writer_create(const cf_api_request *r, const cf_api_meta *meta, cf_api_writer **out,
                                    cinfer_error *err);
 /* Before any event: OpenAI's first chunk of each choice (role), Anthropic's message_start. */
 cinfer_status cf_api_writer_begin(cf_api_writer *w, cf_buf *out);
-/* A TOKEN event of choice i. */
+/* An event of choice i: each TOKEN, and its END (which carries the text held back at the end). */
 cinfer_status cf_api_writer_event(cf_api_writer *w, int choice, const cinfer_event *ev, cf_buf *out);
 /* Choice i is terminal (its END event has been passed on): its finish reason, or an error event when it
  * failed. */
@@ -80,6 +85,9 @@ cinfer_status cf_api_writer_end_choice(cf_api_writer *w, int choice, const cinfe
 /* Every choice has ended: usage, then data: [DONE] (OpenAI) or message_delta and message_stop
  * (Anthropic); not streaming, the whole body. */
 cinfer_status cf_api_writer_finish(cf_api_writer *w, cf_buf *out);
+/* Not streaming: the HTTP status of the body finish wrote: 200, or when a choice failed, the status of the
+ * error in the API's shape that the body then is (500, or 503 when the engine was shut down). */
+int cf_api_writer_http_status(const cf_api_writer *w);
 void cf_api_writer_free(cf_api_writer *w);
 
 #endif

@@ -49,6 +49,8 @@ typedef struct cf_chat_template cf_chat_template;
 cinfer_status cf_chat_template_load(const char *dir, const char *name, cf_chat_template **out,
                                     cinfer_error *err);
 void cf_chat_template_free(cf_chat_template *ct);
+/* The template's source text (what the chat reply parser reads the model's conventions from). */
+const char *cf_chat_template_source(const cf_chat_template *ct);
 /* Replaces the BOS/EOS text (e.g. with cf_tokenizer_bos_text/eos_text); a NULL argument keeps the
  * current value. */
 cinfer_status cf_chat_template_set_tokens(cf_chat_template *ct, const char *bos_token, const char *eos_token,

@@ -15,6 +15,7 @@ static const char *const SPECIAL_NAMES[SPECIAL_COUNT] = {
 
 struct cf_chat_template {
     cf_template *tmpl;
+    char *source;                      /* the template's text, NUL-terminated */
     char *special_json[SPECIAL_COUNT]; /* JSON text of each special token value, or NULL when absent */
 };
 
@@ -49,6 +50,13 @@ static cinfer_status make(const char *src, size_t len, cf_chat_template **out, c
         free(ct);
         return s;
     }
+    ct->source = malloc(len + 1);
+    if (!ct->source) {
+        cf_chat_template_free(ct);
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory loading a chat template");
+    }
+    memcpy(ct->source, src, len);
+    ct->source[len] = 0;
     *out = ct;
     return CINFER_OK;
 }
@@ -56,9 +64,12 @@ static cinfer_status make(const char *src, size_t len, cf_chat_template **out, c
 void cf_chat_template_free(cf_chat_template *ct) {
     if (!ct) return;
     cf_template_free(ct->tmpl);
+    free(ct->source);
     for (int i = 0; i < SPECIAL_COUNT; i++) cJSON_free(ct->special_json[i]);
     free(ct);
 }
+
+const char *cf_chat_template_source(const cf_chat_template *ct) { return ct->source; }
 
 static cinfer_status set_token(cf_chat_template *ct, int which, const char *text, cinfer_error *err) {
     if (!text) return CINFER_OK;

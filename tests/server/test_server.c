@@ -1,0 +1,604 @@
+/* test_server.c: the HTTP server in-process on ephemeral loopback ports with the embedded model, spoken to
+ * in raw HTTP over sockets: /health (also while loading), /v1/models, /metrics' format, the tokenize round
+ * trip, 401/404/405/413 (the body not read), malformed JSON, the header deadline, the idle timeout, a chat
+ * answer whole and streamed, a stream that does not block other requests, clients that disconnect
+ * mid-generation (their sessions cancelled, nothing left running), and stopping with requests in flight.
+ *   test_server MODEL_DIR */
+#define _GNU_SOURCE
+#include "check.h"
+#include "server/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static cinfer_model *model;
+static cinfer_engine *engine;
+static char eos_bias[256];  /* "\"2\":-100,..." : logit_bias entries that keep the model from ending */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- a raw HTTP client ---- */
+
+static int connect_port(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    struct timeval tv = {.tv_sec = 20};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+static int send_all(int fd, const char *s, size_t n) {
+    while (n) {
+        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
+        if (k <= 0) return -1;
+        s += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int send_str(int fd, const char *s) { return send_all(fd, s, strlen(s)); }
+
+typedef struct resp {
+    int status;
+    char head[8192];
+    char *body;
+    size_t len;
+} resp;
+
+static void resp_free(resp *r) {
+    free(r->body);
+    memset(r, 0, sizeof *r);
+}
+
+/* Appends up to want bytes (0 = what arrives) to buf; returns the bytes read, 0 at EOF, -1 on error. */
+static ssize_t read_some(int fd, char **buf, size_t *len, size_t *cap) {
+    if (*cap - *len < 4096) {
+        *cap = *cap * 2 + 8192;
+        *buf = realloc(*buf, *cap);
+    }
+    ssize_t k = recv(fd, *buf + *len, *cap - *len - 1, 0);
+    if (k > 0) {
+        *len += (size_t)k;
+        (*buf)[*len] = 0;
+    }
+    return k;
+}
+
+static const char *header_value(const resp *r, const char *name, char *out, size_t cap) {
+    size_t nl = strlen(name);
+    for (const char *p = strstr(r->head, "\r\n"); p && p[2]; p = strstr(p + 2, "\r\n")) {
+        const char *line = p + 2;
+        if (!strncasecmp(line, name, nl) && line[nl] == ':') {
+            line += nl + 1;
+            while (*line == ' ') line++;
+            size_t n = strcspn(line, "\r");
+            snprintf(out, cap, "%.*s", (int)n, line);
+            return out;
+        }
+    }
+    return NULL;
+}
+
+/* Reads one whole response (Content-Length, chunked, or to EOF). 0, or -1 when the connection ended
+ * before a status line. */
+static int read_resp(int fd, resp *r) {
+    memset(r, 0, sizeof *r);
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    char *end = NULL;
+    while (!(end = buf ? strstr(buf, "\r\n\r\n") : NULL))
+        if (read_some(fd, &buf, &len, &cap) <= 0) {
+            free(buf);
+            return -1;
+        }
+    size_t hl = (size_t)(end - buf) + 4;
+    snprintf(r->head, sizeof r->head, "%.*s", (int)hl, buf);
+    r->status = atoi(buf + 9);
+    char v[64];
+    size_t have = len - hl;
+    memmove(buf, buf + hl, have + 1);
+    len = have;
+    if (header_value(r, "Content-Length", v, sizeof v)) {
+        size_t want = strtoull(v, NULL, 10);
+        while (len < want && read_some(fd, &buf, &len, &cap) > 0) {}
+    } else if (header_value(r, "Transfer-Encoding", v, sizeof v)) {
+        /* until the last chunk, then decode in place */
+        while (!strstr(buf, "\r\n0\r\n\r\n") && strncmp(buf, "0\r\n\r\n", 5) && read_some(fd, &buf, &len, &cap) > 0) {}
+        size_t in = 0, out = 0;
+        for (;;) {
+            size_t n = strtoul(buf + in, NULL, 16);
+            char *crlf = strstr(buf + in, "\r\n");
+            if (!crlf || !n) break;
+            in = (size_t)(crlf - buf) + 2;
+            if (in + n > len) break;
+            memmove(buf + out, buf + in, n);
+            out += n;
+            in += n + 2;
+        }
+        len = out;
+        buf[len] = 0;
+    } else {
+        while (read_some(fd, &buf, &len, &cap) > 0) {}
+    }
+    r->body = buf;
+    r->len = len;
+    return 0;
+}
+
+/* One request on a fresh connection. */
+static int request(int port, const char *method, const char *path, const char *headers, const char *body, resp *r) {
+    int fd = connect_port(port);
+    if (fd < 0) return -1;
+    char head[1024];
+    snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n%s%s", method, path,
+             headers ? headers : "", body ? "Content-Type: application/json\r\n" : "");
+    char cl[64] = "";
+    if (body) snprintf(cl, sizeof cl, "Content-Length: %zu\r\n", strlen(body));
+    int rc = send_str(fd, head) || send_str(fd, cl) || send_str(fd, "\r\n") || (body && send_str(fd, body)) ? -1 : read_resp(fd, r);
+    close(fd);
+    return rc;
+}
+
+/* A connection is closed by the server: EOF or reset within timeout seconds. Returns the seconds it took,
+ * or -1. */
+static double wait_closed(int fd, double timeout) {
+    double t0 = now_s();
+    while (now_s() - t0 < timeout) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 50) > 0) {
+            char c[256];
+            ssize_t k = recv(fd, c, sizeof c, MSG_DONTWAIT);
+            if (k == 0 || (k < 0 && errno != EAGAIN)) return now_s() - t0;
+        }
+    }
+    return -1;
+}
+
+/* The value of a metric line "name{labels} value" in the exposition, or -1. */
+static double metric(int port, const char *series) {
+    resp r;
+    if (request(port, "GET", "/metrics", NULL, NULL, &r)) return -1;
+    double v = -1;
+    size_t n = strlen(series);
+    for (const char *p = r.body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (!strncmp(p, series, n) && p[n] == ' ') v = atof(p + n + 1);
+    resp_free(&r);
+    return v;
+}
+
+/* Waits until the engine has nothing running or queued and no KV block is held. */
+static int engine_idle(double timeout) {
+    double t0 = now_s();
+    cinfer_engine_stats st;
+    do {
+        cinfer_engine_get_stats(engine, &st);
+        if (!st.running && !st.queued && !st.kv_blocks_used) return 1;
+        sleep_s(0.01);
+    } while (now_s() - t0 < timeout);
+    fprintf(stderr, "  engine busy: %d running, %d queued, %d KV blocks held\n", st.running, st.queued, st.kv_blocks_used);
+    return 0;
+}
+
+static cf_server *start(cf_server_params p) {
+    p.port = 0;
+    p.log_requests = getenv("TEST_SERVER_LOG") != NULL;
+    cf_server *s = NULL;
+    cinfer_error err = {0};
+    if (cf_server_start(model, engine, &p, &s, &err) != CINFER_OK) fprintf(stderr, "cf_server_start: %s\n", err.message);
+    return s;
+}
+
+/* ---- the checks ---- */
+
+static void test_loading(void) {
+    cf_server_params p = cf_server_default_params();
+    p.port = 0;
+    p.log_requests = 0;
+    cf_server *s = NULL;
+    cinfer_error err = {0};
+    CHECK(cf_server_start(NULL, NULL, &p, &s, &err) == CINFER_OK, "start without a model: %s", err.message);
+    if (!s) return;
+    resp r;
+    CHECK(!request(cf_server_port(s), "GET", "/health", NULL, NULL, &r) && r.status == 503, "/health while loading: %d", r.status);
+    resp_free(&r);
+    CHECK(!request(cf_server_port(s), "POST", "/v1/chat/completions", NULL, "{}", &r) && r.status == 503,
+          "generation while loading: %d", r.status);
+    resp_free(&r);
+    cf_server_attach(s, model, engine);
+    CHECK(!request(cf_server_port(s), "GET", "/health", NULL, NULL, &r) && r.status == 200 && strstr(r.body, "\"ok\""),
+          "/health once attached: %d %s", r.status, r.body);
+    resp_free(&r);
+    cf_server_stop(s);
+}
+
+static void test_basic_routes(int port) {
+    resp r;
+    CHECK(!request(port, "GET", "/v1/models", NULL, NULL, &r) && r.status == 200, "/v1/models: %d", r.status);
+    CHECK(r.body && strstr(r.body, "\"object\":\"list\"") && strstr(r.body, "\"id\":\"tiny-test\""), "models list: %s", r.body);
+    resp_free(&r);
+    CHECK(!request(port, "GET", "/v1/models/tiny-test", NULL, NULL, &r) && r.status == 200, "/v1/models/ID: %d", r.status);
+    resp_free(&r);
+    CHECK(!request(port, "GET", "/v1/models/other", NULL, NULL, &r) && r.status == 404, "unknown model: %d", r.status);
+    resp_free(&r);
+
+    CHECK(!request(port, "GET", "/", NULL, NULL, &r) && r.status == 200 && strstr(r.body, "/v1/chat/completions") &&
+              strstr(r.head, "text/html"),
+          "the chat page: %d", r.status);
+    resp_free(&r);
+
+    CHECK(!request(port, "GET", "/nope", NULL, NULL, &r) && r.status == 404 && strstr(r.body, "\"error\""), "404: %d", r.status);
+    resp_free(&r);
+    char allow[64];
+    CHECK(!request(port, "GET", "/v1/chat/completions", NULL, NULL, &r) && r.status == 405, "405: %d", r.status);
+    CHECK(header_value(&r, "Allow", allow, sizeof allow) && !strcmp(allow, "POST"), "405 with Allow: POST");
+    resp_free(&r);
+    CHECK(!request(port, "POST", "/health", NULL, "{}", &r) && r.status == 405, "POST /health: %d", r.status);
+    CHECK(header_value(&r, "Allow", allow, sizeof allow) && strstr(allow, "GET"), "Allow: GET");
+    resp_free(&r);
+}
+
+/* Every line of the exposition is a comment or "name{labels} number". */
+static void test_metrics(int port) {
+    resp r;
+    CHECK(!request(port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200, "/metrics: %d", r.status);
+    if (r.status != 200) return resp_free(&r);
+    char ct[128];
+    CHECK(header_value(&r, "Content-Type", ct, sizeof ct) && strstr(ct, "text/plain"), "metrics content type");
+    int lines = 0, bad = 0;
+    for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n"), lines++) {
+        if (line[0] == '#') {
+            bad += strncmp(line, "# HELP ", 7) && strncmp(line, "# TYPE ", 7);
+            continue;
+        }
+        size_t name = strspn(line, "abcdefghijklmnopqrstuvwxyz_:0123456789");
+        char *p = line + name;
+        if (*p == '{') p = strchr(p, '}') ? strchr(p, '}') + 1 : p;
+        char *end = NULL;
+        if (*p == ' ') strtod(p + 1, &end);
+        if (!name || *p != ' ' || !end || *end) {
+            bad++;
+            fprintf(stderr, "  bad metrics line: %s\n", line);
+        }
+    }
+    CHECK(lines > 20 && !bad, "metrics: %d lines, %d malformed", lines, bad);
+    resp_free(&r);
+    CHECK(metric(port, "cinfer_requests_total{route=\"/metrics\",status=\"200\"}") >= 1, "the metrics count themselves");
+    CHECK(metric(port, "cinfer_model_loaded") == 1, "model loaded gauge");
+    CHECK(metric(port, "cinfer_kv_blocks_total") > 0, "KV blocks total");
+    CHECK(metric(port, "cinfer_time_to_first_token_seconds_bucket{le=\"+Inf\"}") >= 0, "TTFT histogram");
+}
+
+static void test_tokenize(int port) {
+    resp r;
+    CHECK(!request(port, "POST", "/tokenize", NULL, "{\"content\":\"Hello world, caf\\u00e9!\",\"add_special\":false}", &r) &&
+              r.status == 200,
+          "/tokenize: %d %s", r.status, r.body);
+    char *tokens = r.body ? strstr(r.body, "\"tokens\":") : NULL;
+    CHECK(tokens && tokens[9] == '[', "tokens array: %s", r.body);
+    if (!tokens) return resp_free(&r);
+    char body[4096];
+    snprintf(body, sizeof body, "{\"tokens\":%.*s}", (int)(strchr(tokens, ']') - tokens - 9 + 1), tokens + 9);
+    resp_free(&r);
+    CHECK(!request(port, "POST", "/detokenize", NULL, body, &r) && r.status == 200, "/detokenize: %d", r.status);
+    CHECK(r.body && strstr(r.body, "\"content\":\"Hello world, caf\xc3\xa9!\""), "round trip: %s", r.body);
+    resp_free(&r);
+
+    CHECK(!request(port, "POST", "/tokenize", NULL, "{\"content\":5}", &r) && r.status == 400 && strstr(r.body, "content"),
+          "tokenize a number: %d", r.status);
+    resp_free(&r);
+    CHECK(!request(port, "POST", "/detokenize", NULL, "{\"tokens\":[1,99999999]}", &r) && r.status == 400 &&
+              strstr(r.body, "tokens[1]"),
+          "detokenize an id out of range: %d %s", r.status, r.body);
+    resp_free(&r);
+    CHECK(!request(port, "POST", "/tokenize", NULL, "{\"content\":\"\xff\xfe\"}", &r) && r.status == 400,
+          "tokenize invalid UTF-8: %d", r.status);
+    resp_free(&r);
+}
+
+static void test_malformed(int port) {
+    static const char *const bodies[] = {"{", "[1,2", "not json", "", "{\"messages\":", "\"a string\""};
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        resp r;
+        CHECK(!request(port, "POST", "/v1/chat/completions", NULL, bodies[i], &r) && r.status == 400 && strstr(r.body, "\"error\""),
+              "malformed body '%s': %d %s", bodies[i], r.status, r.body);
+        resp_free(&r);
+        CHECK(!request(port, "POST", "/tokenize", NULL, bodies[i], &r) && r.status == 400, "tokenize '%s': %d", bodies[i], r.status);
+        resp_free(&r);
+    }
+    resp r;
+    CHECK(!request(port, "POST", "/v1/messages", NULL, "{", &r) && r.status == 400 && strstr(r.body, "\"type\":\"error\""),
+          "Anthropic error shape: %s", r.body);
+    resp_free(&r);
+    CHECK(!request(port, "GET", "/health", NULL, NULL, &r) && r.status == 200, "healthy after the bad requests");
+    resp_free(&r);
+}
+
+static void test_auth(int port) {
+    resp r;
+    CHECK(!request(port, "GET", "/v1/models", NULL, NULL, &r) && r.status == 401 && strstr(r.body, "invalid_api_key"),
+          "no key: %d %s", r.status, r.body);
+    resp_free(&r);
+    CHECK(!request(port, "GET", "/v1/models", "Authorization: Bearer sekreT\r\n", NULL, &r) && r.status == 401, "wrong key: %d", r.status);
+    resp_free(&r);
+    CHECK(!request(port, "GET", "/v1/models", "Authorization: Bearer sekret-and-more\r\n", NULL, &r) && r.status == 401,
+          "a longer key: %d", r.status);
+    resp_free(&r);
+    CHECK(!request(port, "GET", "/v1/models", "Authorization: Bearer sekret\r\n", NULL, &r) && r.status == 200, "right key: %d", r.status);
+    resp_free(&r);
+    CHECK(!request(port, "GET", "/v1/models", "x-api-key: sekret\r\n", NULL, &r) && r.status == 200, "x-api-key: %d", r.status);
+    resp_free(&r);
+    CHECK(!request(port, "POST", "/v1/messages", "x-api-key: nope\r\n", "{}", &r) && r.status == 401 &&
+              strstr(r.body, "authentication_error"),
+          "Anthropic 401: %d %s", r.status, r.body);
+    resp_free(&r);
+    CHECK(!request(port, "GET", "/health", NULL, NULL, &r) && r.status == 200, "/health needs no key: %d", r.status);
+    resp_free(&r);
+    CHECK(!request(port, "GET", "/", NULL, NULL, &r) && r.status == 200, "/ needs no key: %d", r.status);
+    resp_free(&r);
+}
+
+/* The limit is 1024 bytes: a larger Content-Length is refused before any of the body is sent (Expect:
+ * 100-continue gets 413 instead of 100); a chunked body is cut off once it passes the limit. */
+static void test_body_limit(int port) {
+    int fd = connect_port(port);
+    resp r;
+    CHECK(!send_str(fd, "POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekret\r\nContent-Type: application/json\r\n"
+                        "Content-Length: 100000000\r\n\r\n") &&
+              !read_resp(fd, &r) && r.status == 413,
+          "413 before the body: %d", r.status);
+    resp_free(&r);
+    close(fd);
+
+    fd = connect_port(port);
+    CHECK(!send_str(fd, "POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekret\r\nExpect: 100-continue\r\n"
+                        "Content-Length: 5000\r\n\r\n") &&
+              !read_resp(fd, &r) && r.status == 413,
+          "413, not 100 Continue: %d", r.status);
+    resp_free(&r);
+    close(fd);
+
+    fd = connect_port(port);
+    send_str(fd, "POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekret\r\nTransfer-Encoding: chunked\r\n\r\n");
+    char chunk[700];
+    memset(chunk, 'a', sizeof chunk);
+    char size[16];
+    snprintf(size, sizeof size, "%zx\r\n", sizeof chunk);
+    for (int i = 0; i < 2; i++) send_str(fd, size), send_all(fd, chunk, sizeof chunk), send_str(fd, "\r\n");
+    /* libmicrohttpd cannot answer in the middle of a body: the connection is closed instead */
+    CHECK(wait_closed(fd, 2) >= 0, "a chunked body over the limit is cut off");
+    close(fd);
+    CHECK(!request(port, "GET", "/health", NULL, NULL, &r) && r.status == 200, "healthy after the refused bodies");
+    resp_free(&r);
+}
+
+/* header_timeout 2 s, idle 1 s: a silent connection is closed as idle; one trickling a header byte every
+ * 0.2 s stays active but is closed at the header deadline. */
+static void test_deadlines(int port) {
+    int fd = connect_port(port);
+    double t = wait_closed(fd, 5);
+    CHECK(t >= 0.5 && t < 3.5, "a silent connection closed after %.2f s (idle timeout 1 s)", t);
+    close(fd);
+
+    fd = connect_port(port);
+    double t0 = now_s(), closed = -1;
+    send_str(fd, "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ");
+    while (now_s() - t0 < 6) {
+        if (send_str(fd, "a")) {
+            closed = now_s() - t0;
+            break;
+        }
+        double c = wait_closed(fd, 0.2);
+        if (c >= 0) {
+            closed = now_s() - t0;
+            break;
+        }
+    }
+    CHECK(closed >= 1.8 && closed < 3.5, "a header trickle closed after %.2f s (deadline 2 s)", closed);
+    close(fd);
+}
+
+/* A chat request answered whole and streamed. */
+static void test_chat(int port) {
+    resp r;
+    CHECK(!request(port, "POST", "/v1/chat/completions", NULL,
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":8,\"temperature\":0}", &r) &&
+              r.status == 200,
+          "chat: %d %s", r.status, r.body);
+    CHECK(r.body && strstr(r.body, "\"chat.completion\"") && strstr(r.body, "\"usage\""), "chat body: %s", r.body);
+    resp_free(&r);
+    CHECK(!request(port, "POST", "/v1/chat/completions", NULL,
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":8,\"stream\":true}", &r) &&
+              r.status == 200,
+          "streamed chat: %d", r.status);
+    char ct[64];
+    CHECK(header_value(&r, "Content-Type", ct, sizeof ct) && !strcmp(ct, "text/event-stream"), "SSE content type");
+    CHECK(r.body && !strncmp(r.body, "data: {", 7) && strstr(r.body, "data: [DONE]\n\n"), "SSE body: %s", r.body);
+    resp_free(&r);
+    CHECK(!request(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Once upon\",\"max_tokens\":4}", &r) && r.status == 200 &&
+              strstr(r.body, "\"text_completion\""),
+          "completions: %d %s", r.status, r.body);
+    resp_free(&r);
+    CHECK(!request(port, "POST", "/v1/messages", NULL,
+                   "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", &r) &&
+              r.status == 200 && strstr(r.body, "\"type\":\"message\""),
+          "messages: %d %s", r.status, r.body);
+    resp_free(&r);
+    CHECK(metric(port, "cinfer_generated_tokens_total") > 0, "generated tokens counted");
+    CHECK(metric(port, "cinfer_time_to_first_token_seconds_count") >= 4, "TTFT observed");
+}
+
+/* Sends a long streaming request (the model kept from ending) and reads until the first data arrives. */
+static int open_long_stream(int port, int stream) {
+    int fd = connect_port(port);
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a long story\"}],\"max_tokens\":900,"
+             "\"stream\":%s,\"logit_bias\":{%s}}",
+             stream ? "true" : "false", eos_bias);
+    char head[256];
+    snprintf(head, sizeof head, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+             strlen(body));
+    if (fd < 0 || send_str(fd, head) || send_str(fd, body)) return -1;
+    if (!stream) return fd;
+    char buf[4096];
+    size_t got = 0;
+    while (got < sizeof buf - 1) {
+        ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+        if (k <= 0) break;
+        got += (size_t)k;
+        buf[got] = 0;
+        if (strstr(buf, "\"content\":")) return fd;
+    }
+    close(fd);
+    return -1;
+}
+
+/* A stream whose client reads nothing holds no thread: other requests are answered meanwhile. Clients
+ * that hang up mid-generation (streaming or not) have their sessions cancelled and released. */
+static void test_disconnects(int port) {
+    const double cancelled0 = metric(port, "cinfer_generations_total{outcome=\"cancelled\"}");
+    int fd = open_long_stream(port, 1);
+    CHECK(fd >= 0, "a long stream started");
+    double t0 = now_s();
+    resp r;
+    CHECK(!request(port, "GET", "/health", NULL, NULL, &r) && r.status == 200 && now_s() - t0 < 1,
+          "/health answered in %.3f s beside a stream", now_s() - t0);
+    resp_free(&r);
+    if (fd >= 0) close(fd);
+    CHECK(engine_idle(5), "the stream's session ended after its client hung up");
+    CHECK(metric(port, "cinfer_running_sequences") == 0, "metrics show no running sequence");
+
+    fd = open_long_stream(port, 0);
+    CHECK(fd >= 0, "a long non-streaming request sent");
+    cinfer_engine_stats st;
+    t0 = now_s();
+    do {
+        sleep_s(0.01);
+        cinfer_engine_get_stats(engine, &st);
+    } while (st.running != 1 && now_s() - t0 < 5);
+    CHECK(st.running == 1, "it runs (%d running)", st.running);
+    if (fd >= 0) close(fd);
+    t0 = now_s();
+    CHECK(engine_idle(5), "the non-streaming session ended after its client hung up");
+    CHECK(now_s() - t0 < 0.5, "cancelled %.3f s after the hang-up", now_s() - t0);
+    double cancelled = metric(port, "cinfer_generations_total{outcome=\"cancelled\"}");
+    CHECK(cancelled == cancelled0 + 2, "2 generations cancelled (%g before, %g after)", cancelled0, cancelled);
+    CHECK(!request(port, "GET", "/health", NULL, NULL, &r) && r.status == 200, "healthy after the disconnects");
+    resp_free(&r);
+}
+
+typedef struct whole_req {
+    int fd;
+    resp r;
+    int rc;
+} whole_req;
+
+static void *read_whole(void *arg) {
+    whole_req *w = arg;
+    w->rc = read_resp(w->fd, &w->r);
+    return NULL;
+}
+
+/* Stopping cancels what is in flight: the stream ends, the whole request gets 503, and nothing is left
+ * running in the engine. */
+static void test_stop_in_flight(void) {
+    cf_server *s = start(cf_server_default_params());
+    if (!s) return;
+    const int port = cf_server_port(s);
+    int sfd = open_long_stream(port, 1);
+    whole_req w = {.fd = open_long_stream(port, 0)};
+    CHECK(sfd >= 0 && w.fd >= 0, "two requests in flight");
+    pthread_t t;
+    pthread_create(&t, NULL, read_whole, &w);
+    sleep_s(0.1);
+    double t0 = now_s();
+    cf_server_stop(s);
+    CHECK(now_s() - t0 < 3, "stopped in %.3f s", now_s() - t0);
+    pthread_join(t, NULL);
+    CHECK(!w.rc && w.r.status == 503, "the whole request got 503 (%d)", w.r.status);
+    resp_free(&w.r);
+    CHECK(wait_closed(sfd, 2) >= 0, "the stream ended");
+    close(sfd);
+    close(w.fd);
+    CHECK(engine_idle(2), "nothing left in the engine");
+    CHECK(connect_port(port) < 0, "nothing listens after the stop");
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_server MODEL_DIR\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    cinfer_error err = {0};
+    cinfer_model_params mp = cinfer_model_default_params();
+    mp.n_threads = 2;
+    cinfer_engine_params ep = cinfer_engine_default_params();
+    ep.max_batch = 8;
+    if (cinfer_model_load(argv[1], &mp, &model, &err) != CINFER_OK || cinfer_engine_create(model, &ep, &engine, &err) != CINFER_OK) {
+        fprintf(stderr, "test_server: %s\n", err.message);
+        return 1;
+    }
+    cinfer_model_info info = cinfer_model_get_info(model);
+    for (int i = 0; i < info.n_eos; i++)
+        snprintf(eos_bias + strlen(eos_bias), sizeof eos_bias - strlen(eos_bias), "%s\"%d\":-100", i ? "," : "", info.eos_ids[i]);
+
+    test_loading();
+
+    cf_server_params p = cf_server_default_params();
+    p.model_name = "tiny-test";
+    cf_server *open_srv = start(p);
+    cf_server_params sp = p;
+    sp.api_key = "sekret";
+    sp.max_body = 1024;
+    sp.header_timeout_s = 2;
+    sp.idle_timeout_s = 1;
+    cf_server *strict = start(sp);
+    CHECK(open_srv && strict, "servers started");
+    if (open_srv && strict) {
+        const int port = cf_server_port(open_srv);
+        CHECK(!strncmp(cf_server_url(open_srv), "http://127.0.0.1:", 17), "url %s", cf_server_url(open_srv));
+        test_basic_routes(port);
+        test_tokenize(port);
+        test_malformed(port);
+        test_chat(port);
+        test_disconnects(port);
+        test_metrics(port);
+        test_auth(cf_server_port(strict));
+        test_body_limit(cf_server_port(strict));
+        test_deadlines(cf_server_port(strict));
+    }
+    cf_server_stop(open_srv);
+    cf_server_stop(strict);
+    test_stop_in_flight();
+
+    cinfer_engine_free(engine);
+    cinfer_model_free(model);
+    printf("test_server: %d checks, %d failures\n", checks, failures);
+    return failures != 0;
+}
