@@ -68,7 +68,9 @@ export async function startServer(opts = {}) {
       if (exited) return exited;
       const t0 = Date.now();
       child.kill('SIGTERM');
-      const res = await Promise.race([exitPromise, sleep(timeoutMs).then(() => null)]);
+      let timer;
+      const res = await Promise.race([exitPromise, new Promise((r) => { timer = setTimeout(() => r(null), timeoutMs); })]);
+      clearTimeout(timer);
       process.off('exit', killOnExit);
       if (!res) { child.kill('SIGKILL'); throw new Error(`cinfer serve did not exit within ${timeoutMs} ms of SIGTERM:\n${log.slice(-4000)}`); }
       return { ...res, ms: Date.now() - t0 };

@@ -33,12 +33,16 @@ describe('messages', () => {
     if (r.stop_reason === 'max_tokens') assert.equal(r.usage.output_tokens, 24);
   });
 
+  // Anthropic's input_tokens leaves out the prompt tokens read from the cache.
+  const promptTokens = (u) => u.input_tokens + (u.cache_read_input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0);
+
   test('a system prompt and content blocks are accepted', async () => {
     const plain = await ask();
     const sys = await ask({ system: 'You are a prophet.' });
-    assert.ok(sys.usage.input_tokens > plain.usage.input_tokens, 'the system prompt reaches the model');
+    assert.ok(promptTokens(sys.usage) > promptTokens(plain.usage), 'the system prompt reaches the model');
     const blocks = await ask({ system: [{ type: 'text', text: 'You are a prophet.' }] });
-    assert.equal(blocks.usage.input_tokens, sys.usage.input_tokens);
+    assert.equal(promptTokens(blocks.usage), promptTokens(sys.usage));
+    assert.ok(blocks.usage.cache_read_input_tokens > 0, 'the repeated prompt was read from the cache');
     const parts = await ask({ messages: [{ role: 'user', content: [{ type: 'text', text: 'Tell me a fortune.' }] }] });
     assert.equal(parts.content[0].text, plain.content[0].text);
   });
@@ -52,10 +56,14 @@ describe('messages', () => {
     let outputTokens = null;
     for await (const ev of stream) {
       types.push(ev.type);
-      if (ev.type === 'message_start') { assert.equal(ev.message.role, 'assistant'); assert.ok(ev.message.usage.input_tokens > 0); }
+      if (ev.type === 'message_start') { assert.equal(ev.message.role, 'assistant'); assert.equal(typeof ev.message.usage.input_tokens, 'number'); }
       if (ev.type === 'content_block_start') assert.equal(ev.content_block.type, 'text');
       if (ev.type === 'content_block_delta') { assert.equal(ev.delta.type, 'text_delta'); text += ev.delta.text; }
-      if (ev.type === 'message_delta') { stopReason = ev.delta.stop_reason; outputTokens = ev.usage.output_tokens; }
+      if (ev.type === 'message_delta') {
+        stopReason = ev.delta.stop_reason;
+        outputTokens = ev.usage.output_tokens;
+        assert.equal(promptTokens(ev.usage), promptTokens(whole.usage), 'the prompt\'s tokens in the final usage');
+      }
     }
     assert.equal(types[0], 'message_start');
     assert.equal(types[1], 'content_block_start');
@@ -101,8 +109,8 @@ describe('messages', () => {
     const next = await ask({ tools, messages: history });
     assert.equal(next.role, 'assistant');
     const first = await ask({ tools, messages: history.slice(0, 1) });
-    assert.ok(next.usage.input_tokens > first.usage.input_tokens + 5,
-      `the tool use and result reach the prompt (${next.usage.input_tokens} vs ${first.usage.input_tokens})`);
+    assert.ok(promptTokens(next.usage) > promptTokens(first.usage) + 5,
+      `the tool use and result reach the prompt (${promptTokens(next.usage)} vs ${promptTokens(first.usage)})`);
   });
 });
 
