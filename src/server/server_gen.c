@@ -366,6 +366,7 @@ enum MHD_Result cf_gen_start(cf_req *r) {
 
 void cf_gen_detach(cf_gen *g) {
     pthread_mutex_lock(&g->mu);
+    mark_resumed(g);  /* MHD ends a resumed connection whose client left without calling the handler again */
     g->conn_gone = 1;
     cancel_locked(g);
     unref_unlock(g);
