@@ -72,10 +72,10 @@ test('clients disconnecting mid-stream cancel their sequences', async () => {
       for await (const chunk of s) {
         if (chunk.choices[0]?.delta?.content && ++n === 3 + i) ac.abort();
       }
-      assert.fail('the stream should have been aborted');
     } catch (e) {
       assert.ok(e instanceof OpenAI.APIUserAbortError || e.name === 'AbortError', String(e));
     }
+    assert.ok(ac.signal.aborted, `stream ${i} ended after ${n} pieces, before the client hung up`);
   });
   await Promise.all(aborts);
   const idle = await waitIdle(server, 5000);
