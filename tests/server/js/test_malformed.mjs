@@ -9,7 +9,7 @@ import { modelName, rawHttp, startServer, stopServer, waitIdle } from './harness
 
 const TIMEOUT_S = 2;
 let server;
-before(async () => { server = await startServer({ args: ['--timeout', String(TIMEOUT_S)] }); });
+before(async () => { server = await startServer({ args: ['--timeout', String(TIMEOUT_S), '--header-timeout', String(TIMEOUT_S)] }); });
 after(async () => {
   await waitIdle(server);
   await stopServer(server, assert);
@@ -82,14 +82,15 @@ describe('huge numbers: 400', () => {
     ['max_tokens 1e300', '{"max_tokens": 1e300}'],
     ['max_tokens past 2^64', '{"max_tokens": 99999999999999999999999}'],
     ['max_tokens above the cap', '{"max_tokens": 10000000}'],
-    ['n of a million', '{"n": 1000000}'],
-    ['top_logprobs 1e9', '{"logprobs": true, "top_logprobs": 1000000000}'],
-    ['temperature 1e400 (infinity)', '{"temperature": 1e400}'],
-    ['top_k 2^40', '{"top_k": 1099511627776}'],
+    ['n of a million', '{"max_tokens": 2, "n": 1000000}'],
+    ['top_logprobs 1e9', '{"max_tokens": 2, "logprobs": true, "top_logprobs": 1000000000}'],
+    ['temperature 1e400 (infinity)', '{"max_tokens": 2, "temperature": 1e400}'],
+    ['top_k 2^40', '{"max_tokens": 2, "top_k": 1099511627776}'],
   ];
   for (const [name, extra] of cases) {
     test(name, async () => {
-      const body = chat({}).slice(0, -1) + ',' + extra.slice(1);
+      const body = `{"model": "${modelName}", "messages": [{"role": "user", "content": "hi"}], ${extra.slice(1)}`;
+      assert.doesNotThrow(() => JSON.parse(body.replace('1e400', '1')));
       await expect4xx('/v1/chat/completions', body, 400, name);
     });
   }
@@ -151,7 +152,15 @@ function pushBody(head, total, chunked) {
         if (!sock.write(piece)) { sock.once('drain', pump); return; }
       }
     };
-    sock.on('connect', () => { sock.write(head); pump(); });
+    // The head and a first piece, then a pause for the answer, as a client sending `Expect: 100-continue`
+    // would: a server that answers and closes while the rest is in flight resets the connection, and the
+    // reset can destroy its answer in the client's socket before it is read.
+    sock.on('connect', () => {
+      sock.write(head);
+      sock.write(chunked ? `${(65536).toString(16)}\r\n${'a'.repeat(65536)}\r\n` : 'a'.repeat(65536));
+      written += 65536;
+      setTimeout(pump, 500);
+    });
   });
 }
 
@@ -202,7 +211,7 @@ describe('connections that never finish a request', () => {
     const res = await Promise.all(slow);
     for (const r of res) {
       assert.ok(r.closed, 'the server closes a connection whose headers never end');
-      assert.ok(r.ms < (TIMEOUT_S + 8) * 1000);
+      assert.ok(r.ms < (TIMEOUT_S + 3) * 1000, `closed after ${r.ms} ms; the header deadline is ${TIMEOUT_S} s`);
       assert.ok(r.status === 0 || r.status === 408 || r.status === 400 || r.status === 431, `got ${r.status}`);
     }
     await healthy();
