@@ -2,7 +2,7 @@
 // the client from the first to the last token's chunk) against the library directly (`cinfer run --stats`,
 // the engine's own figure), same model, prompt and length, end-of-sequence ignored; alternated --rounds
 // times, medians and their ratio printed.
-// usage: node bench/http_vs_lib.mjs [--bin build/cinfer] [--model DIR] [--gen 256] [--rounds 5] [--json]
+// usage: node bench/http_vs_lib.mjs [--bin build/cinfer] [--model DIR] [--gen 256] [--rounds 5] [--threads N] [--json]
 import { spawnSync } from 'node:child_process';
 import { parseArgs } from 'node:util';
 
@@ -11,6 +11,7 @@ const { values: opt } = parseArgs({
     bin: { type: 'string' }, model: { type: 'string' },
     gen: { type: 'string', default: '256' }, rounds: { type: 'string', default: '5' },
     prompt: { type: 'string', default: 'And God said, Let there be light: and there was light.' },
+    threads: { type: 'string' },
     json: { type: 'boolean', default: false },
   },
 });
@@ -19,11 +20,12 @@ if (opt.model) process.env.CINFER_MODEL = opt.model;
 // the harness reads CINFER_BIN and CINFER_MODEL when it loads
 const { binary, modelDir, startServer } = await import('../tests/server/js/harness.mjs');
 const GEN = Number(opt.gen);
+const threadArgs = opt.threads ? ['--threads', opt.threads] : [];
 const ROUNDS = Number(opt.rounds);
 
 function library() {
   const r = spawnSync(binary, ['run', '--model', modelDir, '--prompt', opt.prompt, '--max-tokens', String(GEN),
-    '--ignore-eos', '--temperature', '0', '--stats'], { encoding: 'utf8' });
+    '--ignore-eos', '--temperature', '0', '--stats', ...threadArgs], { encoding: 'utf8' });
   const m = /(\d+) tokens .*decode ([\d.]+) tokens\/s/.exec(r.stderr);
   if (r.status !== 0 || !m) throw new Error(`cinfer run failed (${r.status}): ${r.stderr}`);
   if (Number(m[1]) !== GEN) throw new Error(`cinfer run made ${m[1]} tokens, not ${GEN}`);
@@ -62,7 +64,7 @@ async function http(server, extra) {
 
 const median = (a) => { const s = [...a].sort((x, y) => x - y); const n = s.length; return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2; };
 
-const server = await startServer();
+const server = await startServer({ args: threadArgs });
 try {
   // ignore_eos as llama-server and vLLM take it; a logit_bias against the end tokens when it is not honoured.
   let extra = { ignore_eos: true };
