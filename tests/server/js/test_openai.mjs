@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
-import { detokenize, LONG_PROMPT, modelName, startServer, stopServer, tokenize } from './harness.mjs';
+import { detokenize, LONG_PROMPT, modelName, NO_EOS, startServer, stopServer, tokenize, waitIdle } from './harness.mjs';
 
 let server;
 let client;
@@ -144,6 +144,23 @@ describe('chat completions', () => {
     assert.equal(r.choices[0].finish_reason, 'stop');
     const s = await greedyChat({ max_tokens: 32, stop });
     assert.equal(s.choices[0].message.content, want, 'stop as a single string');
+  });
+
+  test('sampling fields: top_k 1 and min_p 1 sample the greedy reply; penalties change a repetitive one', async () => {
+    const greedy = (await greedyChat({ max_tokens: 48, logprobs: true })).choices[0];
+    for (const extra of [{ top_k: 1 }, { min_p: 1 }, { top_p: 1e-6 }]) {
+      const r = await greedyChat({ max_tokens: 48, temperature: 1, seed: 99, ...extra });
+      assert.equal(r.choices[0].message.content, greedy.message.content, JSON.stringify(extra));
+    }
+    const tokens = greedy.logprobs.content.map((t) => t.token);
+    if (new Set(tokens).size < tokens.length) {
+      for (const extra of [{ presence_penalty: 2 }, { frequency_penalty: 2 }, { repetition_penalty: 2 }]) {
+        const r = await greedyChat({ max_tokens: 48, ...extra });
+        assert.notEqual(r.choices[0].message.content, greedy.message.content, `${JSON.stringify(extra)} changed nothing`);
+      }
+    }
+    const kw = await greedyChat({ max_tokens: 48, chat_template_kwargs: { enable_thinking: false } });
+    assert.equal(kw.choices[0].message.content, greedy.message.content, 'a template without the variable ignores it');
   });
 
   test('logit_bias steers the choice of token', async () => {
@@ -368,6 +385,30 @@ describe('the embedded default model', () => {
       assert.equal(r.choices[0].message.role, 'assistant');
     } finally {
       await stopServer(dflt, assert);
+    }
+  });
+});
+
+describe('a full queue', () => {
+  test('requests past the queue get a RateLimitError (429); the rest are served', async () => {
+    const small = await startServer({ args: ['--max-batch', '1', '--max-queued', '1'] });
+    try {
+      const c = new OpenAI({ baseURL: small.baseURL, apiKey: 'unused', maxRetries: 0 });
+      const results = await Promise.allSettled(Array.from({ length: 6 }, () => c.chat.completions.create({
+        model: modelName, messages: USER, max_tokens: 300, temperature: 0, logit_bias: NO_EOS,
+      })));
+      const ok = results.filter((r) => r.status === 'fulfilled');
+      const refused = results.filter((r) => r.status === 'rejected');
+      for (const r of refused) {
+        assert.ok(r.reason instanceof OpenAI.RateLimitError, String(r.reason));
+        assert.equal(r.reason.status, 429);
+      }
+      assert.ok(ok.length >= 2, `${ok.length} served: the running one and the queued one`);
+      assert.ok(refused.length >= 1, 'some were refused');
+      for (const r of ok) assert.equal(r.value.usage.completion_tokens, 300);
+      await waitIdle(small);
+    } finally {
+      await stopServer(small, assert);
     }
   });
 });
