@@ -85,6 +85,8 @@ export async function stopServer(server, assert) {
   const r = await server.stop();
   assert.deepEqual({ code: r.code, signal: r.signal }, { code: 0, signal: null },
     `cinfer serve should exit 0 on SIGTERM; output tail:\n${server.log.slice(-4000)}`);
+  const report = /runtime error:|ERROR: (Address|Leak|Thread)Sanitizer/.exec(server.log);
+  assert.ok(!report, `a sanitizer report in the server's output:\n${server.log.slice(Math.max(0, (report?.index ?? 0) - 200), (report?.index ?? 0) + 3000)}`);
 }
 
 // Prometheus text format -> array of { name, labels, value }.

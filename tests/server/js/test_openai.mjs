@@ -104,9 +104,8 @@ describe('chat completions', () => {
   test('n > 1 gives n choices and their usage', async () => {
     const r = await client.chat.completions.create({ model: modelName, messages: USER, max_tokens: 8, temperature: 1, seed: 7, n: 3 });
     assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
-    let sum = 0;
     for (const c of r.choices) { assert.equal(typeof c.message.content, 'string'); assert.ok(c.finish_reason); }
-    sum = r.usage.completion_tokens;
+    const sum = r.usage.completion_tokens;
     assert.ok(sum >= 3 && sum <= 24, `completion_tokens ${sum} counts all choices`);
   });
 
