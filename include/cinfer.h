@@ -365,7 +365,9 @@ void cinfer_session_free(cinfer_session *s);
  * <tool_call>{json}</tool_call> (Qwen, Hermes), a JSON object (Llama 3), [TOOL_CALLS][...] (Mistral) or
  * Gemma's call syntax. A chat parser, fed the reply's text as it streams, splits it into deltas of
  * content, reasoning and complete tool calls, holding back only text that may still turn out to be
- * markup. The format is found from the model's chat template and tokenizer. */
+ * markup. The format is found from the model's chat template and tokenizer. Where that markup is made of
+ * special tokens (Mistral's [TOOL_CALLS], Gemma 4's <|tool_call> and thought channel), a chat request that
+ * offers tools (or, for reasoning markup, any chat request) keeps special tokens in its text. */
 typedef enum cinfer_chat_delta_kind {
     CINFER_DELTA_CONTENT,        /* text of the answer */
     CINFER_DELTA_REASONING,      /* text of the model's reasoning (inside <think>...</think>) */

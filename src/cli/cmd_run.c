@@ -276,8 +276,9 @@ int cf_cmd_run(int argc, char **argv) {
     cinfer_session *s = NULL;
     const cinfer_result *res = NULL;
     cf_chat_out chat_out = {0};
-    if (chat) out.chat = &chat_out;
-    if (cf_gen_load(&o, &m, &e, &err) != CINFER_OK || (chat && cf_chat_out_open(&chat_out, m, q, stdout, &err) != CINFER_OK) ||
+    if (chat && !out.ids) out.chat = &chat_out;
+    if (cf_gen_load(&o, &m, &e, &err) != CINFER_OK ||
+        (out.chat && cf_chat_out_open(&chat_out, m, q, stdout, &err) != CINFER_OK) ||
         cinfer_session_open(e, q, &sp, &s, &err) != CINFER_OK || cinfer_session_wait(s, -1, &res, &err) != CINFER_OK) {
         rc = cf_report(verb, &err);
     } else {

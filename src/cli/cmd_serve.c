@@ -30,7 +30,8 @@ static const char *serve_help =
     "  --http-threads N         event-loop threads (default 2)\n"
     "  --log-prompts            log request bodies (prompts) with each request line\n"
     "  --quiet                  no request log\n"
-    "  --verbose                also the engine's log (each session's plan and outcome)\n"
+    "  --verbose                also the engine's log (each session's plan and outcome) and libmicrohttpd's\n"
+    "                           messages\n"
     "  --max-batch N            sessions in one engine step (default: 128 CUDA, 16 CPU)\n"
     "  --kv-memory MIB          KV cache memory in MiB (default: room for max-batch full contexts)\n"
     "  --device cpu|cuda        compute device (default cpu)\n"
@@ -143,6 +144,7 @@ int cf_cmd_serve(int argc, char **argv) {
         if (r < 0) return CF_EXIT_USAGE;
     }
     if (!o.common.model) return cf_usage_error(verb, "--model DIR is required (no embedded model in this build)");
+    o.sp.log_http = o.verbose;
     char name[256];
     if (!o.sp.model_name || !*o.sp.model_name) o.sp.model_name = base_name(o.common.model, name, sizeof name);
 

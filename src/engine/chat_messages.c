@@ -142,7 +142,8 @@ static cinfer_status check_json_field(const char *text, const char *field, int w
     return CINFER_OK;
 }
 
-cinfer_status cf_chat_check(const cinfer_request *r, cinfer_error *err) {
+/* tools_json and template_kwargs_json: with messages only, each of its JSON type. */
+static cinfer_status check_extras(const cinfer_request *r, cinfer_error *err) {
     if (!r->messages) {
         if (r->tools_json) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "tools_json applies to chat messages only");
         if (r->template_kwargs_json)
@@ -151,6 +152,12 @@ cinfer_status cf_chat_check(const cinfer_request *r, cinfer_error *err) {
     }
     if (r->tools_json) CF_TRY(check_json_field(r->tools_json, "tools_json", 1, err));
     if (r->template_kwargs_json) CF_TRY(check_json_field(r->template_kwargs_json, "template_kwargs_json", 0, err));
+    return CINFER_OK;
+}
+
+cinfer_status cf_chat_check(const cinfer_request *r, cinfer_error *err) {
+    CF_TRY(check_extras(r, err));
+    if (!r->messages) return CINFER_OK;
     char *json;
     CF_TRY(cf_chat_messages_json(r, &json, err));
     cJSON_free(json);
@@ -165,7 +172,7 @@ cinfer_status cf_chat_render(const cinfer_model *m, const cinfer_request *r, cha
 
 cinfer_status cf_chat_render_with(const cf_chat_template *ct, const cinfer_request *r, char **text, size_t *len,
                                   cinfer_error *err) {
-    CF_TRY(cf_chat_check(r, err));
+    CF_TRY(check_extras(r, err));
     char *json;
     CF_TRY(cf_chat_messages_json(r, &json, err));
     cf_chat_request cr = {.messages_json = json, .tools_json = r->tools_json,

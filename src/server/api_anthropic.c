@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "engine/chat.h"
 
 #define OOM CINFER_E_OUT_OF_MEMORY
 
@@ -27,6 +28,20 @@ static cJSON *usage(const cf_api_writer *w) {
     return ok ? u : NULL;
 }
 
+/* The prompt's tokens as the engine counts them (the messages rendered with the chat template, tokenized
+ * without added special tokens), for message_start, which comes before any result; 0 when they cannot be
+ * counted (the session's open then reports why). */
+static int32_t prompt_tokens(const cf_api_writer *w) {
+    char *text = NULL;
+    size_t len = 0, n = 0;
+    int32_t *ids = NULL;
+    if (!w->m || !w->n || cf_chat_render(w->m, &w->r->reqs[0], &text, &len, NULL) != CINFER_OK) return 0;
+    cinfer_status st = cinfer_tokenize(w->m, text, len, 0, &ids, &n, NULL);
+    free(text);
+    cinfer_free(ids);
+    return st == CINFER_OK ? (int32_t)n : 0;
+}
+
 /* {"type": "message", ...} with content (taken) and the stop fields (null while streaming). */
 static cJSON *message(const cf_api_writer *w, cJSON *content, int final) {
     const cf_api_choice *ch = &w->ch[0];
@@ -40,7 +55,7 @@ static cJSON *message(const cf_api_writer *w, cJSON *content, int final) {
                                      : cJSON_AddNullToObject(m, "stop_sequence"));
     if (ok && final) ok = cf_api_add(m, "usage", usage(w));
     else if (ok)
-        ok = (u = cJSON_AddObjectToObject(m, "usage")) && cJSON_AddNumberToObject(u, "input_tokens", 0) &&
+        ok = (u = cJSON_AddObjectToObject(m, "usage")) && cJSON_AddNumberToObject(u, "input_tokens", prompt_tokens(w)) &&
              cJSON_AddNumberToObject(u, "output_tokens", 0);
     if (!ok) cJSON_Delete(m);
     return ok ? m : NULL;
@@ -56,7 +71,7 @@ static cJSON *event(const char *type) {
     return e;
 }
 
-static cinfer_status send(cf_buf *out, const char *type, cJSON *e) {
+static cinfer_status emit(cf_buf *out, const char *type, cJSON *e) {
     return e ? cf_api_sse(out, type, e) : OOM;
 }
 
@@ -65,10 +80,13 @@ static cinfer_status send(cf_buf *out, const char *type, cJSON *e) {
 static cinfer_status block_stop(cf_api_choice *ch, cf_buf *out) {
     if (ch->block == CF_BLOCK_NONE) return CINFER_OK;
     cJSON *e = event("content_block_stop");
-    if (e && !cJSON_AddNumberToObject(e, "index", ch->n_blocks)) cJSON_Delete(e), e = NULL;
+    if (e && !cJSON_AddNumberToObject(e, "index", ch->n_blocks)) {
+        cJSON_Delete(e);
+        e = NULL;
+    }
     ch->block = CF_BLOCK_NONE;
     ch->n_blocks++;
-    return send(out, "content_block_stop", e);
+    return emit(out, "content_block_stop", e);
 }
 
 /* content_block_start of block (taken) at the next index. */
@@ -79,7 +97,7 @@ static cinfer_status block_start(cf_api_choice *ch, cJSON *block, cf_buf *out) {
     if (!ok) cJSON_Delete(block);
     else ok = cf_api_add(e, "content_block", block);
     if (!ok) cJSON_Delete(e);
-    return send(out, "content_block_start", ok ? e : NULL);
+    return emit(out, "content_block_start", ok ? e : NULL);
 }
 
 static cinfer_status block_delta(cf_api_choice *ch, const char *type, const char *key, cJSON *value, cf_buf *out) {
@@ -89,7 +107,7 @@ static cinfer_status block_delta(cf_api_choice *ch, const char *type, const char
     if (!ok) cJSON_Delete(value);
     else ok = cf_api_add(d, key, value);
     if (!ok) cJSON_Delete(e);
-    return send(out, "content_block_delta", ok ? e : NULL);
+    return emit(out, "content_block_delta", ok ? e : NULL);
 }
 
 static cJSON *empty_block(cf_block_kind kind) {
@@ -171,7 +189,10 @@ static int collect_delta(cf_api_writer *w, int i, const cinfer_chat_delta *d, cf
         char id[64];
         cf_api_tool_id(w, "toolu_", i, d->tool_index, id, sizeof id);
         cJSON *input = cJSON_Parse(d->tool_arguments), *b = cJSON_CreateObject();
-        if (input && !cJSON_IsObject(input)) cJSON_Delete(input), input = NULL;
+        if (input && !cJSON_IsObject(input)) {
+            cJSON_Delete(input);
+            input = NULL;
+        }
         int ok = cf_api_push(ch->body, b) && cJSON_AddStringToObject(b, "type", "tool_use") && cJSON_AddStringToObject(b, "id", id) &&
                  cJSON_AddStringToObject(b, "name", d->tool_name);
         if (!ok) cJSON_Delete(input);
@@ -213,6 +234,6 @@ cinfer_status cf_api_anthropic_finish(cf_api_writer *w, cf_buf *out) {
                                 : cJSON_AddNullToObject(d, "stop_sequence")) &&
              cf_api_add(e, "usage", usage(w));
     if (!ok) cJSON_Delete(e);
-    CF_TRY(send(out, "message_delta", ok ? e : NULL));
-    return send(out, "message_stop", event("message_stop"));
+    CF_TRY(emit(out, "message_delta", ok ? e : NULL));
+    return emit(out, "message_stop", event("message_stop"));
 }

@@ -39,8 +39,8 @@ int cf_api_text_content(cf_api_ctx *c, const cJSON *content, const char *param, 
     if (!joined) return cf_api_oom(c->err);
     /* parts are joined with newlines, as vLLM does */
     for (const cJSON *part = content->child; part; part = part->next) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
-        if (!t) t = cJSON_GetObjectItemCaseSensitive(part, "refusal");
+        const cJSON *t = cf_api_get(part, "text");
+        if (!t) t = cf_api_get(part, "refusal");
         if (w != joined) *w++ = '\n';
         size_t n = strlen(t->valuestring);
         memcpy(w, t->valuestring, n);
@@ -63,7 +63,7 @@ static int parse_tool_call(cf_api_ctx *c, const cJSON *tc, const char *p, cJSON 
     if (cf_api_get_string(tc, "type", q, &type, c->err) < 0) return -1;
     if (type && strcmp(type, "function"))
         return cf_api_fail(c->err, 400, q, "%s is \"%.40s\"; only \"function\" tool calls exist", q, type);
-    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+    const cJSON *fn = cf_api_get(tc, "function");
     snprintf(q, sizeof q, "%s.function", p);
     if (!cJSON_IsObject(fn))
         return cf_api_fail(c->err, 400, q, "%s must be an object with name and arguments, not %s", q,
@@ -71,7 +71,7 @@ static int parse_tool_call(cf_api_ctx *c, const cJSON *tc, const char *p, cJSON 
     snprintf(q, sizeof q, "%s.function.name", p);
     if (cf_api_get_string(fn, "name", q, &name, c->err) < 0) return -1;
     if (!name) return cf_api_fail(c->err, 400, q, "%s is required", q);
-    const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+    const cJSON *args = cf_api_get(fn, "arguments");
     snprintf(q, sizeof q, "%s.function.arguments", p);
     if (args && !cJSON_IsNull(args) && !cJSON_IsString(args) && !cJSON_IsObject(args))
         return cf_api_fail(c->err, 400, q, "%s must be a string of JSON, not %s", q, cf_api_type_name(args));
@@ -120,13 +120,13 @@ static int parse_message(cf_api_ctx *c, const cJSON *msg, int i, cinfer_message 
     if (!(out->role = cf_arena_strdup(c->arena, role))) return cf_api_oom(c->err);
     int assistant = !strcmp(role, "assistant");
 
-    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
+    const cJSON *calls = cf_api_get(msg, "tool_calls");
     if (calls && !cJSON_IsNull(calls)) {
         snprintf(q, sizeof q, "%s.tool_calls", p);
         if (!assistant) return cf_api_fail(c->err, 400, q, "%s: only assistant messages carry tool_calls", q);
         if (parse_tool_calls(c, calls, q, &out->tool_calls_json)) return -1;
     }
-    const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    const cJSON *content = cf_api_get(msg, "content");
     snprintf(q, sizeof q, "%s.content", p);
     if (!content || cJSON_IsNull(content)) {
         if (!assistant) return cf_api_fail(c->err, 400, q, "%s is required", q);
@@ -148,7 +148,7 @@ static int parse_message(cf_api_ctx *c, const cJSON *msg, int i, cinfer_message 
 }
 
 static int parse_messages(cf_api_ctx *c, const cJSON *root, cinfer_request *base) {
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    const cJSON *msgs = cf_api_get(root, "messages");
     if (!msgs || cJSON_IsNull(msgs)) return cf_api_fail(c->err, 400, "messages", "messages is required");
     if (!cJSON_IsArray(msgs)) return cf_api_fail(c->err, 400, "messages", "messages must be an array, not %s", cf_api_type_name(msgs));
     int n = cJSON_GetArraySize(msgs);
@@ -188,7 +188,7 @@ static int parse_tools(cf_api_ctx *c, const cJSON *tools) {
         if (cf_api_get_string(t, "type", q, &type, c->err) < 0) return -1;
         if (!type || strcmp(type, "function"))
             return cf_api_fail(c->err, 400, q, "%s must be \"function\"%s", q, type ? "; no other tool type exists here" : "");
-        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *fn = cf_api_get(t, "function");
         snprintf(q, sizeof q, "%s.function", p);
         if (!cJSON_IsObject(fn))
             return cf_api_fail(c->err, 400, q, "%s must be an object, not %s", q, fn ? cf_api_type_name(fn) : "missing");
@@ -198,7 +198,7 @@ static int parse_tools(cf_api_ctx *c, const cJSON *tools) {
             return cf_api_fail(c->err, 400, q, "%s must be 1 to 64 letters, digits, underscores or dashes", q);
         snprintf(q, sizeof q, "%s.function.description", p);
         if (cf_api_get_string(fn, "description", q, &desc, c->err) < 0) return -1;
-        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        const cJSON *params = cf_api_get(fn, "parameters");
         snprintf(q, sizeof q, "%s.function.parameters", p);
         if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
             return cf_api_fail(c->err, 400, q, "%s must be a JSON Schema object, not %s", q, cf_api_type_name(params));
@@ -208,7 +208,7 @@ static int parse_tools(cf_api_ctx *c, const cJSON *tools) {
 
 static int tool_named(const cJSON *tools, const char *name) {
     for (const cJSON *t = tools ? tools->child : NULL; t; t = t->next) {
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "name");
+        const cJSON *n = cf_api_get(cf_api_get(t, "function"), "name");
         if (cJSON_IsString(n) && !strcmp(n->valuestring, name)) return 1;
     }
     return 0;
@@ -217,7 +217,7 @@ static int tool_named(const cJSON *tools, const char *name) {
 /* "none" hides the tools from the template; "auto", "required" and a named function offer them all
  * (nothing forces a call until constrained decoding exists). */
 static int parse_tool_choice(cf_api_ctx *c, const cJSON *root, const cJSON *tools, int *none) {
-    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    const cJSON *tc = cf_api_get(root, "tool_choice");
     *none = 0;
     if (!tc || cJSON_IsNull(tc)) return 0;
     if (cJSON_IsString(tc)) {
@@ -232,7 +232,7 @@ static int parse_tool_choice(cf_api_ctx *c, const cJSON *root, const cJSON *tool
     if (!cJSON_IsObject(tc))
         return cf_api_fail(c->err, 400, "tool_choice", "tool_choice must be a string or an object, not %s", cf_api_type_name(tc));
     const char *name = NULL;
-    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+    const cJSON *fn = cf_api_get(tc, "function");
     if (!cJSON_IsObject(fn) || cf_api_get_string(fn, "name", "tool_choice.function.name", &name, c->err) < 0 || !name) {
         if (c->err->status) return -1;
         return cf_api_fail(c->err, 400, "tool_choice.function.name", "tool_choice.function.name is required to name a function");
@@ -243,7 +243,7 @@ static int parse_tool_choice(cf_api_ctx *c, const cJSON *root, const cJSON *tool
 }
 
 static int parse_tools_and_choice(cf_api_ctx *c, const cJSON *root, cf_api_request *r, cinfer_request *base) {
-    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    const cJSON *tools = cf_api_get(root, "tools");
     if (tools && cJSON_IsNull(tools)) tools = NULL;
     int n_tools = tools ? parse_tools(c, tools) : 0, none;
     if (n_tools < 0 || parse_tool_choice(c, root, n_tools ? tools : NULL, &none)) return -1;
@@ -256,9 +256,9 @@ static int parse_tools_and_choice(cf_api_ctx *c, const cJSON *root, cf_api_reque
 
 int cf_api_parse_chat(cf_api_ctx *c, const cJSON *root, cf_api_request *r, cinfer_request *base) {
     if (parse_messages(c, root, base)) return -1;
-    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "response_format");
+    const cJSON *rf = cf_api_get(root, "response_format");
     if (rf && !cJSON_IsNull(rf)) {
-        const cJSON *type = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+        const cJSON *type = cJSON_IsObject(rf) ? cf_api_get(rf, "type") : NULL;
         if (!cJSON_IsString(type))
             return cf_api_fail(c->err, 400, "response_format", "response_format must be an object with a type, not %s", cf_api_type_name(rf));
         if (strcmp(type->valuestring, "text"))
@@ -270,7 +270,7 @@ int cf_api_parse_chat(cf_api_ctx *c, const cJSON *root, cf_api_request *r, cinfe
     }
     if (parse_tools_and_choice(c, root, r, base)) return -1;
 
-    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
+    const cJSON *kw = cf_api_get(root, "chat_template_kwargs");
     if (kw && !cJSON_IsNull(kw)) {
         if (!cJSON_IsObject(kw))
             return cf_api_fail(c->err, 400, "chat_template_kwargs", "chat_template_kwargs must be an object, not %s", cf_api_type_name(kw));
@@ -282,13 +282,13 @@ int cf_api_parse_chat(cf_api_ctx *c, const cJSON *root, cf_api_request *r, cinfe
     int got_top;
     if (cf_api_get_bool(root, "logprobs", NULL, &lp, c->err) < 0) return -1;
     if ((got_top = cf_api_get_int(root, "top_logprobs", NULL, 0, CINFER_MAX_TOP_LOGPROBS, &top, c->err)) < 0) return -1;
-    if (got_top && !lp)
+    if (got_top && top > 0 && !lp)
         return cf_api_fail(c->err, 400, "top_logprobs", "top_logprobs needs logprobs set to true");
     base->logprobs = lp;
     base->top_logprobs = (int32_t)top;
 
-    const char *key = cJSON_GetObjectItemCaseSensitive(root, "max_completion_tokens") &&
-                              !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "max_completion_tokens"))
+    const char *key = cf_api_get(root, "max_completion_tokens") &&
+                              !cJSON_IsNull(cf_api_get(root, "max_completion_tokens"))
                           ? "max_completion_tokens"
                           : "max_tokens";
     return cf_api_parse_max_tokens(c, root, key, 0, base);

@@ -77,7 +77,7 @@ static int parse_prompts(cf_api_ctx *c, const cJSON *prompt, const char ***texts
 
 int cf_api_parse_completions(cf_api_ctx *c, const cJSON *root, cf_api_request *r, cinfer_request *base,
                              const char ***texts, int32_t ***ids, size_t **n_ids, int *n_prompts) {
-    if (parse_prompts(c, cJSON_GetObjectItemCaseSensitive(root, "prompt"), texts, ids, n_ids, n_prompts)) return -1;
+    if (parse_prompts(c, cf_api_get(root, "prompt"), texts, ids, n_ids, n_prompts)) return -1;
     const char *suffix = NULL;
     if (cf_api_get_string(root, "suffix", NULL, &suffix, c->err) < 0) return -1;
     if (suffix && suffix[0])

@@ -97,8 +97,15 @@ const char *cf_api_type_name(const cJSON *it) {
     return "invalid";
 }
 
+const cJSON *cf_api_get(const cJSON *obj, const char *key) {
+    const cJSON *last = NULL;
+    for (const cJSON *it = cJSON_IsObject(obj) ? obj->child : NULL; it; it = it->next)
+        if (it->string && !strcmp(it->string, key)) last = it;
+    return last;
+}
+
 static const cJSON *field(const cJSON *obj, const char *key) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    const cJSON *it = cf_api_get(obj, key);
     return it && !cJSON_IsNull(it) ? it : NULL;
 }
 

@@ -50,6 +50,10 @@ int cf_api_fail(cf_api_error *err, int status, const char *param, const char *fm
     __attribute__((format(printf, 4, 5)));
 int cf_api_oom(cf_api_error *err);
 
+/* The value of key in obj, or NULL (also when obj is no object). A key given twice means its last value,
+ * as JSON.parse and Python's json read it. */
+const cJSON *cf_api_get(const cJSON *obj, const char *key);
+
 /* Field readers: 1 when the key is present and valid (*out set), 0 when absent or null, -1 (err filled,
  * naming param, or the key when param is NULL) when it has the wrong type or range. */
 int cf_api_get_bool(const cJSON *obj, const char *key, const char *param, int *out, cf_api_error *err);

@@ -31,10 +31,14 @@ static int block_text(cf_api_ctx *c, const cJSON *content, const char *param, co
         if (!text) return cf_api_fail(c->err, 400, q, "%s is required", q);
         total += strlen(text);
     }
-    char *joined = cf_arena_alloc(c->arena, total + 1);
+    char *joined = cf_arena_alloc(c->arena, total + 1), *w = joined;
     if (!joined) return cf_api_oom(c->err);
-    for (const cJSON *b = content->child; b; b = b->next)
-        strcat(joined, cJSON_GetObjectItemCaseSensitive(b, "text")->valuestring);
+    for (const cJSON *b = content->child; b; b = b->next) {
+        const char *t = cf_api_get(b, "text")->valuestring;
+        size_t n = strlen(t);
+        memcpy(w, t, n);
+        w += n;
+    }
     *out = joined;
     return 0;
 }
@@ -43,9 +47,9 @@ static int block_text(cf_api_ctx *c, const cJSON *content, const char *param, co
 static const char *tool_name_of(const cJSON *msgs, int i, const char *id) {
     int k = 0;
     for (const cJSON *m = msgs->child; m && k < i; m = m->next, k++) {
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        const cJSON *content = cf_api_get(m, "content");
         for (const cJSON *b = cJSON_IsArray(content) ? content->child : NULL; b; b = b->next) {
-            const cJSON *bid = cJSON_GetObjectItemCaseSensitive(b, "id"), *name = cJSON_GetObjectItemCaseSensitive(b, "name");
+            const cJSON *bid = cf_api_get(b, "id"), *name = cf_api_get(b, "name");
             if (cJSON_IsString(bid) && cJSON_IsString(name) && !strcmp(bid->valuestring, id)) return name->valuestring;
         }
     }
@@ -57,11 +61,12 @@ typedef struct msg_out {
     size_t n;
 } msg_out;
 
-static int push(cf_api_ctx *c, msg_out *o, const char *role, const char *content) {
+/* The next message (o has room for every message a request can make). */
+static cinfer_message *push(msg_out *o, const char *role, const char *content) {
     cinfer_message *m = &o->m[o->n++];
     m->role = role;
     m->content = content;
-    return 0;
+    return m;
 }
 
 static int tool_result(cf_api_ctx *c, const cJSON *msgs, int i, const cJSON *b, const char *p, msg_out *o) {
@@ -70,11 +75,10 @@ static int tool_result(cf_api_ctx *c, const cJSON *msgs, int i, const cJSON *b, 
     snprintf(q, sizeof q, "%s.tool_use_id", p);
     if (cf_api_get_string(b, "tool_use_id", q, &id, c->err) < 0) return -1;
     if (!id) return cf_api_fail(c->err, 400, q, "%s is required", q);
-    const cJSON *content = cJSON_GetObjectItemCaseSensitive(b, "content");
+    const cJSON *content = cf_api_get(b, "content");
     snprintf(q, sizeof q, "%s.content", p);
     if (content && !cJSON_IsNull(content) && block_text(c, content, q, &text)) return -1;
-    push(c, o, "tool", text);
-    cinfer_message *m = &o->m[o->n - 1];
+    cinfer_message *m = push(o, "tool", text);
     const char *name = tool_name_of(msgs, i, id);
     if (!(m->tool_call_id = cf_arena_strdup(c->arena, id)) || (name && !(m->name = cf_arena_strdup(c->arena, name))))
         return cf_api_oom(c->err);
@@ -90,7 +94,7 @@ static int tool_use(cf_api_ctx *c, const cJSON *b, const char *p, cJSON *calls) 
     snprintf(q, sizeof q, "%s.name", p);
     if (cf_api_get_string(b, "name", q, &name, c->err) < 0) return -1;
     if (!name) return cf_api_fail(c->err, 400, q, "%s is required", q);
-    const cJSON *input = cJSON_GetObjectItemCaseSensitive(b, "input");
+    const cJSON *input = cf_api_get(b, "input");
     snprintf(q, sizeof q, "%s.input", p);
     if (!cJSON_IsObject(input))
         return cf_api_fail(c->err, 400, q, "%s must be an object, not %s", q, input ? cf_api_type_name(input) : "missing");
@@ -119,8 +123,7 @@ static int flush_text(cf_api_ctx *c, msg_out *o, const char *role, cf_buf *text,
     if (!text->len && !tool_calls && !always) return 0;
     const char *content = tool_calls && !text->len ? NULL : cf_arena_strndup(c->arena, text->len ? text->data : "", text->len);
     if (!tool_calls && !content) return cf_api_oom(c->err);
-    push(c, o, role, content);
-    o->m[o->n - 1].tool_calls_json = tool_calls;
+    push(o, role, content)->tool_calls_json = tool_calls;
     cf_buf_consume(text, text->len);
     return 0;
 }
@@ -160,11 +163,13 @@ static int convert_message(cf_api_ctx *c, const cJSON *msgs, int i, const cJSON 
     if (!role || (strcmp(role, "user") && strcmp(role, "assistant")))
         return cf_api_fail(c->err, 400, q, "%s must be \"user\" or \"assistant\"", q);
     role = strcmp(role, "user") ? "assistant" : "user";
-    const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    const cJSON *content = cf_api_get(msg, "content");
     snprintf(q, sizeof q, "%s.content", p);
     if (cJSON_IsString(content)) {
         const char *t = cf_arena_strdup(c->arena, content->valuestring);
-        return t ? push(c, o, role, t) : cf_api_oom(c->err);
+        if (!t) return cf_api_oom(c->err);
+        push(o, role, t);
+        return 0;
     }
     if (!cJSON_IsArray(content))
         return cf_api_fail(c->err, 400, q, "%s must be a string or an array of content blocks, not %s", q,
@@ -202,7 +207,7 @@ static int convert_tools(cf_api_ctx *c, const cJSON *tools, cJSON *out) {
         if (!name || !name[0]) return cf_api_fail(c->err, 400, q, "%s is required", q);
         snprintf(q, sizeof q, "%s.description", p);
         if (cf_api_get_string(t, "description", q, &desc, c->err) < 0) return -1;
-        const cJSON *schema = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
+        const cJSON *schema = cf_api_get(t, "input_schema");
         snprintf(q, sizeof q, "%s.input_schema", p);
         if (!cJSON_IsObject(schema))
             return cf_api_fail(c->err, 400, q, "%s must be a JSON Schema object, not %s", q, schema ? cf_api_type_name(schema) : "missing");
@@ -224,7 +229,7 @@ static int convert_tools(cf_api_ctx *c, const cJSON *tools, cJSON *out) {
 
 /* {"type": "auto" | "any" | "tool" | "none", "name"}: none hides the tools; the others offer them all. */
 static int parse_tool_choice(cf_api_ctx *c, const cJSON *root, const cJSON *tools, int *none) {
-    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    const cJSON *tc = cf_api_get(root, "tool_choice");
     *none = 0;
     if (!tc || cJSON_IsNull(tc)) return 0;
     const char *type = NULL, *name = NULL;
@@ -237,14 +242,14 @@ static int parse_tool_choice(cf_api_ctx *c, const cJSON *root, const cJSON *tool
     if (strcmp(type, "tool")) return 0;
     if (cf_api_get_string(tc, "name", "tool_choice.name", &name, c->err) < 0) return -1;
     for (const cJSON *t = tools ? tools->child : NULL; name && t; t = t->next) {
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(t, "name");
+        const cJSON *n = cf_api_get(t, "name");
         if (cJSON_IsString(n) && !strcmp(n->valuestring, name)) return 0;
     }
     return cf_api_fail(c->err, 400, "tool_choice.name", "tool_choice.name must name one of the tools");
 }
 
 static int parse_thinking(cf_api_ctx *c, const cJSON *root, cinfer_request *base) {
-    const cJSON *th = cJSON_GetObjectItemCaseSensitive(root, "thinking");
+    const cJSON *th = cf_api_get(root, "thinking");
     if (!th || cJSON_IsNull(th)) return 0;
     const char *type = NULL;
     if (!cJSON_IsObject(th)) return cf_api_fail(c->err, 400, "thinking", "thinking must be an object, not %s", cf_api_type_name(th));
@@ -272,20 +277,20 @@ static int parse_sampling(cf_api_ctx *c, const cJSON *root, cinfer_request *base
 int cf_api_parse_messages(cf_api_ctx *c, const cJSON *root, cf_api_request *r, cinfer_request *base) {
     if (cf_api_parse_max_tokens(c, root, "max_tokens", 1, base) || parse_sampling(c, root, base) || parse_thinking(c, root, base))
         return -1;
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    const cJSON *msgs = cf_api_get(root, "messages");
     if (!msgs || cJSON_IsNull(msgs)) return cf_api_fail(c->err, 400, "messages", "messages is required");
     if (!cJSON_IsArray(msgs)) return cf_api_fail(c->err, 400, "messages", "messages must be an array, not %s", cf_api_type_name(msgs));
     if (!msgs->child) return cf_api_fail(c->err, 400, "messages", "messages is empty; send at least one message");
     size_t cap = 1;
-    for (const cJSON *m = msgs->child; m; m = m->next) cap += 1 + (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "content"));
+    for (const cJSON *m = msgs->child; m; m = m->next) cap += 1 + (size_t)cJSON_GetArraySize(cf_api_get(m, "content"));
     msg_out o = {.m = cf_arena_alloc(c->arena, cap * sizeof *o.m)};
     if (!o.m) return cf_api_oom(c->err);
 
-    const cJSON *system = cJSON_GetObjectItemCaseSensitive(root, "system");
+    const cJSON *system = cf_api_get(root, "system");
     if (system && !cJSON_IsNull(system)) {
         const char *text;
         if (block_text(c, system, "system", &text)) return -1;
-        push(c, &o, "system", text);
+        push(&o, "system", text);
     }
     int i = 0;
     for (const cJSON *m = msgs->child; m; m = m->next, i++)
@@ -293,7 +298,7 @@ int cf_api_parse_messages(cf_api_ctx *c, const cJSON *root, cf_api_request *r, c
     base->messages = o.m;
     base->n_messages = o.n;
 
-    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    const cJSON *tools = cf_api_get(root, "tools");
     if (tools && cJSON_IsNull(tools)) tools = NULL;
     cJSON *defs = cJSON_CreateArray();
     if (!defs) return cf_api_oom(c->err);

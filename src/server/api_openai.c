@@ -118,8 +118,9 @@ static cinfer_status chat_chunk(cf_api_writer *w, int i, cJSON *delta, const cha
     if (!ok) cJSON_Delete(delta);
     else ok = cf_api_add(c, "delta", delta);
     if (ok && ch->pending_logprobs) {
-        lp = cJSON_CreateObject();
-        ok = cf_api_add(c, "logprobs", lp) && cf_api_add(lp, "content", ch->pending_logprobs);
+        ok = cf_api_add(c, "logprobs", lp = cJSON_CreateObject());
+        if (ok) ok = cf_api_add(lp, "content", ch->pending_logprobs);
+        else cJSON_Delete(ch->pending_logprobs);
         ch->pending_logprobs = NULL;
     } else if (ok) {
         ok = cJSON_AddNullToObject(c, "logprobs") != NULL;
@@ -253,7 +254,9 @@ static cJSON *chat_body_choice(cf_api_writer *w, int i, const cinfer_result *res
     }
     if (ok && res->logprobs) {
         cJSON *content = cJSON_CreateArray();
-        ok = cf_api_add(c, "logprobs", lp = cJSON_CreateObject()) && cf_api_add(lp, "content", content);
+        ok = cf_api_add(c, "logprobs", lp = cJSON_CreateObject());
+        if (ok) ok = cf_api_add(lp, "content", content);
+        else cJSON_Delete(content);
         for (size_t k = 0; ok && k < res->n_tokens; k++) ok = cf_api_push(content, chat_logprob(w, &res->logprobs[k]));
     } else if (ok) {
         ok = cJSON_AddNullToObject(c, "logprobs") != NULL;

@@ -7,14 +7,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The deepest nesting of arrays and objects, counted outside strings; stops counting past limit. */
-static int json_depth(const char *s, size_t n, int limit) {
+/* The deepest nesting of arrays and objects, counted outside strings (stops counting past limit), and
+ * whether a string holds the escape \u0000, which cJSON would silently cut the string at. */
+static int json_depth(const char *s, size_t n, int limit, int *nul) {
     int depth = 0, deepest = 0, in_string = 0;
+    *nul = 0;
     for (size_t i = 0; i < n; i++) {
         char ch = s[i];
         if (in_string) {
-            if (ch == '\\') i++;
-            else if (ch == '"') in_string = 0;
+            if (ch == '\\') {
+                *nul |= i + 5 < n && !memcmp(s + i + 1, "u0000", 5);
+                i++;
+            } else if (ch == '"') {
+                in_string = 0;
+            }
         } else if (ch == '"') {
             in_string = 1;
         } else if (ch == '[' || ch == '{') {
@@ -49,7 +55,7 @@ int cf_api_parse_max_tokens(cf_api_ctx *c, const cJSON *root, const char *key, i
 }
 
 int cf_api_parse_stop(cf_api_ctx *c, const cJSON *root, const char *key, int string_allowed, cinfer_request *base) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    const cJSON *it = cf_api_get(root, key);
     if (!it || cJSON_IsNull(it)) return 0;
     if (!(cJSON_IsArray(it) || (string_allowed && cJSON_IsString(it))))
         return cf_api_fail(c->err, 400, key, "%s must be %s, not %s", key,
@@ -84,31 +90,48 @@ int cf_api_parse_seed(cf_api_ctx *c, const cJSON *root, cinfer_request *base) {
     return 0;
 }
 
+typedef struct bias_entry {
+    cinfer_logit_bias b;
+    int order;
+} bias_entry;
+
+static int by_token_then_order(const void *x, const void *y) {
+    const bias_entry *a = x, *b = y;
+    if (a->b.token != b->b.token) return a->b.token < b->b.token ? -1 : 1;
+    return a->order - b->order;
+}
+
+/* {"token id": bias}: biases clamped to [-100, 100] as OpenAI does; a token named twice keeps its last bias. */
 static int parse_logit_bias(cf_api_ctx *c, const cJSON *root, cinfer_request *base) {
-    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
+    const cJSON *lb = cf_api_get(root, "logit_bias");
     if (!lb || cJSON_IsNull(lb)) return 0;
     if (!cJSON_IsObject(lb))
         return cf_api_fail(c->err, 400, "logit_bias", "logit_bias must be an object mapping token ids (as strings) to biases, not %s",
                            cf_api_type_name(lb));
     int n = cJSON_GetArraySize(lb);
+    bias_entry *e = cf_arena_alloc(c->arena, (size_t)(n ? n : 1) * sizeof *e);
     cinfer_logit_bias *b = cf_arena_alloc(c->arena, (size_t)(n ? n : 1) * sizeof *b);
-    if (!b) return cf_api_oom(c->err);
+    if (!e || !b) return cf_api_oom(c->err);
     int i = 0;
-    for (const cJSON *e = lb->child; e; e = e->next, i++) {
+    for (const cJSON *it = lb->child; it; it = it->next, i++) {
         char param[96];
-        snprintf(param, sizeof param, "logit_bias.%.60s", e->string);
-        char *end;
-        long long tok = strtoll(e->string, &end, 10);
-        if (!e->string[0] || *end || tok < 0 || (c->vocab > 0 && tok >= c->vocab) || tok > INT32_MAX)
+        snprintf(param, sizeof param, "logit_bias.%.60s", it->string);
+        size_t len = strlen(it->string);
+        long long tok = len && len <= 10 && strspn(it->string, "0123456789") == len ? strtoll(it->string, NULL, 10) : -1;
+        if (tok < 0 || (c->vocab > 0 && tok >= c->vocab) || tok > INT32_MAX)
             return cf_api_fail(c->err, 400, param, "logit_bias keys must be token ids in [0, %d); \"%.60s\" is not one",
-                               c->vocab > 0 ? c->vocab : INT32_MAX, e->string);
-        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble))
-            return cf_api_fail(c->err, 400, param, "%s must be a number from -100 to 100, not %s", param, cf_api_type_name(e));
-        double v = e->valuedouble;
-        b[i] = (cinfer_logit_bias){(int32_t)tok, (float)(v < -100 ? -100 : v > 100 ? 100 : v)};
+                               c->vocab > 0 ? c->vocab : INT32_MAX, it->string);
+        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble))
+            return cf_api_fail(c->err, 400, param, "%s must be a number from -100 to 100, not %s", param, cf_api_type_name(it));
+        double v = it->valuedouble;
+        e[i] = (bias_entry){{(int32_t)tok, (float)(v < -100 ? -100 : v > 100 ? 100 : v)}, i};
     }
+    qsort(e, (size_t)n, sizeof *e, by_token_then_order);
+    size_t kept = 0;
+    for (int k = 0; k < n; k++)
+        if (k + 1 == n || e[k + 1].b.token != e[k].b.token) b[kept++] = e[k].b;
     base->logit_bias = b;
-    base->n_logit_bias = (size_t)n;
+    base->n_logit_bias = kept;
     return 0;
 }
 
@@ -181,7 +204,7 @@ static int parse_body(cf_api_kind kind, cf_api_ctx *c, const cJSON *root, cf_api
         if (cf_api_parse_messages(c, root, r, &base)) return -1;
         return expand(c, r, &base, 1, 1, NULL, NULL, NULL);
     }
-    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    const cJSON *so = cf_api_get(root, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so))
             return cf_api_fail(c->err, 400, "stream_options", "stream_options must be an object, not %s", cf_api_type_name(so));
@@ -208,9 +231,12 @@ int cf_api_parse(cf_api_kind kind, const char *body, size_t len, const cf_api_li
     *out = NULL;
     if (!body || !len) return cf_api_fail(err, 400, NULL, "the request body is empty; send a JSON object");
     if (!cf_api_valid_utf8(body, len)) return cf_api_fail(err, 400, NULL, "the request body is not valid UTF-8");
-    int depth = json_depth(body, len, CF_API_MAX_DEPTH);
+    if (memchr(body, 0, len)) return cf_api_fail(err, 400, NULL, "the request body holds a NUL byte; JSON text has none");
+    int nul;
+    int depth = json_depth(body, len, CF_API_MAX_DEPTH, &nul);
     if (depth > CF_API_MAX_DEPTH)
         return cf_api_fail(err, 400, NULL, "the request body nests arrays and objects more than %d levels deep", CF_API_MAX_DEPTH);
+    if (nul) return cf_api_fail(err, 400, NULL, "a string in the request body holds \\u0000 (NUL), which cinfer does not take");
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {

@@ -220,6 +220,12 @@ cinfer_status cf_api_writer_create(const cf_api_request *r, const cf_api_meta *m
         pp.parse_tool_calls = r->tools_offered;
         pp.request = &r->reqs[i];
         cinfer_status st = cinfer_chat_parser_create(w->m, &pp, &w->ch[i].parser, err);
+        /* a prompt the template cannot render fails the session's open, which reports it to the client (400):
+         * meanwhile the parser reads the reply as one that starts outside reasoning */
+        if (st == CINFER_E_TEMPLATE || st == CINFER_E_INVALID_ARGUMENT) {
+            pp.request = NULL;
+            st = cinfer_chat_parser_create(w->m, &pp, &w->ch[i].parser, err);
+        }
         if (st != CINFER_OK) {
             cf_api_writer_free(w);
             return st;

@@ -218,6 +218,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     return dispatch(r, model_id);
 }
 
+/* Up to 4 KiB of the body on one line: control bytes escaped. */
+static void log_body(char *out, size_t cap, const cf_buf *body) {
+    size_t n = 0;
+    for (size_t i = 0; i < body->len && i < 4096 && n + 5 < cap; i++) {
+        unsigned char c = (unsigned char)body->data[i];
+        if (c < 0x20 || c == 0x7f) n += (size_t)snprintf(out + n, cap - n, "\\x%02x", c);
+        else out[n++] = (char)c;
+    }
+    out[n] = 0;
+}
+
 static void log_request(const cf_req *r, enum MHD_RequestTerminationCode toe) {
     const cf_server *s = r->srv;
     if (!s->p.log_requests) return;
@@ -229,10 +240,14 @@ static void log_request(const cf_req *r, enum MHD_RequestTerminationCode toe) {
                       : toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED    ? " (timed out)"
                       : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN    ? " (server stopped)"
                                                                          : " (connection failed)";
-    const int show_body = s->p.log_prompts && r->body.len;
-    fprintf(stderr, "cinfer serve: %s %s %d%s %.3f s%s%s%.*s\n", r->method, r->path, r->status, tokens, cf_server_now() - r->t_start,
-            how, show_body ? " body " : "", show_body ? (int)(r->body.len > 4096 ? 4096 : r->body.len) : 0,
-            show_body ? r->body.data : "");
+    static char body[4 * 4096 + 16];  /* under log_mu */
+    static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&log_mu);
+    body[0] = 0;
+    if (s->p.log_prompts && r->body.len) log_body(body, sizeof body, &r->body);
+    fprintf(stderr, "cinfer serve: %s %s %d%s %.3f s%s%s%s\n", r->method, r->path, r->status, tokens, cf_server_now() - r->t_start,
+            how, body[0] ? " body " : "", body);
+    pthread_mutex_unlock(&log_mu);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -363,7 +378,7 @@ static void *reaper_main(void *arg) {
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     const cf_server *s = cls;
-    if (!s->p.log_requests) return;
+    if (!s->p.log_http) return;
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);

@@ -24,6 +24,7 @@ typedef struct cf_server_params {
     int threads;                 /* event-loop threads (default 2) */
     int log_requests;            /* one line per request on stderr (default 1) */
     int log_prompts;             /* also the request body (default 0) */
+    int log_http;                /* libmicrohttpd's messages (failed sends to clients that left, ...) (default 0) */
 } cf_server_params;
 
 typedef struct cf_server cf_server;

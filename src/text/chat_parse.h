@@ -1,7 +1,8 @@
 /* chat_parse.h: the conventions a chat model writes its reply in (reasoning markers, tool-call syntax),
- * found from its chat template and vocabulary, and the streaming parser behind cinfer_chat_parser that
- * splits a reply into content, reasoning and tool calls. Owned by src/text/chat_parse.c; the public
- * constructor (which reads a cinfer_model) is in src/engine/chat_parser.c. */
+ * found from its chat template and vocabulary (src/text/chat_format.c), and the streaming parser behind
+ * cinfer_chat_parser that splits a reply into content, reasoning and tool calls (src/text/chat_parse.c,
+ * decoding calls with src/text/chat_calls.c). The public constructor, which reads a cinfer_model, is in
+ * src/engine/chat_parser.c. */
 #ifndef CF_TEXT_CHAT_PARSE_H
 #define CF_TEXT_CHAT_PARSE_H
 
@@ -36,6 +37,13 @@ typedef struct cf_chat_format {
 /* Reads the format from a chat template's source and the tokenizer's vocabulary (either may be NULL). */
 cf_chat_format cf_chat_format_detect(const char *template_src, const cf_tokenizer *tok);
 const char *cf_reasoning_syntax_name(cf_reasoning_syntax r);
+/* The markers of a syntax, NULL where it has none: reasoning's opening and closing markers; a tool call's
+ * opening and closing markers and (Gemma) the delimiter of its strings. */
+const char *cf_reasoning_open(cf_reasoning_syntax r);
+const char *cf_reasoning_close(cf_reasoning_syntax r);
+const char *cf_tool_open(cf_tool_syntax t);
+const char *cf_tool_close(cf_tool_syntax t);
+const char *cf_tool_quote(cf_tool_syntax t);
 const char *cf_tool_syntax_name(cf_tool_syntax t);
 
 /* Whether a rendered prompt leaves the reply inside an open reasoning block (it ends with the opening

@@ -42,7 +42,7 @@ static void chat_happy(void) {
                               "{\"model\":\"m1\",\"messages\":[{\"role\":\"developer\",\"content\":\"be brief\"},"
                               "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],"
                               "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":-1,\"min_p\":0.1,\"presence_penalty\":1.5,"
-                              "\"frequency_penalty\":-2,\"repetition_penalty\":1.1,\"logit_bias\":{\"5\":150,\"7\":-3.5},"
+                              "\"frequency_penalty\":-2,\"repetition_penalty\":1.1,\"logit_bias\":{\"7\":2,\"5\":150,\"7\":-3.5},"
                               "\"seed\":42,\"n\":3,\"stop\":\"\\n\\n\",\"logprobs\":true,\"top_logprobs\":2,\"stream\":true,"
                               "\"stream_options\":{\"include_usage\":true},\"max_tokens\":10,\"unknown_field\":{\"x\":[1]},"
                               "\"chat_template_kwargs\":{\"enable_thinking\":false},\"response_format\":{\"type\":\"text\"},"
@@ -62,7 +62,7 @@ static void chat_happy(void) {
         CHECK(q->presence_penalty == 1.5f && q->frequency_penalty == -2.f && q->repetition_penalty == 1.1f, "penalties");
         CHECK(q->n_logit_bias == 2 && q->logit_bias[0].token == 5 && q->logit_bias[0].bias == 100.f &&
                   q->logit_bias[1].token == 7 && q->logit_bias[1].bias == -3.5f,
-              "logit_bias clamped to 100");
+              "logit_bias clamped to 100; a repeated token keeps its last bias");
         CHECK(q->n_stop == 1 && !strcmp(q->stop[0], "\n\n"), "stop string");
         CHECK(q->logprobs && q->top_logprobs == 2, "logprobs");
         CHECK(q->max_tokens == 10 && !q->fit_context, "max_tokens");
@@ -78,6 +78,10 @@ static void chat_happy(void) {
         CHECK(r->reqs[0].seed < 0 && r->reqs[0].n_stop == 0 && !r->reqs[0].logprobs, "defaults");
         CHECK(r->reqs[0].temperature == cinfer_request_default().temperature, "default temperature");
     }
+    cf_api_request_free(r);
+
+    r = parse(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"logprobs\":false,\"top_logprobs\":0}");
+    CHECK(r && !r->reqs[0].logprobs && !r->reqs[0].top_logprobs, "top_logprobs 0 without logprobs");
     cf_api_request_free(r);
 
     r = parse(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_completion_tokens\":7,\"max_tokens\":9,"
@@ -168,6 +172,9 @@ static void chat_refused(void) {
         {U "\"logit_bias\":{\"abc\":1}}", "logit_bias.abc", "token ids"},
         {U "\"logit_bias\":{\"259\":1}}", "logit_bias.259", "[0, 259)"},
         {U "\"logit_bias\":{\"-1\":1}}", "logit_bias.-1", NULL},
+        {U "\"logit_bias\":{\"+5\":1}}", "logit_bias.+5", NULL},
+        {U "\"logit_bias\":{\" 5\":1}}", "logit_bias. 5", NULL},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2,\"max_tokens\":1e300}", "max_tokens", NULL},
         {U "\"logit_bias\":{\"5\":\"x\"}}", "logit_bias.5", "number"},
         {U "\"seed\":1.5}", "seed", "integer"},
         {U "\"seed\":1e30}", "seed", NULL},
@@ -342,7 +349,7 @@ static void messages(void) {
         const char *body, *param, *want;
     } cases[] = {
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens", "required"},
-        {"{\"max_tokens\":100,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens", NULL},
+        {M "\"max_tokens\":100}", "max_tokens", "at most 64"}, /* a key given twice: its last value */
         {"{\"max_tokens\":0,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens", NULL},
         {M "\"temperature\":1.5}", "temperature", "[0, 1]"},
         {M "\"top_k\":-1}", "top_k", NULL},
@@ -384,6 +391,7 @@ static void malformed(void) {
         refused((cf_api_kind)k, "{} x", 400, "", "not valid JSON");
         refused((cf_api_kind)k, "{} {}", 400, "", "not valid JSON");
         refused((cf_api_kind)k, "{\"a\":\"\\ud800\"}", 400, "", "not valid JSON");
+        refused((cf_api_kind)k, "{\"prompt\":\"a\\u0000b\"}", 400, "", "NUL");
         refused((cf_api_kind)k, "{\"prompt\":\"caf\xc3\"}", 400, "", "UTF-8");
         refused((cf_api_kind)k, "{\"prompt\":\"\xed\xa0\x80\"}", 400, "", "UTF-8");   /* a surrogate */
         refused((cf_api_kind)k, "{\"prompt\":\"\xc0\xaf\"}", 400, "", "UTF-8");       /* overlong */
@@ -392,6 +400,10 @@ static void malformed(void) {
     cf_api_request *r = NULL;
     cf_api_error e;
     CHECK(cf_api_parse(CF_API_CHAT, "", 0, &LIM, model, &r, &e) == -1 && e.status == 400, "an empty body");
+    static const char with_nul[] = "{\"prompt\":\"a\0b\"}";
+    CHECK(cf_api_parse(CF_API_COMPLETIONS, with_nul, sizeof with_nul - 1, &LIM, model, &r, &e) == -1 && e.status == 400 &&
+              strstr(e.message, "NUL"),
+          "a raw NUL byte: %s", e.message);
     /* 100k nested arrays, and 100k nested objects inside a string-free body */
     size_t n = 100000;
     char *deep = malloc(5 * n + 64);
@@ -414,7 +426,56 @@ static void malformed(void) {
     r = parse(CF_API_CHAT, br);
     CHECK(r && strlen(r->reqs[0].messages[0].content) == n + 1, "brackets in strings are text");
     cf_api_request_free(r);
+    r = parse(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\\\u0000\"}]}");
+    CHECK(r && !strcmp(r->reqs[0].messages[0].content, "a\\u0000"), "an escaped backslash before u0000 is text");
+    cf_api_request_free(r);
     free(br);
+}
+
+/* Bodies with bytes flipped, dropped or duplicated: each is parsed or refused with a status and a message. */
+static void mutations(void) {
+    static const struct {
+        cf_api_kind kind;
+        const char *body;
+    } seeds[] = {
+        {CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]},{\"role\":\"assistant\","
+                      "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+                      "{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"r\"}],\"tools\":[{\"type\":\"function\",\"function\":"
+                      "{\"name\":\"f\",\"parameters\":{}}}],\"stop\":[\"x\"],\"logit_bias\":{\"4\":1},\"n\":2,\"seed\":3}"},
+        {CF_API_COMPLETIONS, "{\"prompt\":[[1,2],[3]],\"echo\":true,\"n\":2,\"max_tokens\":3,\"stop\":\"z\"}"},
+        {CF_API_MESSAGES, "{\"max_tokens\":5,\"system\":[{\"type\":\"text\",\"text\":\"s\"}],\"messages\":[{\"role\":\"assistant\","
+                          "\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":{\"a\":[1]}}]},{\"role\":\"user\","
+                          "\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t\",\"content\":\"r\"}]}],\"tools\":[{\"name\":\"f\","
+                          "\"input_schema\":{}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"f\"}}"},
+    };
+    static const char alphabet[] = "{}[]\",:0-9.eE tfn\\u\x00\xc3\xff";
+    uint64_t s = 12345;
+    int parsed = 0, refusals = 0;
+    for (size_t k = 0; k < sizeof seeds / sizeof *seeds; k++)
+        for (int round = 0; round < 3000; round++) {
+            char buf[1024];
+            size_t n = strlen(seeds[k].body);
+            memcpy(buf, seeds[k].body, n);
+            for (int edits = 1 + round % 3; edits > 0; edits--) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                size_t at = (s >> 33) % n;
+                int op = (int)((s >> 20) % 3);
+                if (op == 0) buf[at] = alphabet[(s >> 40) % (sizeof alphabet - 1)];
+                else if (op == 1 && n > 1) memmove(buf + at, buf + at + 1, n-- - at - 1);
+                else if (n + 1 < sizeof buf) memmove(buf + at + 1, buf + at, n++ - at);
+            }
+            cf_api_request *r = NULL;
+            cf_api_error e;
+            if (cf_api_parse(seeds[k].kind, buf, n, &LIM, model, &r, &e) == 0) {
+                parsed++;
+                CHECK(r && r->n_reqs > 0, "a parsed request has choices");
+                cf_api_request_free(r);
+            } else {
+                refusals++;
+                CHECK(!r && e.status >= 400 && e.message[0], "a refusal has a status and a message");
+            }
+        }
+    CHECK(parsed > 0 && refusals > 0, "mutations: %d parsed, %d refused", parsed, refusals);
 }
 
 static void errors(void) {
@@ -471,6 +532,7 @@ int main(int argc, char **argv) {
     completions();
     messages();
     malformed();
+    mutations();
     errors();
     cinfer_model_free(model);
     printf("%d checks, %d failures\n", checks, failures);

@@ -17,7 +17,8 @@ static const cf_api_meta META = {.id = "resp-1", .created = 1700000000, .model =
 static const char TEMPLATE[] =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-    "{% if false %}<think></think><tool_call></tool_call>{% endif %}";
+    "{% if false %}<think></think><tool_call></tool_call>{% endif %}"
+    "{% if messages[0]['content'] == 'boom' %}{{ raise_exception('no boom here') }}{% endif %}";
 
 static int write_template(const char *dir) {
     char path[4096];
@@ -299,10 +300,11 @@ static void completions(void) {
 }
 
 #define EV(name, json) "event: " name "\ndata: " json "\n\n"
-#define MSG_START                                                                                                                  \
+/* input_tokens: the prompt as the template renders it, one token per byte and per special token */
+#define MSG_START(input)                                                                                                           \
     EV("message_start", "{\"type\":\"message_start\",\"message\":{\"id\":\"resp-1\",\"type\":\"message\",\"role\":\"assistant\","   \
-                        "\"model\":\"tiny\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":0," \
-                        "\"output_tokens\":0}}}")
+                        "\"model\":\"tiny\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":" input \
+                        ",\"output_tokens\":0}}}")
 
 static void anthropic(void) {
     cf_buf out = {0};
@@ -311,7 +313,7 @@ static void anthropic(void) {
     respond(CF_API_MESSAGES, body, &THINK_TOOL, &out);
     if (out.data) mask_ids(out.data), out.len = strlen(out.data);
     expect("messages stream", &out,
-           MSG_START
+           MSG_START("27")
            EV("content_block_start", "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\","
                                      "\"thinking\":\"\",\"signature\":\"\"}}")
            EV("content_block_delta", "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\","
@@ -352,7 +354,7 @@ static void anthropic(void) {
     respond(CF_API_MESSAGES, "{\"max_tokens\":5,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
             &(reply){.pieces = {"Hi"}, .finish = CINFER_FINISH_LENGTH, .prompt_tokens = 4}, &out);
     expect("messages stream ended by max_tokens", &out,
-           MSG_START
+           MSG_START("20")
            EV("content_block_start", "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}")
            EV("content_block_delta", "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}")
            EV("content_block_stop", "{\"type\":\"content_block_stop\",\"index\":0}")
@@ -382,7 +384,7 @@ static void failures_mid_stream(void) {
 
     respond(CF_API_MESSAGES, "{\"max_tokens\":5,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &rp[1], &out);
     expect("messages stream that failed", &out,
-           MSG_START
+           MSG_START("20")
            EV("content_block_start", "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}")
            EV("content_block_delta", "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"par\"}}")
            EV("error", "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"generation failed: the device fell over\"}}"));
@@ -423,6 +425,33 @@ static void tail_from_result(void) {
     cf_api_request_free(r);
 }
 
+/* A prompt the template refuses still gets a writer: the session's open reports the template's error. */
+static void unrenderable(void) {
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"boom\"}],\"stream\":true}";
+    cf_api_request *r = NULL;
+    cf_api_error e;
+    CHECK(!cf_api_parse(CF_API_CHAT, body, strlen(body), &LIM, model, &r, &e), "parse");
+    cf_api_writer *w = NULL;
+    cf_api_meta meta = META;
+    meta.m = model;
+    cinfer_error err = {0};
+    CHECK(r && cf_api_writer_create(r, &meta, &w, &err) == CINFER_OK, "a writer for an unrenderable prompt: %s", err.message);
+    cinfer_engine *eng = NULL;
+    cinfer_session *s = NULL;
+    cinfer_session_params sp = cinfer_session_default_params();
+    if (r && cinfer_engine_create(model, NULL, &eng, &err) == CINFER_OK) {
+        cinfer_status st = cinfer_session_open(eng, &r->reqs[0], &sp, &s, &err);
+        CHECK(st == CINFER_E_TEMPLATE && strstr(err.message, "no boom here"), "open reports the template: %s", err.message);
+        cf_api_error ae;
+        cf_api_error_from_status(CF_API_CHAT, st, err.message, &ae);
+        CHECK(ae.status == 400 && !strcmp(ae.param, "messages"), "a 400 naming messages");
+        if (st == CINFER_OK) cinfer_session_free(s);
+        cinfer_engine_free(eng);
+    }
+    cf_api_writer_free(w);
+    cf_api_request_free(r);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_api_writer TMP_DIR\n");
@@ -442,6 +471,7 @@ int main(int argc, char **argv) {
     anthropic();
     failures_mid_stream();
     tail_from_result();
+    unrenderable();
     cinfer_model_free(model);
     printf("%d checks, %d failures\n", checks, failures);
     return failures != 0;

@@ -2,8 +2,9 @@
  * in raw HTTP over sockets: /health (also while loading), /v1/models, /metrics' format, the tokenize round
  * trip, 401/404/405/413 (the body not read), malformed JSON, the header deadline, the idle timeout, a chat
  * answer whole and streamed, a stream that does not block other requests, clients that disconnect
- * mid-generation (their sessions cancelled, nothing left running), and stopping with requests in flight.
- *   test_server MODEL_DIR */
+ * mid-generation (their sessions cancelled, nothing left running), stopping with requests in flight, and
+ * 429 when the engine's queue is full.
+ *   test_server MODEL_DIR          (CINFER_TEST_THREADS: CPU threads, default 2) */
 #define _GNU_SOURCE
 #include "check.h"
 #include "server/server.h"
@@ -549,6 +550,40 @@ static void test_stop_in_flight(void) {
     CHECK(connect_port(port) < 0, "nothing listens after the stop");
 }
 
+/* An engine of one sequence and one waiting place: a third request gets 429 with Retry-After. */
+static void test_busy(void) {
+    cinfer_engine_free(engine);
+    cinfer_engine_params ep = cinfer_engine_default_params();
+    ep.max_batch = 1;
+    ep.max_queued = 1;
+    cinfer_error err = {0};
+    engine = NULL;
+    CHECK(cinfer_engine_create(model, &ep, &engine, &err) == CINFER_OK, "a small engine: %s", err.message);
+    if (!engine) return;
+    cf_server *s = start(cf_server_default_params());
+    if (!s) return;
+    const int port = cf_server_port(s);
+    int a = open_long_stream(port, 1), b = open_long_stream(port, 0);
+    cinfer_engine_stats st;
+    double t0 = now_s();
+    do {
+        sleep_s(0.01);
+        cinfer_engine_get_stats(engine, &st);
+    } while ((st.running != 1 || st.queued != 1) && now_s() - t0 < 5);
+    CHECK(st.running == 1 && st.queued == 1, "one running, one waiting (%d, %d)", st.running, st.queued);
+    CHECK(metric(port, "cinfer_queue_depth") == 1, "metrics show the queue");
+    resp r;
+    char retry[16];
+    CHECK(!request(port, "POST", "/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", &r) &&
+              r.status == 429 && header_value(&r, "Retry-After", retry, sizeof retry),
+          "the queue is full: %d %s", r.status, r.body);
+    resp_free(&r);
+    close(a);
+    close(b);
+    CHECK(engine_idle(5), "both cancelled");
+    cf_server_stop(s);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_server MODEL_DIR\n");
@@ -557,7 +592,8 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     cinfer_error err = {0};
     cinfer_model_params mp = cinfer_model_default_params();
-    mp.n_threads = 2;
+    const char *nt = getenv("CINFER_TEST_THREADS");  /* ThreadSanitizer runs use 1: libgomp is not instrumented */
+    mp.n_threads = nt ? atoi(nt) : 2;
     cinfer_engine_params ep = cinfer_engine_default_params();
     ep.max_batch = 8;
     if (cinfer_model_load(argv[1], &mp, &model, &err) != CINFER_OK || cinfer_engine_create(model, &ep, &engine, &err) != CINFER_OK) {
@@ -596,6 +632,7 @@ int main(int argc, char **argv) {
     cf_server_stop(open_srv);
     cf_server_stop(strict);
     test_stop_in_flight();
+    test_busy();
 
     cinfer_engine_free(engine);
     cinfer_model_free(model);

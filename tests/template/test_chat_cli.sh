@@ -52,6 +52,10 @@ history=$'<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n'"$
 want=$(grep -o 'after a [0-9]*-token prompt' "$tmp/err" | grep -o '[0-9]*')
 [ -n "$second" ] && [ "$second" = "$want" ] && ok || bad "the second turn's prompt has $second tokens, want $want (content only in the history)"
 
+# --output ids prints the ids, as before the parser
+"$bin" run "${gen[@]}" --chat -p hi --output ids >"$tmp/ids" 2>"$tmp/err" && ok || bad "run --chat --output ids"
+[[ "$(cat "$tmp/ids")" =~ ^[0-9]+(\ [0-9]+){23}$ ]] && ok || bad "ids line: $(cat "$tmp/ids")"
+
 "$bin" run "${gen[@]}" -p hi --chat-template-kwargs '{}' >/dev/null 2>"$tmp/err"
 [ $? = 2 ] && grep -q "needs --chat" "$tmp/err" && ok || bad "kwargs without --chat: $(cat "$tmp/err")"
 "$bin" run "${gen[@]}" --chat -p hi --chat-template-kwargs '[1]' >/dev/null 2>"$tmp/err"

@@ -197,6 +197,9 @@ static void check_mistral(void) {
     expect(&M, "[TOOL_CALLS]f[ARG]{}", "|C:[TOOL_CALLS]f[ARG]{}");
     expect(&M, "[TOOL_CALLS]f[ARGS]\"text\" after", "|C:[TOOL_CALLS]f[ARGS]\"text\" after");
     expect(&M, "an array [1, 2] and [TOOL", "|C:an array [1, 2] and [TOOL");
+    const setup M_no_tools = {{CF_REASONING_NONE, CF_TOOLS_MISTRAL, 0, 1}, 0, 1, 0};
+    expect(&M_no_tools, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]",
+           "|C:[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]");
     expect_streamed(&M, "x [TOOL_CA", "|C:x ");
     expect_streamed(&M, "x [TOOL_CALLS]get_", "|C:x ");
 }
@@ -216,10 +219,60 @@ static void check_gemma(void) {
     expect(&G, "<|tool_call>call:f{a:1", "|C:<|tool_call>call:f{a:1");
     expect(&G, "<|channel>thought\n<channel|>Hi", "|C:Hi");
 
+    const setup G_no_tools = {{CF_REASONING_CHANNEL, CF_TOOLS_GEMMA4, 1, 1}, 0, 1, 0};
+    expect(&G_no_tools, "<|channel>thought\nx<channel|><|tool_call>call:ping{}<tool_call|>",
+           "|R:x|C:<|tool_call>call:ping{}<tool_call|>");
+
     const setup FG = {{CF_REASONING_NONE, CF_TOOLS_FUNCTIONGEMMA, 0, 1}, 1, 1, 0};
     expect(&FG, "<start_function_call>call:read_file{max_chars:500,path:<escape>notes, v2.txt<escape>}<end_function_call>",
            "{T0 read_file {\"max_chars\":500,\"path\":\"notes, v2.txt\"}}");
     expect(&FG, "<start_function_call>call:pwd{}<end_function_call>", "{T0 pwd {}}");
+    const setup FG_no_tools = {{CF_REASONING_NONE, CF_TOOLS_FUNCTIONGEMMA, 0, 1}, 0, 1, 0};
+    expect(&FG_no_tools, "<start_function_call>call:pwd{}<end_function_call>",
+           "|C:<start_function_call>call:pwd{}<end_function_call>");
+}
+
+/* Random replies built from markup fragments, on every format: any split gives the deltas of one feed. */
+static void check_random_splits(void) {
+    static const char *const pieces[] = {
+        "<think>", "</think>", "<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]",
+        "<|tool_call>", "<tool_call|>", "<|\"|>", "<start_function_call>", "<end_function_call>", "<escape>",
+        "<|channel>thought", "<channel|>", "call:f", "{\"name\": \"f\", \"arguments\": {\"a\": 1}}",
+        "[{\"name\": \"g\", \"arguments\": {}}]", "{", "}", "[", "]", "\"", "\\", ":", ",", ";", " ", "\n", "abc",
+        "é", "<", "<tool", "[TOOL", "f", "x:1",
+    };
+    const int n_pieces = (int)(sizeof pieces / sizeof pieces[0]);
+    const setup formats[] = {
+        QWEN,
+        {{CF_REASONING_NONE, CF_TOOLS_LLAMA3, 0, 0}, 1, 1, 0},
+        {{CF_REASONING_NONE, CF_TOOLS_MISTRAL, 0, 1}, 1, 1, 0},
+        {{CF_REASONING_CHANNEL, CF_TOOLS_GEMMA4, 1, 1}, 1, 1, 0},
+        {{CF_REASONING_NONE, CF_TOOLS_FUNCTIONGEMMA, 0, 1}, 1, 1, 1},
+    };
+    unsigned seed = 12345;
+    int bad = 0;
+    for (int round = 0; round < 400 && !bad; round++) {
+        char reply[1024] = "";
+        size_t len = 0;
+        for (int k = (int)((seed = seed * 1103515245u + 12345u) >> 16) % 24; k >= 0; k--) {
+            const char *pc = pieces[((seed = seed * 1103515245u + 12345u) >> 16) % n_pieces];
+            if (len + strlen(pc) >= sizeof reply) break;
+            memcpy(reply + len, pc, strlen(pc) + 1);
+            len += strlen(pc);
+        }
+        const setup *su = &formats[round % 5];
+        transcript whole, t;
+        run_cuts(su, reply, NULL, 0, &whole);
+        size_t cuts[8];
+        int n_cuts = 0;
+        for (size_t c = 1; c < len && n_cuts < 8; c += 1 + ((seed = seed * 1103515245u + 12345u) >> 16) % 7) cuts[n_cuts++] = c;
+        run_cuts(su, reply, cuts, n_cuts, &t);
+        if (strcmp(t.s, whole.s) != 0 || t.empty_deltas || whole.empty_deltas) {
+            bad = 1;
+            CHECK(0, "random reply %s (format %d)\n  split %s\n  whole %s", reply, round % 5, t.s, whole.s);
+        }
+    }
+    CHECK(!bad, "random splits");
 }
 
 static void check_cancel(void) {
@@ -348,6 +401,7 @@ int main(int argc, char **argv) {
     check_llama3();
     check_mistral();
     check_gemma();
+    check_random_splits();
     check_cancel();
     check_detect(argv[1]);
     printf("%d checks, %d failures\n", checks, failures);
