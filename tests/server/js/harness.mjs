@@ -3,6 +3,7 @@
 // HTTP over a socket, SSE splitting, /metrics parsing, resident memory of the server.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -103,10 +104,23 @@ export function parseMetrics(text) {
   return out;
 }
 
+// GET on a connection of its own (a pooled keep-alive connection can be closed by the server's idle timeout
+// just as it is reused). Returns { status, body }.
+export function getFresh(server, path) {
+  return new Promise((resolve, reject) => {
+    http.get({ host: '127.0.0.1', port: server.port, path, agent: false }, (res) => {
+      const parts = [];
+      res.on('data', (d) => parts.push(d));
+      res.on('end', () => resolve({ status: res.statusCode, body: Buffer.concat(parts).toString('utf8') }));
+      res.on('error', reject);
+    }).on('error', reject);
+  });
+}
+
 export async function metrics(server) {
-  const r = await fetch(`${server.url}/metrics`);
+  const r = await getFresh(server, '/metrics');
   if (r.status !== 200) throw new Error(`/metrics answered ${r.status}`);
-  return parseMetrics(await r.text());
+  return parseMetrics(r.body);
 }
 
 // The sum of the samples whose name matches re (a gauge has one).

@@ -93,7 +93,7 @@ test('the page loads without errors', async () => {
 });
 
 test('a sent message gets a streamed reply, the API\'s text, and a tokens/s figure', async () => {
-  await setField('#max-tokens', 96);
+  await setField('#max-tokens', 300);
   await setField('#temperature', 0);
   await watchReply();
   await send('Tell me a fortune.');
@@ -104,11 +104,11 @@ test('a sent message gets a streamed reply, the API\'s text, and a tokens/s figu
   const steps = new Set(lengths.filter((n) => n > 0 && n < shown.length));
   assert.ok(steps.size >= 2, `the reply grew in steps before it ended (lengths ${[...new Set(lengths)].join(', ')})`);
   const direct = await postJSON(server, '/v1/chat/completions', {
-    messages: [{ role: 'user', content: 'Tell me a fortune.' }], max_tokens: 96, temperature: 0, logit_bias: NO_EOS,
+    messages: [{ role: 'user', content: 'Tell me a fortune.' }], max_tokens: 300, temperature: 0, logit_bias: NO_EOS,
   });
   assert.equal(shown, direct.json.choices[0].message.content, 'the page shows the text the API gives');
   const stats = await page.$eval('#stats', (e) => e.textContent);
-  assert.match(stats, /^96 tokens\b/, stats);
+  assert.match(stats, /^300 tokens\b/, stats);
   assert.match(stats, /\d+(\.\d+)? tokens\/s/, stats);
   assert.deepEqual(pageErrors, []);
 });
