@@ -130,19 +130,21 @@ export function metricValue(samples, re) {
   return hits.reduce((a, s) => a + s.value, 0);
 }
 
-// Waits until /metrics shows no running sequence and no queued request (a cancelled stream settles within
-// a step or so, not at once). Returns the last samples.
+// Waits until /metrics shows no running sequence, no queued request and no KV block held (a cancelled
+// stream settles within a step or so, not at once). Returns the last samples.
 export async function waitIdle(server, timeoutMs = 10000) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const s = await metrics(server);
     const running = metricValue(s, RUNNING_RE);
     const queued = metricValue(s, QUEUED_RE);
-    if (running === 0 && queued === 0) return s;
-    if (Date.now() > deadline) throw new Error(`server not idle after ${timeoutMs} ms: running ${running}, queued ${queued}`);
+    const kv = metricValue(s, KV_USED_RE);
+    if (running === 0 && queued === 0 && kv === 0) return s;
+    if (Date.now() > deadline) throw new Error(`server not idle after ${timeoutMs} ms: running ${running}, queued ${queued}, KV blocks held ${kv}`);
     await sleep(50);
   }
 }
+export const KV_USED_RE = /^cinfer_kv_blocks_used$/;
 export const RUNNING_RE = /^cinfer_running_sequences$/;
 export const QUEUED_RE = /^cinfer_queue_depth$/;
 

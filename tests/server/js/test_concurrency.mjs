@@ -78,7 +78,12 @@ test('clients disconnecting mid-stream cancel their sequences', async () => {
     assert.ok(ac.signal.aborted, `stream ${i} ended after ${n} pieces, before the client hung up`);
   });
   await Promise.all(aborts);
-  const idle = await waitIdle(server, 5000);
+  // The engine is idle a moment before the last cancelled generation is counted.
+  let idle = await waitIdle(server, 5000);
+  for (let t = Date.now(); generations(idle, 'cancelled') - cancelled0 < 8 && Date.now() - t < 5000;) {
+    await new Promise((r) => setTimeout(r, 20));
+    idle = await waitIdle(server, 5000);
+  }
   assert.equal(metricValue(idle, /^cinfer_kv_blocks_used$/), 0, 'no KV block held');
   assert.equal(generations(idle, 'cancelled') - cancelled0, 8, 'eight generations cancelled');
   const r = await client.chat.completions.create({ model: modelName, messages: [{ role: 'user', content: 'Tell me a fortune.' }], max_tokens: 4 });
@@ -97,4 +102,33 @@ test('a non-streaming client that disconnects cancels its generation', async () 
   const idle = await waitIdle(server, 5000);
   assert.equal(metricValue(idle, /^cinfer_kv_blocks_used$/), 0, 'no KV block held');
   assert.ok(metricValue(idle, /^cinfer_generated_tokens_total$/) - tokens0 < 800, 'the generation stopped early');
+});
+
+test('SIGTERM with requests in flight: they end, the server exits 0 at once', async () => {
+  const busy = await startServer();
+  const c = new OpenAI({ baseURL: busy.baseURL, apiKey: 'unused', maxRetries: 0 });
+  const body = { model: modelName, messages: [{ role: 'user', content: 'Continue: And it came to pass' }], max_tokens: 900, temperature: 0, logit_bias: NO_EOS };
+  let started = 0;
+  const streams = Array.from({ length: 4 }, async () => {
+    const s = await c.chat.completions.create({ ...body, stream: true });
+    let n = 0;
+    for await (const chunk of s) if (chunk.choices[0]?.delta?.content && ++n === 2) started++;
+    return n;
+  }).map((p) => p.then((value) => ({ value }), (reason) => ({ reason })));
+  const whole = c.chat.completions.create(body).then((value) => ({ value }), (reason) => ({ reason }));
+  const deadline = Date.now() + 10000;
+  while (started < 4 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  assert.equal(started, 4, 'the streams started');
+  const t0 = Date.now();
+  await stopServer(busy, assert);
+  assert.ok(Date.now() - t0 < 5000, `stopped in ${Date.now() - t0} ms`);
+  for (const r of await Promise.all(streams)) {
+    if (r.reason) assert.ok(r.reason instanceof OpenAI.APIError, String(r.reason));
+    else assert.ok(r.value < 900, 'a stream cut short');
+  }
+  const w = await whole;
+  if (w.reason) {
+    assert.ok(w.reason instanceof OpenAI.APIError, String(w.reason));
+    assert.ok(w.reason.status === 503 || w.reason instanceof OpenAI.APIConnectionError, String(w.reason));
+  } else assert.ok(w.value.usage.completion_tokens < 900);
 });
