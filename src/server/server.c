@@ -1,13 +1,11 @@
-/* server.c: the server's life (start, attach, stop), libmicrohttpd's callbacks (connections, requests,
- * completions), routing, authentication, the body limit, the request log, and the reaper thread that
- * enforces the header and body deadlines and cancels the generations of clients that hung up. */
+/* server.c: the server's life (start, attach, stop), libmicrohttpd's request callbacks (headers, body,
+ * completion), routing, authentication, the body limit and the request log. */
 #define _GNU_SOURCE
 #include "server/server_impl.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,14 +131,14 @@ static void set_phase(cf_server *s, cf_conn *c, cf_conn_phase ph) {
 }
 
 /* The request is complete: answer it. */
-static enum MHD_Result dispatch(cf_req *r, const char *model_id) {
+static enum MHD_Result dispatch(cf_req *r) {
     cf_server *s = r->srv;
     set_phase(s, r->conn, CF_CONN_BUSY);
     switch (r->route) {
     case CF_ROUTE_HEALTH: return cf_route_health(r);
     case CF_ROUTE_PAGE: return cf_route_page(r);
     case CF_ROUTE_METRICS: return cf_route_metrics(r);
-    case CF_ROUTE_MODELS: return cf_route_models(r, model_id);
+    case CF_ROUTE_MODELS: return cf_route_models(r, r->model_id);
     default: break;
     }
     if (!atomic_load(&s->model)) return cf_respond_error(r, 503, NULL, "the model is still loading; try again shortly");
@@ -188,8 +186,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         r->t_start = cf_server_now();
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->path, sizeof r->path, "%s", url);
-        const char *model_id;
-        r->route = route_of(url, &model_id);
+        r->route = route_of(r->path, &r->model_id);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         r->conn = ci ? ci->socket_context : NULL;
         set_phase(s, r->conn, CF_CONN_BODY);
@@ -213,9 +210,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         *upload_size = 0;
         return MHD_YES;
     }
-    const char *model_id;
-    route_of(url, &model_id);
-    return dispatch(r, model_id);
+    return dispatch(r);
 }
 
 /* Up to 4 KiB of the body on one line: control bytes escaped. */
@@ -274,104 +269,6 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     log_request(r, toe);
     cf_buf_free(&r->body);
     free(r);
-}
-
-static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
-    cf_server *s = cls;
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        cf_conn *c = calloc(1, sizeof *c);
-        if (!c) return;  /* the connection works; only its deadlines are not enforced */
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
-        c->fd = ci ? ci->connect_fd : -1;
-        c->phase = CF_CONN_WAITING;
-        c->t_mark = c->t_phase = cf_server_now();
-        pthread_mutex_lock(&s->mu);
-        c->next = s->conns;
-        if (s->conns) s->conns->prev = c;
-        s->conns = c;
-        s->n_conns++;
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-        *socket_context = c;
-    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
-        cf_conn *c = *socket_context;
-        if (!c) return;
-        pthread_mutex_lock(&s->mu);
-        if (c->prev) c->prev->next = c->next;
-        else s->conns = c->next;
-        if (c->next) c->next->prev = c->prev;
-        s->n_conns--;
-        pthread_mutex_unlock(&s->mu);
-        free(c);
-        *socket_context = NULL;
-    }
-}
-
-/* ---- the reaper ---- */
-
-/* Cancels the generations of the connections in pf whose client hung up. */
-static void cancel_hung_up(struct pollfd *pf, cf_conn **pc, int n) {
-    if (n && poll(pf, (nfds_t)n, 0) > 0)
-        for (int i = 0; i < n; i++)
-            if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-                cf_gen_cancel(pc[i]->gen, 1);
-                pc[i]->gen = NULL;
-            }
-}
-
-/* Under s->mu, so no connection closes its socket (and frees the number for reuse) meanwhile. */
-static void reap(cf_server *s) {
-    const double now = cf_server_now();
-    enum { BATCH = 64 };
-    struct pollfd pf[BATCH];
-    cf_conn *pc[BATCH];
-    int n = 0;
-    for (cf_conn *c = s->conns; c; c = c->next) {
-        if (c->fd < 0 || c->shut) continue;
-        double deadline = -1;
-        if (c->phase == CF_CONN_WAITING)
-            deadline = c->t_mark + s->p.header_timeout_s + (c->kept_alive ? s->p.idle_timeout_s : 0);
-        else if (c->phase == CF_CONN_BODY)
-            deadline = c->t_phase + s->p.body_timeout_s;
-        if (deadline >= 0 && now > deadline) {
-            shutdown(c->fd, SHUT_RDWR);
-            c->shut = 1;
-            if (s->p.log_requests)
-                fprintf(stderr, "cinfer serve: closed a connection whose request %s did not arrive in time\n",
-                        c->phase == CF_CONN_WAITING ? "headers" : "body");
-            continue;
-        }
-        if (!c->gen) continue;
-        pf[n] = (struct pollfd){.fd = c->fd, .events = POLLRDHUP};
-        pc[n++] = c;
-        if (n == BATCH) {
-            cancel_hung_up(pf, pc, n);
-            n = 0;
-        }
-    }
-    cancel_hung_up(pf, pc, n);
-}
-
-static void *reaper_main(void *arg) {
-    cf_server *s = arg;
-    pthread_mutex_lock(&s->mu);
-    while (!s->reaper_quit) {
-        if (!s->n_conns) {
-            pthread_cond_wait(&s->cv, &s->mu);
-            continue;
-        }
-        reap(s);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 10 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-    }
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
 }
 
 /* ---- life ---- */
@@ -455,7 +352,7 @@ cinfer_status cf_server_start(cinfer_model *model, cinfer_engine *engine, const 
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)p->idle_timeout_s,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, cf_server_on_connection, s,
                             MHD_OPTION_END);
     int e = errno;
     freeaddrinfo(ai);
@@ -467,7 +364,7 @@ cinfer_status cf_server_start(cinfer_model *model, cinfer_engine *engine, const 
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : p->port;
     snprintf(s->url, sizeof s->url, strchr(s->host, ':') ? "http://[%s]:%d" : "http://%s:%d", s->host, s->port);
-    int rc = pthread_create(&s->reaper, NULL, reaper_main, s);
+    int rc = pthread_create(&s->reaper, NULL, cf_server_reaper_main, s);
     if (rc) {
         MHD_stop_daemon(s->d);
         server_free(s);

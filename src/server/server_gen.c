@@ -1,5 +1,6 @@
 /* server_gen.c: the generation routes (chat completions, completions, messages): the request parsed by
- * api.h, one engine session per choice in CALLBACK mode, the writer fed from the engine's thread, and the
+ * api.h, one engine session per choice in CALLBACK mode whose events are copied into a queue on the
+ * engine's thread (which does nothing slower), the writer run on the connection's thread, and the
  * connection suspended whenever it has nothing to send, so neither a stream nor a slow client holds a
  * thread. A generation is freed by whichever drops its last reference: MHD completing the request or the
  * END of its last session. */
@@ -48,9 +49,34 @@ static void broke(cf_gen *g) {
  * stays alive, until then. */
 static int wake(cf_gen *g) {
     if (!g->suspended || g->resume_asked) return 0;
-    int ready = g->stream ? g->out.len || g->n_ended > g->n_closed || g->broken : g->n_ended == g->n_open;
+    int ready = g->stream ? g->pend.n || g->n_ended > g->n_closed || g->broken : g->n_ended == g->n_open;
     if (ready) g->resume_asked = 1;
     return ready;
+}
+
+/* Copies ev into q; -1 when memory runs out. */
+static int queue_event(cf_pending_queue *q, int choice, const cinfer_event *ev) {
+    if (q->n == q->cap) {
+        size_t cap = q->cap ? q->cap * 2 : 16;
+        cf_pending *items = realloc(q->items, cap * sizeof *items);
+        if (!items) return -1;
+        q->items = items;
+        q->cap = cap;
+    }
+    cf_pending *p = &q->items[q->n];
+    p->choice = choice;
+    p->ev = *ev;
+    p->text_off = q->text.len;
+    p->has_lp = ev->logprobs != NULL;
+    if (p->has_lp) p->lp = *ev->logprobs;
+    if (ev->text_len && cf_buf_append(&q->text, ev->text, ev->text_len)) return -1;
+    q->n++;
+    return 0;
+}
+
+static void queue_free(cf_pending_queue *q) {
+    free(q->items);
+    cf_buf_free(&q->text);
 }
 
 /* On the connection's MHD thread, which may suspend it only from its callbacks. */
@@ -89,6 +115,8 @@ static void gen_free(cf_gen *g) {
     }
     cf_api_writer_free(g->w);
     cf_api_request_free(g->api);
+    queue_free(&g->pend);
+    queue_free(&g->spare);
     cf_buf_free(&g->out);
     free(g->ch);
     free(g->model_name);
@@ -173,7 +201,8 @@ static int on_event(const cinfer_event *ev, void *user) {
         c->n_tokens++;
         c->t_last = now;
     }
-    if (writable(g) && cf_api_writer_event(g->w, c->index, ev, &g->out) != CINFER_OK) broke(g);
+    /* a whole answer is made from the results alone: only streams take the events */
+    if (g->stream && writable(g) && queue_event(&g->pend, c->index, ev)) broke(g);
     const int cancel = g->cancelled;
     struct MHD_Connection *mc = g->mc;
     if (ev->kind != CINFER_EVENT_END) {
@@ -198,14 +227,32 @@ static int on_event(const cinfer_event *ev, void *user) {
 
 /* ---- the connection's MHD thread ---- */
 
-/* Ends the writer's choices whose END has come (their results, read once the engine let go of them), then
- * the response once every choice has ended. */
-static void close_choices(cf_gen *g) {
+/* Writes the queued events, then ends the choices whose END was among them (their results, read once
+ * the engine let go of them), then the response once every choice has ended. The writer and g->out are
+ * this thread's: only the flags shared with the engine's thread are taken under g->mu. */
+static void write_ready(cf_gen *g) {
     pthread_mutex_lock(&g->mu);
+    cf_pending_queue q = g->pend;
+    g->pend = g->spare;
+    for (int i = 0; i < g->n_ch; i++) g->ch[i].closable = g->ch[i].ended;
+    int ok = writable(g);
+    pthread_mutex_unlock(&g->mu);
+    for (size_t i = 0; i < q.n && ok; i++) {
+        cf_pending *p = &q.items[i];
+        cinfer_event ev = p->ev;
+        ev.text = p->ev.text_len ? q.text.data + p->text_off : "";
+        ev.logprobs = p->has_lp ? &p->lp : NULL;
+        ok = cf_api_writer_event(g->w, p->choice, &ev, &g->out) == CINFER_OK;
+    }
+    q.n = 0;
+    q.text.len = 0;
+    pthread_mutex_lock(&g->mu);
+    g->spare = q;
+    if (!ok && writable(g)) broke(g);
     for (;;) {
         cf_choice *c = NULL;
         for (int i = 0; i < g->n_ch && !c; i++)
-            if (g->ch[i].ended && !g->ch[i].closed) c = &g->ch[i];
+            if (g->ch[i].closable && !g->ch[i].closed) c = &g->ch[i];
         if (!c) break;
         pthread_mutex_unlock(&g->mu);
         const cinfer_result *res = NULL;
@@ -214,32 +261,41 @@ static void close_choices(cf_gen *g) {
         c->closed = 1;
         g->n_closed++;
         account(g, res);
-        if (writable(g) && cf_api_writer_end_choice(g->w, c->index, res, &g->out) != CINFER_OK) broke(g);
+        ok = writable(g);
+        pthread_mutex_unlock(&g->mu);
+        if (ok && cf_api_writer_end_choice(g->w, c->index, res, &g->out) != CINFER_OK) ok = 0;
+        pthread_mutex_lock(&g->mu);
+        if (!ok && writable(g)) broke(g);
     }
-    if (g->n_closed == g->n_ch && !g->finished && writable(g)) {
-        g->finished = 1;
-        if (cf_api_writer_finish(g->w, &g->out) != CINFER_OK) broke(g);
-    }
+    const int finish = g->n_closed == g->n_ch && !g->finished && writable(g);
+    if (finish) g->finished = 1;
     pthread_mutex_unlock(&g->mu);
+    if (finish && cf_api_writer_finish(g->w, &g->out) != CINFER_OK) {
+        pthread_mutex_lock(&g->mu);
+        broke(g);
+        pthread_mutex_unlock(&g->mu);
+    }
 }
 
 static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
     cf_gen *g = cls;
+    pthread_mutex_lock(&g->mu);
+    mark_resumed(g);
+    pthread_mutex_unlock(&g->mu);
     for (;;) {
-        close_choices(g);
+        write_ready(g);
         pthread_mutex_lock(&g->mu);
-        mark_resumed(g);
         if (g->out.len && !g->broken) {
+            pthread_mutex_unlock(&g->mu);
             size_t n = g->out.len < max ? g->out.len : max;
             memcpy(buf, g->out.data, n);
             cf_buf_consume(&g->out, n);
-            pthread_mutex_unlock(&g->mu);
             return (ssize_t)n;
         }
         ssize_t end = g->broken || g->conn_gone ? MHD_CONTENT_READER_END_WITH_ERROR
                       : g->finished             ? MHD_CONTENT_READER_END_OF_STREAM
                                                 : 0;
-        int again = !end && g->n_ended > g->n_closed;
+        int again = !end && (g->pend.n || g->n_ended > g->n_closed);
         if (!end && !again) suspend(g);
         pthread_mutex_unlock(&g->mu);
         if (!again) return end;
@@ -250,7 +306,7 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
  * error body when a choice failed). */
 static enum MHD_Result answer_whole(cf_req *r) {
     cf_gen *g = r->gen;
-    close_choices(g);
+    write_ready(g);
     pthread_mutex_lock(&g->mu);
     const int stopped = g->stopped, hung_up = g->hung_up, ok = !g->broken && g->finished && g->out.len;
     pthread_mutex_unlock(&g->mu);
@@ -366,7 +422,7 @@ enum MHD_Result cf_gen_start(cf_req *r) {
 
 void cf_gen_detach(cf_gen *g) {
     pthread_mutex_lock(&g->mu);
-    mark_resumed(g);  /* MHD ends a resumed connection whose client left without calling the handler again */
+    mark_resumed(g);  /* MHD may close a resumed connection without calling back first */
     g->conn_gone = 1;
     cancel_locked(g);
     unref_unlock(g);

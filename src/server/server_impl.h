@@ -64,7 +64,8 @@ typedef struct cf_req {
     cf_conn *conn;
     cf_route route;
     char method[16];
-    char path[96];
+    char path[256];
+    const char *model_id;        /* /v1/models/ID: ID, in path */
     double t_start;
     cf_buf body;
     int status;                  /* the status answered; 0 until then */
@@ -73,11 +74,27 @@ typedef struct cf_req {
     int32_t prompt_tokens, completion_tokens; /* for the log line */
 } cf_req;
 
+/* A streamed event copied on the engine's thread, for the writer on the connection's thread. */
+typedef struct cf_pending {
+    int choice;
+    cinfer_event ev;             /* text and logprobs are pointed at the copies when it is written */
+    size_t text_off;             /* in the queue's text */
+    int has_lp;
+    cinfer_logprobs lp;
+} cf_pending;
+
+typedef struct cf_pending_queue {
+    cf_pending *items;
+    size_t n, cap;
+    cf_buf text;
+} cf_pending_queue;
+
 typedef struct cf_choice {
     cf_gen *g;
     int index;
     cinfer_session *s;           /* set under g->mu once open returned */
     int ended;                   /* END seen */
+    int closable;                /* its END has been taken from the queue for the writer */
     int closed;                  /* cf_api_writer_end_choice done */
     int n_tokens;
     double t_last;               /* the previous token (for the inter-token latency) */
@@ -104,7 +121,9 @@ struct cf_gen {
     int resume_asked;
     int stopped;                 /* a choice was cancelled while the connection lived */
     int hung_up;                 /* the reaper saw the client hang up */
-    cf_buf out;                  /* bytes to send */
+    cf_pending_queue pend;       /* streamed events not yet written (under mu) */
+    cf_pending_queue spare;      /* the connection thread's: the queue it last wrote, emptied */
+    cf_buf out;                  /* bytes to send; the connection's thread's, as is the writer */
     double t_start;
     char id[48], fingerprint[32];
     char *model_name;
@@ -119,6 +138,11 @@ enum MHD_Result cf_respond(cf_req *r, int status, const char *content_type, cons
 enum MHD_Result cf_respond_error(cf_req *r, int status, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 cf_api_kind cf_route_api(cf_route r);
+
+/* server_conn.c: libmicrohttpd's connection notification, and the reaper thread (arg: the server). */
+void cf_server_on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+                             enum MHD_ConnectionNotificationCode toe);
+void *cf_server_reaper_main(void *arg);
 
 /* server_routes.c: the routes that answer at once. */
 enum MHD_Result cf_route_health(cf_req *r);

@@ -506,7 +506,7 @@ static void test_disconnects(int port) {
     if (fd >= 0) close(fd);
     t0 = now_s();
     CHECK(engine_idle(5), "the non-streaming session ended after its client hung up");
-    CHECK(now_s() - t0 < 0.5, "cancelled %.3f s after the hang-up", now_s() - t0);
+    CHECK(now_s() - t0 < 2, "cancelled %.3f s after the hang-up", now_s() - t0);
     double cancelled = metric(port, "cinfer_generations_total{outcome=\"cancelled\"}");
     CHECK(cancelled == cancelled0 + 2, "2 generations cancelled (%g before, %g after)", cancelled0, cancelled);
     CHECK(!request(port, "GET", "/health", NULL, NULL, &r) && r.status == 200, "healthy after the disconnects");
@@ -629,8 +629,10 @@ int main(int argc, char **argv) {
         test_body_limit(cf_server_port(strict));
         test_deadlines(cf_server_port(strict));
     }
+    double t0 = now_s();
     cf_server_stop(open_srv);
     cf_server_stop(strict);
+    CHECK(now_s() - t0 < 2, "the servers stopped in %.3f s after the disconnects", now_s() - t0);
     test_stop_in_flight();
     test_busy();
 
