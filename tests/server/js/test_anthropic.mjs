@@ -56,7 +56,10 @@ describe('messages', () => {
     let outputTokens = null;
     for await (const ev of stream) {
       types.push(ev.type);
-      if (ev.type === 'message_start') { assert.equal(ev.message.role, 'assistant'); assert.equal(typeof ev.message.usage.input_tokens, 'number'); }
+      if (ev.type === 'message_start') {
+        assert.equal(ev.message.role, 'assistant');
+        assert.equal(ev.message.usage.input_tokens, promptTokens(whole.usage), 'message_start counts the prompt');
+      }
       if (ev.type === 'content_block_start') assert.equal(ev.content_block.type, 'text');
       if (ev.type === 'content_block_delta') { assert.equal(ev.delta.type, 'text_delta'); text += ev.delta.text; }
       if (ev.type === 'message_delta') {
