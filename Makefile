@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 export OMP_WAIT_POLICY ?= passive
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build demo test asan tsan fuzz clean
+.PHONY: all setup configure build demo test soak bench-http asan tsan fuzz clean
 
 all: build
 
@@ -23,6 +23,15 @@ demo: build
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+
+# The server soak: 64 clients against `cinfer serve` for SOAK_SECONDS (tests/server/js/soak.mjs)
+SOAK_SECONDS ?= 300
+soak: build
+	@CINFER_BIN=$(abspath $(BUILD))/cinfer node tests/server/js/soak.mjs --duration $(SOAK_SECONDS)
+
+# Decode tokens/s streamed through HTTP against the library directly (bench/http_vs_lib.mjs)
+bench-http: build
+	@node bench/http_vs_lib.mjs --bin $(BUILD)/cinfer
 
 asan: setup
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCINFER_CUDA=OFF -DCINFER_SANITIZE=address,undefined >/dev/null
