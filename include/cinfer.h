@@ -347,6 +347,8 @@ void cinfer_session_cancel(cinfer_session *s);
 cinfer_session_state cinfer_session_get_state(const cinfer_session *s);
 /* The plan chosen at open ("text:continuous"). */
 const char *cinfer_session_plan(const cinfer_session *s);
+/* The prompt's length in tokens, known at open (chat messages rendered and tokenized). */
+int32_t cinfer_session_prompt_tokens(const cinfer_session *s);
 /* PULL: the next event, waiting up to timeout seconds (< 0 = no limit, 0 = poll). CINFER_E_TIMEOUT when
  * none came in time; CINFER_E_INVALID_ARGUMENT in another output mode; after END, END again. */
 cinfer_status cinfer_session_next(cinfer_session *s, cinfer_event *ev, double timeout, cinfer_error *err);

@@ -32,6 +32,10 @@ const char *cinfer_session_plan(const cinfer_session *s) {
     return s ? s->plan.id : "";
 }
 
+int32_t cinfer_session_prompt_tokens(const cinfer_session *s) {
+    return s ? s->req.n_prompt : 0;
+}
+
 /* Grows the byte buffer *p of *cap bytes to hold at least need bytes. */
 static int grow(char **p, size_t *cap, size_t need) {
     if (need <= *cap) return 0;

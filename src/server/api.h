@@ -75,6 +75,9 @@ typedef struct cf_api_writer cf_api_writer;
 /* r must outlive the writer; meta's strings are copied. */
 cinfer_status cf_api_writer_create(const cf_api_request *r, const cf_api_meta *meta, cf_api_writer **out,
                                    cinfer_error *err);
+/* Choice i's prompt length (cinfer_session_prompt_tokens), for Anthropic's message_start, which comes
+ * before any result; set it before cf_api_writer_begin. */
+void cf_api_writer_set_prompt_tokens(cf_api_writer *w, int choice, int32_t n);
 /* Before any event: OpenAI's first chunk of each choice (role), Anthropic's message_start. */
 cinfer_status cf_api_writer_begin(cf_api_writer *w, cf_buf *out);
 /* An event of choice i: each TOKEN, and its END (which carries the text held back at the end). */

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "engine/chat.h"
 
 #define OOM CINFER_E_OUT_OF_MEMORY
 
@@ -28,19 +27,6 @@ static cJSON *usage(const cf_api_writer *w) {
     return ok ? u : NULL;
 }
 
-/* The prompt's tokens as the engine counts them (the messages rendered with the chat template, tokenized
- * without added special tokens), for message_start, which comes before any result; 0 when they cannot be
- * counted (the session's open then reports why). */
-static int32_t prompt_tokens(const cf_api_writer *w) {
-    char *text = NULL;
-    size_t len = 0, n = 0;
-    int32_t *ids = NULL;
-    if (!w->m || !w->n || cf_chat_render(w->m, &w->r->reqs[0], &text, &len, NULL) != CINFER_OK) return 0;
-    cinfer_status st = cinfer_tokenize(w->m, text, len, 0, &ids, &n, NULL);
-    free(text);
-    cinfer_free(ids);
-    return st == CINFER_OK ? (int32_t)n : 0;
-}
 
 /* {"type": "message", ...} with content (taken) and the stop fields (null while streaming). */
 static cJSON *message(const cf_api_writer *w, cJSON *content, int final) {
@@ -55,7 +41,7 @@ static cJSON *message(const cf_api_writer *w, cJSON *content, int final) {
                                      : cJSON_AddNullToObject(m, "stop_sequence"));
     if (ok && final) ok = cf_api_add(m, "usage", usage(w));
     else if (ok)
-        ok = (u = cJSON_AddObjectToObject(m, "usage")) && cJSON_AddNumberToObject(u, "input_tokens", prompt_tokens(w)) &&
+        ok = (u = cJSON_AddObjectToObject(m, "usage")) && cJSON_AddNumberToObject(u, "input_tokens", w->ch[0].prompt_tokens) &&
              cJSON_AddNumberToObject(u, "output_tokens", 0);
     if (!ok) cJSON_Delete(m);
     return ok ? m : NULL;

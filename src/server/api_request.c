@@ -157,6 +157,9 @@ int cf_api_parse_openai_sampling(cf_api_ctx *c, const cJSON *root, cinfer_reques
     if (got && v == 0)
         return cf_api_fail(e, 400, "repetition_penalty", "repetition_penalty must be above 0 (1 is off); it is 0");
     if (got) base->repetition_penalty = (float)v;
+    int b;
+    if ((got = cf_api_get_bool(root, "ignore_eos", NULL, &b, e)) < 0) return -1; /* vLLM's and llama-server's */
+    if (got) base->ignore_eos = b;
     if (parse_logit_bias(c, root, base) || cf_api_parse_seed(c, root, base)) return -1;
     return cf_api_parse_stop(c, root, "stop", 1, base);
 }

@@ -235,6 +235,10 @@ cinfer_status cf_api_writer_create(const cf_api_request *r, const cf_api_meta *m
     return CINFER_OK;
 }
 
+void cf_api_writer_set_prompt_tokens(cf_api_writer *w, int choice, int32_t n) {
+    if (choice >= 0 && choice < w->n) w->ch[choice].prompt_tokens = n;
+}
+
 cinfer_status cf_api_writer_begin(cf_api_writer *w, cf_buf *out) {
     if (!w->r->stream) return CINFER_OK;
     return w->kind == CF_API_MESSAGES ? cf_api_anthropic_begin(w, out) : cf_api_openai_begin(w, out);

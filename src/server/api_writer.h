@@ -17,6 +17,7 @@ typedef struct cf_api_choice {
     cinfer_outcome outcome;
     cinfer_finish finish;
     cinfer_usage usage;
+    int32_t prompt_tokens;       /* known at open, before the result's usage */
     char error[512];             /* FAILED or CANCELLED: what to tell the client */
     int error_status;
     const char *stop_sequence;   /* Anthropic: the stop string that ended the reply, or NULL */

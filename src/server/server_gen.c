@@ -389,14 +389,19 @@ enum MHD_Result cf_gen_start(cf_req *r) {
         g->discard = 1;
         return cf_respond_error(r, 500, NULL, "cannot write the response: %s", err.message);
     }
-    if (g->stream && cf_api_writer_begin(g->w, &g->out) != CINFER_OK) {
-        g->discard = 1;
-        return cf_respond_error(r, 500, NULL, "cannot write the response (out of memory)");
-    }
     st = open_sessions(g, e, &err);
     if (st != CINFER_OK) {
         cf_api_error_from_status(kind, st, err.message, &ae);
         return respond_api_error(r, &ae);
+    }
+    /* The sessions' events wait in their queues until this thread drains them, after the first bytes. */
+    for (int i = 0; i < g->n_ch; i++) cf_api_writer_set_prompt_tokens(g->w, i, cinfer_session_prompt_tokens(g->ch[i].s));
+    if (g->stream && cf_api_writer_begin(g->w, &g->out) != CINFER_OK) {
+        pthread_mutex_lock(&g->mu);
+        g->discard = 1;
+        cancel_locked(g);
+        pthread_mutex_unlock(&g->mu);
+        return cf_respond_error(r, 500, NULL, "cannot write the response (out of memory)");
     }
     if (g->stream) {
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, read_stream, g, NULL);

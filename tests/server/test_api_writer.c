@@ -112,6 +112,7 @@ static int respond(cf_api_kind kind, const char *body, const reply *replies, cf_
     }
     static built b[8];
     for (int i = 0; i < r->n_reqs; i++) build(&replies[i], &b[i]);
+    for (int i = 0; i < r->n_reqs; i++) cf_api_writer_set_prompt_tokens(w, i, b[i].res.usage.prompt_tokens);
     CHECK(cf_api_writer_begin(w, out) == CINFER_OK, "begin");
     for (int i = 0; i < r->n_reqs; i++) {
         stream(w, i, &replies[i], &b[i], out);
@@ -300,7 +301,7 @@ static void completions(void) {
 }
 
 #define EV(name, json) "event: " name "\ndata: " json "\n\n"
-/* input_tokens: the prompt as the template renders it, one token per byte and per special token */
+/* input_tokens: the session's prompt length (the reply's usage.prompt_tokens here) */
 #define MSG_START(input)                                                                                                           \
     EV("message_start", "{\"type\":\"message_start\",\"message\":{\"id\":\"resp-1\",\"type\":\"message\",\"role\":\"assistant\","   \
                         "\"model\":\"tiny\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":" input \
@@ -313,7 +314,7 @@ static void anthropic(void) {
     respond(CF_API_MESSAGES, body, &THINK_TOOL, &out);
     if (out.data) mask_ids(out.data), out.len = strlen(out.data);
     expect("messages stream", &out,
-           MSG_START("27")
+           MSG_START("20")
            EV("content_block_start", "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\","
                                      "\"thinking\":\"\",\"signature\":\"\"}}")
            EV("content_block_delta", "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\","
@@ -354,7 +355,7 @@ static void anthropic(void) {
     respond(CF_API_MESSAGES, "{\"max_tokens\":5,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
             &(reply){.pieces = {"Hi"}, .finish = CINFER_FINISH_LENGTH, .prompt_tokens = 4}, &out);
     expect("messages stream ended by max_tokens", &out,
-           MSG_START("20")
+           MSG_START("4")
            EV("content_block_start", "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}")
            EV("content_block_delta", "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}")
            EV("content_block_stop", "{\"type\":\"content_block_stop\",\"index\":0}")
@@ -365,7 +366,7 @@ static void anthropic(void) {
 
 static void failures_mid_stream(void) {
     cf_buf out = {0};
-    reply rp[2] = {{.pieces = {"ok"}}, {.pieces = {"par"}, .outcome = CINFER_OUTCOME_FAILED}};
+    reply rp[2] = {{.pieces = {"ok"}}, {.pieces = {"par"}, .outcome = CINFER_OUTCOME_FAILED, .prompt_tokens = 20}};
     respond(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":true,\"n\":2}", rp, &out);
     expect("chat stream with a failed choice", &out,
            CHUNK("{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}")
