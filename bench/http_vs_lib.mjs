@@ -2,7 +2,7 @@
 // the client from the first to the last token's chunk) against the library directly (`cinfer run --stats`,
 // the engine's own figure), same model, prompt and length, end-of-sequence ignored; alternated --rounds
 // times, medians and their ratio printed.
-// usage: node bench/http_vs_lib.mjs [--bin build/cinfer] [--model DIR] [--gen 256] [--rounds 5] [--threads N] [--json]
+// usage: node bench/http_vs_lib.mjs [--bin build/cinfer] [--model DIR] [--gen 256] [--rounds 5] [--threads N] [--device cpu|cuda] [--json]
 import { spawnSync } from 'node:child_process';
 import { parseArgs } from 'node:util';
 
@@ -11,7 +11,7 @@ const { values: opt } = parseArgs({
     bin: { type: 'string' }, model: { type: 'string' },
     gen: { type: 'string', default: '256' }, rounds: { type: 'string', default: '5' },
     prompt: { type: 'string', default: 'And God said, Let there be light: and there was light.' },
-    threads: { type: 'string' },
+    threads: { type: 'string' }, device: { type: 'string' },
     json: { type: 'boolean', default: false },
   },
 });
@@ -20,7 +20,7 @@ if (opt.model) process.env.CINFER_MODEL = opt.model;
 // the harness reads CINFER_BIN and CINFER_MODEL when it loads
 const { binary, modelDir, startServer } = await import('../tests/server/js/harness.mjs');
 const GEN = Number(opt.gen);
-const threadArgs = opt.threads ? ['--threads', opt.threads] : [];
+const threadArgs = [...(opt.threads ? ['--threads', opt.threads] : []), ...(opt.device ? ['--device', opt.device] : [])];
 const ROUNDS = Number(opt.rounds);
 
 function library() {
