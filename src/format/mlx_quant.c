@@ -4,7 +4,6 @@
 #include "base/status.h"
 
 #include <cjson/cJSON.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,8 +161,6 @@ cinfer_status cf_mlxq_find(const cf_st_set *set, const cf_mlxq_config *c, const 
         return cf_fail(err, CINFER_E_FORMAT, "%s: '%s' has dtype %s (expected F32, F16 or BF16)", s->file, ns, s->dtype_name);
     if (b->dtype != s->dtype)
         return cf_fail(err, CINFER_E_FORMAT, "%s: '%s' has dtype %s but its scales are %s", b->file, nb, b->dtype_name, s->dtype_name);
-    if ((uintptr_t)w->data % 4)
-        return cf_fail(err, CINFER_E_FORMAT, "%s: the packed values of '%s' do not start on a 4-byte boundary of the file", w->file, nw);
     *out = (cf_qweight){.q = w->data, .scales = s->data, .biases = b->data, .sb_dtype = (cf_dtype)s->dtype, .bits = bits,
                         .group = group, .rows = rows, .cols = cols};
     *quantized = 1;
