@@ -35,8 +35,8 @@ void cf_mlxq_config_free(cf_mlxq_config *c);
  * weight that is not U32); else fills *out (borrowing the set's mapped data) after checking: weight U32
  * [rows, cols * bits / 32], scales and biases of one float dtype, both [rows, cols / group], the config's
  * bits and group for the module (CINFER_E_FORMAT naming the tensor otherwise, also for a .scales without a
- * quantization block in config.json or for a module the config marks false). out->q may be unaligned (the
- * file's layout decides). */
+ * quantization block in config.json or for a module the config marks false). out->q is 4-byte aligned (the
+ * safetensors reader refuses misaligned elements). */
 cinfer_status cf_mlxq_find(const cf_st_set *set, const cf_mlxq_config *c, const char *module, int64_t rows, int64_t cols,
                            cf_qweight *out, int *quantized, cinfer_error *err);
 

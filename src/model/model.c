@@ -122,16 +122,6 @@ static cinfer_status bind(binder *b, const char *name, int64_t rows, int64_t col
             if (!m->be->ops->upload_qweight)
                 return cf_fail(err, CINFER_E_UNSUPPORTED, "the %s backend cannot load quantized weights ('%s')", m->be->ops->name, full);
             b->qseen[qw.bits][qw.group] = 1;
-            if ((uintptr_t)qw.q % 4) {   /* a file whose packed values are not 4-byte aligned: an aligned copy */
-                const size_t bytes = (size_t)(rows * cf_qweight_words_per_row(qw.bits, cols)) * 4;
-                uint32_t *copy = malloc(bytes);
-                void **nb = realloc(m->host_bufs, (size_t)(m->n_host_bufs + 1) * sizeof *nb);
-                if (!copy || !nb) { free(copy); if (nb) m->host_bufs = nb; return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for '%s'", full); }
-                memcpy(copy, qw.q, bytes);
-                m->host_bufs = nb;
-                m->host_bufs[m->n_host_bufs++] = copy;
-                qw.q = copy;
-            }
             cinfer_status st = m->be->ops->upload_qweight(m->be, &qw, out, err);
             if (st != CINFER_OK) return cf_wrap(err, st, "uploading '%s'", full);
             return CINFER_OK;

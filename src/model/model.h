@@ -23,7 +23,7 @@ typedef struct cf_model {
     cf_hparams hp;
     cf_backend *be;           /* owned */
     struct cf_st_set *st;     /* mapped weights, owned (NULL for random weights) */
-    void **host_bufs;         /* random (or randomly quantized) weights, aligned copies of unaligned packed values; owned */
+    void **host_bufs;         /* random (or randomly quantized) weights, owned */
     int n_host_bufs;
     cf_tensor tok_embd, out_norm, output;
     cf_tensor ple_embd, ple_model_proj, ple_proj_norm;     /* per-layer inputs: [V, L*P], [L*P, D], [P] */
