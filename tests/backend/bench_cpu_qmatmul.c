@@ -117,7 +117,8 @@ static void run(const float *x, int64_t n, const cf_qmat *w, float *out, int thr
 /* seconds per call, cycling through the copies: the fastest of the timed batches */
 static double time_q(const float *x, int64_t n, cf_qmat *w, const qcopy *cp, int n_cp, float *out, int threads,
                      double secs) {
-    run(x, n, w, out, threads);
+    w->q = cp[0].q, w->scales = cp[0].s, w->biases = cp[0].b;
+    run(x, n, w, out, threads); /* warm-up: threads, page faults */
     double best = 1e9;
     int per = 1, cur = 0, samples = 0;
     const double t_end = now() + secs;

@@ -88,8 +88,15 @@ static INL void generic(const float *x, int64_t xs, int64_t n, const cf_qmat *w,
                 for (int i = 0; i < np; i++) {
                     const float *xr = x + (i0 + i) * xs + g * G;
                     float *a = acc[i];
-                    for (int j = 0; j < G; j += 16)
-                        for (int l = 0; l < 16; l++) a[l] = fmaf(xr[j + l], wg[j + l], a[l]);
+                    if (bits == 4) /* pair order: lane l takes columns 2l, 2l + 1 of each 32 */
+                        for (int j = 0; j < G; j += 32)
+                            for (int l = 0; l < 16; l++) {
+                                a[l] = fmaf(xr[j + 2 * l], wg[j + 2 * l], a[l]);
+                                a[l] = fmaf(xr[j + 2 * l + 1], wg[j + 2 * l + 1], a[l]);
+                            }
+                    else
+                        for (int j = 0; j < G; j += 16)
+                            for (int l = 0; l < 16; l++) a[l] = fmaf(xr[j + l], wg[j + l], a[l]);
                 }
             }
             for (int i = 0; i < np; i++) out[(i0 + i) * os + (r - r0)] = tree16(acc[i]);
@@ -136,26 +143,62 @@ AVX512 static void generic_avx512(const float *x, int64_t xs, int64_t n, const c
 #define T_BLOCK 16
 #define T_KB 256
 
-/* ---- AVX2 + FMA + F16C: each 16-lane accumulator in two registers ---- */
+typedef void (*gemv_fn)(const float *x, const cf_qmat *w, int64_t r0, int64_t r1, float *o);
 
-/* 16 weights starting at column c (a multiple of 16) of a 4- or 8-bit row, dequantized: lanes 0-7, 8-15 */
-AVX2 static INL void deq16_avx2(const int BITS, const uint8_t *qb, int64_t c, __m256 s, __m256 b, __m256 *w0,
-                                __m256 *w1) {
-    __m128i v;
-    if (BITS == 8) {
-        v = _mm_loadu_si128((const __m128i *)(qb + c));
-    } else {
-        const __m128i p = _mm_loadl_epi64((const __m128i *)(qb + c / 2)), m = _mm_set1_epi8(15);
-        v = _mm_unpacklo_epi8(_mm_and_si128(p, m), _mm_and_si128(_mm_srli_epi16(p, 4), m));
+/* The decode kernels of one instruction set, one per bits (4, 8) x group (32, 64, 128) x scale type (F32,
+ * F16, BF16: the cf_dtype order), each a loop over 4 weight rows at a time, then single rows. */
+#define GEMV_FN(ISA, B, G, SB) gemv_##ISA##_##B##_##G##_##SB
+#define DEF_GEMV(ATTR, ISA, B, G, SB)                                                                          \
+    ATTR static void GEMV_FN(ISA, B, G, SB)(const float *x, const cf_qmat *w, int64_t r0, int64_t r1, float *o) { \
+        int64_t r = r0;                                                                                        \
+        for (; r + 4 <= r1; r += 4) gemv_rows_##ISA(B, G, SB, 4, x, w, r, o + (r - r0));                       \
+        for (; r < r1; r++) gemv_rows_##ISA(B, G, SB, 1, x, w, r, o + (r - r0));                              \
     }
-    *w0 = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), b);
-    *w1 = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8))), b);
+#define DEF_GEMV_SB(ATTR, ISA, B, G) \
+    DEF_GEMV(ATTR, ISA, B, G, CF_F32) DEF_GEMV(ATTR, ISA, B, G, CF_F16) DEF_GEMV(ATTR, ISA, B, G, CF_BF16)
+#define DEF_GEMV_ALL(ATTR, ISA)                                                                               \
+    DEF_GEMV_SB(ATTR, ISA, 4, 32) DEF_GEMV_SB(ATTR, ISA, 4, 64) DEF_GEMV_SB(ATTR, ISA, 4, 128)                \
+    DEF_GEMV_SB(ATTR, ISA, 8, 32) DEF_GEMV_SB(ATTR, ISA, 8, 64) DEF_GEMV_SB(ATTR, ISA, 8, 128)
+#define TAB_SB(ISA, B, G) {GEMV_FN(ISA, B, G, CF_F32), GEMV_FN(ISA, B, G, CF_F16), GEMV_FN(ISA, B, G, CF_BF16)}
+#define TAB_G(ISA, B) {TAB_SB(ISA, B, 32), TAB_SB(ISA, B, 64), TAB_SB(ISA, B, 128)}
+#define GEMV_TABLE(ISA) static const gemv_fn gemv_tab_##ISA[2][3][3] = {TAB_G(ISA, 4), TAB_G(ISA, 8)};
+
+static gemv_fn gemv_pick(const gemv_fn tab[2][3][3], const cf_qmat *w) {
+    return tab[w->bits == 8][w->group == 32 ? 0 : w->group == 64 ? 1 : 2][w->sb_dtype == CF_F32 ? 0 : w->sb_dtype == CF_F16 ? 1 : 2];
+}
+
+/* ---- AVX2 + FMA + F16C: each 16-lane accumulator in two registers (lanes 0-7, 8-15) ---- */
+
+/* 4 bits: the 32 weights of 16 packed bytes at p in pair order: a[0..1] the low nibbles (columns 0, 2, .., 30),
+ * b[0..1] the high ones (columns 1, 3, .., 31), dequantized */
+AVX2 static INL void deq32_q4_avx2(const uint8_t *p, __m256 s, __m256 bias, __m256 *a, __m256 *b) {
+    const __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    const __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8)));
+    const __m256i m = _mm256_set1_epi32(15);
+    a[0] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_and_si256(v0, m)), bias);
+    a[1] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_and_si256(v1, m)), bias);
+    b[0] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4)), bias);
+    b[1] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_srli_epi32(v1, 4)), bias);
+}
+
+/* 8 bits: the 16 weights of 16 bytes at p */
+AVX2 static INL void deq16_q8_avx2(const uint8_t *p, __m256 s, __m256 bias, __m256 *a) {
+    a[0] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p))), bias);
+    a[1] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8)))), bias);
+}
+
+/* 32 values of x in pair order: e[0..1] the even columns, o[0..1] the odd ones */
+AVX2 static INL void xpair_avx2(const float *x, __m256 *e, __m256 *o) {
+    const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+#define CF_Q_EV(a, b, imm) _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, imm)), 0xD8))
+    e[0] = CF_Q_EV(v0, v1, 0x88), o[0] = CF_Q_EV(v0, v1, 0xDD);
+    e[1] = CF_Q_EV(v2, v3, 0x88), o[1] = CF_Q_EV(v2, v3, 0xDD);
+#undef CF_Q_EV
 }
 
 /* decode: R weight rows (r + m) against one row of x, written to o[m] */
-AVX2 static INL void gemv_rows_avx2(const int BITS, const int R, const float *x, const cf_qmat *w, int64_t r,
-                                    float *o) {
-    const int G = w->group;
+AVX2 static INL void gemv_rows_avx2(const int BITS, const int G, const int SB, const int R, const float *x,
+                                    const cf_qmat *w, int64_t r, float *o) {
     const int64_t K = w->cols, ng = K / G, rb = K * BITS / 8;
     const uint8_t *q = (const uint8_t *)w->q + r * rb;
     __m256 a0[4], a1[4];
@@ -163,16 +206,33 @@ AVX2 static INL void gemv_rows_avx2(const int BITS, const int R, const float *x,
     for (int64_t g = 0; g < ng; g++) {
         __m256 s[4], b[4];
         for (int m = 0; m < R; m++) {
-            s[m] = _mm256_set1_ps(sb_x86(w->scales, w->sb_dtype, (r + m) * ng + g));
-            b[m] = _mm256_set1_ps(sb_x86(w->biases, w->sb_dtype, (r + m) * ng + g));
+            s[m] = _mm256_set1_ps(sb_x86(w->scales, SB, (r + m) * ng + g));
+            b[m] = _mm256_set1_ps(sb_x86(w->biases, SB, (r + m) * ng + g));
         }
-        for (int64_t c = g * G; c < (g + 1) * G; c += 16) {
-            const __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
-            for (int m = 0; m < R; m++) {
-                __m256 w0, w1;
-                deq16_avx2(BITS, q + m * rb, c, s[m], b[m], &w0, &w1);
-                a0[m] = _mm256_fmadd_ps(x0, w0, a0[m]);
-                a1[m] = _mm256_fmadd_ps(x1, w1, a1[m]);
+        if (BITS == 4) {
+            for (int u = 0; u < G; u += 32) {
+                const int64_t c = g * G + u;
+                __m256 xe[2], xo[2];
+                xpair_avx2(x + c, xe, xo);
+                for (int m = 0; m < R; m++) {
+                    __m256 wa[2], wb[2];
+                    deq32_q4_avx2(q + m * rb + c / 2, s[m], b[m], wa, wb);
+                    a0[m] = _mm256_fmadd_ps(xe[0], wa[0], a0[m]);
+                    a1[m] = _mm256_fmadd_ps(xe[1], wa[1], a1[m]);
+                    a0[m] = _mm256_fmadd_ps(xo[0], wb[0], a0[m]);
+                    a1[m] = _mm256_fmadd_ps(xo[1], wb[1], a1[m]);
+                }
+            }
+        } else {
+            for (int u = 0; u < G; u += 16) {
+                const int64_t c = g * G + u;
+                const __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
+                for (int m = 0; m < R; m++) {
+                    __m256 wv[2];
+                    deq16_q8_avx2(q + m * rb + c, s[m], b[m], wv);
+                    a0[m] = _mm256_fmadd_ps(x0, wv[0], a0[m]);
+                    a1[m] = _mm256_fmadd_ps(x1, wv[1], a1[m]);
+                }
             }
         }
     }
@@ -184,35 +244,33 @@ AVX2 static INL void gemv_rows_avx2(const int BITS, const int R, const float *x,
     }
 }
 
-AVX2 static INL void gemv_avx2(const int BITS, const float *x, const cf_qmat *w, int64_t r0, int64_t r1, float *o) {
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) gemv_rows_avx2(BITS, 4, x, w, r, o + (r - r0));
-    for (; r < r1; r++) gemv_rows_avx2(BITS, 1, x, w, r, o + (r - r0));
-}
+DEF_GEMV_ALL(AVX2, avx2)
+GEMV_TABLE(avx2)
 
-/* rows r .. r + nr of the block (repeating the last one up to T_BLOCK rows: their results are dropped),
- * columns k0 .. k0 + kl, dequantized into wt (row stride T_KB floats) */
+/* rows r .. r + nr of the block (the last one repeated up to T_BLOCK rows: their results are dropped),
+ * columns k0 .. k0 + kl, dequantized into wt (row stride T_KB floats; 4 bits in pair order) */
 AVX2 static INL void deq_tile_avx2(const int BITS, const cf_qmat *w, int64_t r, int nr, int64_t k0, int64_t kl,
                                    float *wt) {
     const int G = w->group;
     const int64_t ng = w->cols / G, rb = w->cols * BITS / 8;
     for (int m = 0; m < nr; m++) {
         const uint8_t *q = (const uint8_t *)w->q + (r + m) * rb;
+        float *wr = wt + m * T_KB;
         for (int64_t g = k0 / G; g < (k0 + kl) / G; g++) {
             const __m256 s = _mm256_set1_ps(sb_x86(w->scales, w->sb_dtype, (r + m) * ng + g));
             const __m256 b = _mm256_set1_ps(sb_x86(w->biases, w->sb_dtype, (r + m) * ng + g));
-            for (int64_t c = g * G; c < (g + 1) * G; c += 16) {
-                __m256 w0, w1;
-                deq16_avx2(BITS, q, c, s, b, &w0, &w1);
-                _mm256_storeu_ps(wt + m * T_KB + (c - k0), w0);
-                _mm256_storeu_ps(wt + m * T_KB + (c - k0) + 8, w1);
+            for (int64_t c = g * G; c < (g + 1) * G; c += 32) {
+                __m256 v[4];
+                if (BITS == 4) deq32_q4_avx2(q + c / 2, s, b, v, v + 2);
+                else deq16_q8_avx2(q + c, s, b, v), deq16_q8_avx2(q + c + 16, s, b, v + 2);
+                for (int h = 0; h < 4; h++) _mm256_storeu_ps(wr + (c - k0) + 8 * h, v[h]);
             }
         }
     }
     for (int m = nr; m < T_BLOCK; m++) memcpy(wt + m * T_KB, wt + (nr - 1) * T_KB, (size_t)kl * sizeof(float));
 }
 
-/* MR = 2 weight rows (wt rows m0, m0 + 1) x NR rows of x, over kl columns, accumulators in acc
+/* MR = 2 weight rows (wt rows 0, 1) x NR rows of x, over kl columns, accumulators in acc
  * (entry (i, m) at acc + (i * T_BLOCK + m) * 16) */
 AVX2 static INL void micro_avx2(const int NR, const float *x, int64_t xs, const float *wt, int64_t kl, float *acc) {
     __m256 a[2][2][2];
@@ -236,7 +294,7 @@ AVX2 static INL void micro_avx2(const int NR, const float *x, int64_t xs, const 
 
 AVX2 static INL void tiled_avx2(const int BITS, const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0,
                                 int64_t r1, float *out, int64_t os) {
-    float acc[T_PANEL * T_BLOCK * 16], wt[T_BLOCK * T_KB];
+    float acc[T_PANEL * T_BLOCK * 16], wt[T_BLOCK * T_KB], xb[BITS == 4 ? T_PANEL * T_KB : 1];
     const int64_t K = w->cols;
     for (int64_t i0 = 0; i0 < n; i0 += T_PANEL) {
         const int np = (int)min64(T_PANEL, n - i0);
@@ -247,11 +305,24 @@ AVX2 static INL void tiled_avx2(const int BITS, const float *x, int64_t xs, int6
             for (int64_t k0 = 0; k0 < K; k0 += T_KB) {
                 const int64_t kl = min64(T_KB, K - k0);
                 deq_tile_avx2(BITS, w, jb, nr, k0, kl, wt);
+                const float *xk = xp + k0;
+                int64_t xks = xs;
+                if (BITS == 4) { /* this step's columns of the panel in pair order */
+                    for (int i = 0; i < np; i++)
+                        for (int64_t c = 0; c < kl; c += 32) {
+                            __m256 e[2], o[2];
+                            xpair_avx2(xk + i * xs + c, e, o);
+                            float *d = xb + i * T_KB + c;
+                            _mm256_storeu_ps(d, e[0]), _mm256_storeu_ps(d + 8, e[1]);
+                            _mm256_storeu_ps(d + 16, o[0]), _mm256_storeu_ps(d + 24, o[1]);
+                        }
+                    xk = xb, xks = T_KB;
+                }
                 for (int i = 0; i < np; i += 2)
                     for (int m = 0; m < nr; m += 2) {
                         float *a = acc + (i * T_BLOCK + m) * 16;
-                        if (np - i >= 2) micro_avx2(2, xp + i * xs + k0, xs, wt + m * T_KB, kl, a);
-                        else micro_avx2(1, xp + i * xs + k0, xs, wt + m * T_KB, kl, a);
+                        if (np - i >= 2) micro_avx2(2, xk + i * xks, xks, wt + m * T_KB, kl, a);
+                        else micro_avx2(1, xk + i * xks, xks, wt + m * T_KB, kl, a);
                     }
             }
             for (int i = 0; i < np; i++)
@@ -260,16 +331,14 @@ AVX2 static INL void tiled_avx2(const int BITS, const float *x, int64_t xs, int6
     }
 }
 
-AVX2 static void q4_avx2(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1, float *out,
-                         int64_t os) {
-    if (n == 1) gemv_avx2(4, x, w, r0, r1, out);
-    else tiled_avx2(4, x, xs, n, w, r0, r1, out, os);
+AVX2 static void tiled4_avx2(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
+                             float *out, int64_t os) {
+    tiled_avx2(4, x, xs, n, w, r0, r1, out, os);
 }
 
-AVX2 static void q8_avx2(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1, float *out,
-                         int64_t os) {
-    if (n == 1) gemv_avx2(8, x, w, r0, r1, out);
-    else tiled_avx2(8, x, xs, n, w, r0, r1, out, os);
+AVX2 static void tiled8_avx2(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
+                             float *out, int64_t os) {
+    tiled_avx2(8, x, xs, n, w, r0, r1, out, os);
 }
 
 /* ---- AVX-512: one register per 16-lane accumulator ---- */
@@ -280,16 +349,12 @@ AVX512 static INL __m512 table16(float s, float b) {
     return _mm512_fmadd_ps(_mm512_set1_ps(s), iota, _mm512_set1_ps(b));
 }
 
-/* 4 bits: the 32 weights of 16 packed bytes at p, looked up in tbl: lanes of columns 0-15 in *w0, 16-31 in *w1.
- * Lane l takes byte l / 2 (every 128-bit lane holds the 16 bytes), odd lanes shifted right by 4; the lookup
- * reads the low 4 bits. */
-AVX512 static INL void deq32_q4_avx512(const uint8_t *p, __m512 tbl, __m512 *w0, __m512 *w1) {
-    const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p));
-    const __m512i c0 = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    const __m512i c1 = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
-    const __m512i sh = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
-    *w0 = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_shuffle_epi8(v, c0), sh), tbl);
-    *w1 = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_shuffle_epi8(v, c1), sh), tbl);
+/* 4 bits: the 32 weights of 16 packed bytes at p in pair order, looked up in the group's table (vpermps
+ * reads the low 4 bits of each index): *a the low nibbles (columns 0, 2, .., 30), *b the high ones */
+AVX512 static INL void deq32_q4_avx512(const uint8_t *p, __m512 tbl, __m512 *a, __m512 *b) {
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    *a = _mm512_permutexvar_ps(v, tbl);
+    *b = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tbl);
 }
 
 /* 8 bits: the 16 weights of 16 bytes at p */
@@ -297,9 +362,15 @@ AVX512 static INL __m512 deq16_q8_avx512(const uint8_t *p, __m512 s, __m512 b) {
     return _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p))), b);
 }
 
-AVX512 static INL void gemv_rows_avx512(const int BITS, const int R, const float *x, const cf_qmat *w, int64_t r,
-                                        float *o) {
-    const int G = w->group;
+/* 32 values of x in pair order: *e the even columns, *o the odd ones */
+AVX512 static INL void xpair_avx512(const float *x, __m512 *e, __m512 *o) {
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    *e = _mm512_permutex2var_ps(v0, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), v1);
+    *o = _mm512_permutex2var_ps(v0, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), v1);
+}
+
+AVX512 static INL void gemv_rows_avx512(const int BITS, const int G, const int SB, const int R, const float *x,
+                                        const cf_qmat *w, int64_t r, float *o) {
     const int64_t K = w->cols, ng = K / G, rb = K * BITS / 8;
     const uint8_t *q = (const uint8_t *)w->q + r * rb;
     __m512 a[4];
@@ -308,24 +379,26 @@ AVX512 static INL void gemv_rows_avx512(const int BITS, const int R, const float
         if (BITS == 4) {
             __m512 tbl[4];
             for (int m = 0; m < R; m++)
-                tbl[m] = table16(sb_x86(w->scales, w->sb_dtype, (r + m) * ng + g),
-                                 sb_x86(w->biases, w->sb_dtype, (r + m) * ng + g));
-            for (int64_t c = g * G; c < (g + 1) * G; c += 32) {
-                const __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
+                tbl[m] = table16(sb_x86(w->scales, SB, (r + m) * ng + g), sb_x86(w->biases, SB, (r + m) * ng + g));
+            for (int u = 0; u < G; u += 32) {
+                const int64_t c = g * G + u;
+                __m512 xe, xo;
+                xpair_avx512(x + c, &xe, &xo);
                 for (int m = 0; m < R; m++) {
-                    __m512 w0, w1;
-                    deq32_q4_avx512(q + m * rb + c / 2, tbl[m], &w0, &w1);
-                    a[m] = _mm512_fmadd_ps(x0, w0, a[m]);
-                    a[m] = _mm512_fmadd_ps(x1, w1, a[m]);
+                    __m512 wa, wb;
+                    deq32_q4_avx512(q + m * rb + c / 2, tbl[m], &wa, &wb);
+                    a[m] = _mm512_fmadd_ps(xe, wa, a[m]);
+                    a[m] = _mm512_fmadd_ps(xo, wb, a[m]);
                 }
             }
         } else {
             __m512 s[4], b[4];
             for (int m = 0; m < R; m++) {
-                s[m] = _mm512_set1_ps(sb_x86(w->scales, w->sb_dtype, (r + m) * ng + g));
-                b[m] = _mm512_set1_ps(sb_x86(w->biases, w->sb_dtype, (r + m) * ng + g));
+                s[m] = _mm512_set1_ps(sb_x86(w->scales, SB, (r + m) * ng + g));
+                b[m] = _mm512_set1_ps(sb_x86(w->biases, SB, (r + m) * ng + g));
             }
-            for (int64_t c = g * G; c < (g + 1) * G; c += 16) {
+            for (int u = 0; u < G; u += 16) {
+                const int64_t c = g * G + u;
                 const __m512 xv = _mm512_loadu_ps(x + c);
                 for (int m = 0; m < R; m++) a[m] = _mm512_fmadd_ps(xv, deq16_q8_avx512(q + m * rb + c, s[m], b[m]), a[m]);
             }
@@ -338,11 +411,8 @@ AVX512 static INL void gemv_rows_avx512(const int BITS, const int R, const float
     }
 }
 
-AVX512 static INL void gemv_avx512(const int BITS, const float *x, const cf_qmat *w, int64_t r0, int64_t r1, float *o) {
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) gemv_rows_avx512(BITS, 4, x, w, r, o + (r - r0));
-    for (; r < r1; r++) gemv_rows_avx512(BITS, 1, x, w, r, o + (r - r0));
-}
+DEF_GEMV_ALL(AVX512, avx512)
+GEMV_TABLE(avx512)
 
 AVX512 static INL void deq_tile_avx512(const int BITS, const cf_qmat *w, int64_t r, int nr, int64_t k0, int64_t kl,
                                        float *wt) {
@@ -357,10 +427,10 @@ AVX512 static INL void deq_tile_avx512(const int BITS, const cf_qmat *w, int64_t
             if (BITS == 4) {
                 const __m512 tbl = table16(s, b);
                 for (int64_t c = g * G; c < (g + 1) * G; c += 32) {
-                    __m512 w0, w1;
-                    deq32_q4_avx512(q + c / 2, tbl, &w0, &w1);
-                    _mm512_storeu_ps(wr + (c - k0), w0);
-                    _mm512_storeu_ps(wr + (c - k0) + 16, w1);
+                    __m512 wa, wb;
+                    deq32_q4_avx512(q + c / 2, tbl, &wa, &wb);
+                    _mm512_storeu_ps(wr + (c - k0), wa);
+                    _mm512_storeu_ps(wr + (c - k0) + 16, wb);
                 }
             } else {
                 const __m512 sv = _mm512_set1_ps(s), bv = _mm512_set1_ps(b);
@@ -390,7 +460,7 @@ AVX512 static INL void micro_avx512(const int NR, const float *x, int64_t xs, co
 
 AVX512 static INL void tiled_avx512(const int BITS, const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0,
                                     int64_t r1, float *out, int64_t os) {
-    float acc[T_PANEL * T_BLOCK * 16], wt[T_BLOCK * T_KB];
+    float acc[T_PANEL * T_BLOCK * 16], wt[T_BLOCK * T_KB], xb[BITS == 4 ? T_PANEL * T_KB : 1];
     const int64_t K = w->cols;
     for (int64_t i0 = 0; i0 < n; i0 += T_PANEL) {
         const int np = (int)min64(T_PANEL, n - i0);
@@ -401,15 +471,27 @@ AVX512 static INL void tiled_avx512(const int BITS, const float *x, int64_t xs, 
             for (int64_t k0 = 0; k0 < K; k0 += T_KB) {
                 const int64_t kl = min64(T_KB, K - k0);
                 deq_tile_avx512(BITS, w, jb, nr, k0, kl, wt);
+                const float *xk = xp + k0;
+                int64_t xks = xs;
+                if (BITS == 4) { /* this step's columns of the panel in pair order */
+                    for (int i = 0; i < np; i++)
+                        for (int64_t c = 0; c < kl; c += 32) {
+                            __m512 e, o;
+                            xpair_avx512(xk + i * xs + c, &e, &o);
+                            _mm512_storeu_ps(xb + i * T_KB + c, e);
+                            _mm512_storeu_ps(xb + i * T_KB + c + 16, o);
+                        }
+                    xk = xb, xks = T_KB;
+                }
                 for (int i = 0; i < np; i += 4)
                     for (int m = 0; m < nr; m += 4) {
-                        const float *xi = xp + i * xs + k0, *wm = wt + m * T_KB;
+                        const float *xi = xk + i * xks, *wm = wt + m * T_KB;
                         float *a = acc + (i * T_BLOCK + m) * 16;
                         switch (min64(4, np - i)) {
-                        case 4: micro_avx512(4, xi, xs, wm, kl, a); break;
-                        case 3: micro_avx512(3, xi, xs, wm, kl, a); break;
-                        case 2: micro_avx512(2, xi, xs, wm, kl, a); break;
-                        default: micro_avx512(1, xi, xs, wm, kl, a); break;
+                        case 4: micro_avx512(4, xi, xks, wm, kl, a); break;
+                        case 3: micro_avx512(3, xi, xks, wm, kl, a); break;
+                        case 2: micro_avx512(2, xi, xks, wm, kl, a); break;
+                        default: micro_avx512(1, xi, xks, wm, kl, a); break;
                         }
                     }
             }
@@ -419,16 +501,14 @@ AVX512 static INL void tiled_avx512(const int BITS, const float *x, int64_t xs, 
     }
 }
 
-AVX512 static void q4_avx512(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
-                             float *out, int64_t os) {
-    if (n == 1) gemv_avx512(4, x, w, r0, r1, out);
-    else tiled_avx512(4, x, xs, n, w, r0, r1, out, os);
+AVX512 static void tiled4_avx512(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
+                                 float *out, int64_t os) {
+    tiled_avx512(4, x, xs, n, w, r0, r1, out, os);
 }
 
-AVX512 static void q8_avx512(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
-                             float *out, int64_t os) {
-    if (n == 1) gemv_avx512(8, x, w, r0, r1, out);
-    else tiled_avx512(8, x, xs, n, w, r0, r1, out, os);
+AVX512 static void tiled8_avx512(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
+                                 float *out, int64_t os) {
+    tiled_avx512(8, x, xs, n, w, r0, r1, out, os);
 }
 
 #endif
@@ -437,16 +517,18 @@ int cf_cpu_qgemm_isa(cf_cpu_isa_level isa, const float *x, int64_t xs, int64_t n
                      int64_t r1, float *out, int64_t os) {
     if (!cf_cpu_isa_available(isa)) return 0;
     if (n <= 0 || r1 <= r0) return 1;
-    const int fast = (w->bits == 4 || w->bits == 8) && w->cols % 16 == 0;
+    const int fast = w->bits == 4 || w->bits == 8;
     switch (isa) {
 #ifdef CF_X86
     case CF_ISA_AVX512:
-        if (fast) (w->bits == 4 ? q4_avx512 : q8_avx512)(x, xs, n, w, r0, r1, out, os);
-        else generic_avx512(x, xs, n, w, r0, r1, out, os);
+        if (!fast) generic_avx512(x, xs, n, w, r0, r1, out, os);
+        else if (n == 1) gemv_pick(gemv_tab_avx512, w)(x, w, r0, r1, out);
+        else (w->bits == 4 ? tiled4_avx512 : tiled8_avx512)(x, xs, n, w, r0, r1, out, os);
         return 1;
     case CF_ISA_AVX2:
-        if (fast) (w->bits == 4 ? q4_avx2 : q8_avx2)(x, xs, n, w, r0, r1, out, os);
-        else generic_avx2(x, xs, n, w, r0, r1, out, os);
+        if (!fast) generic_avx2(x, xs, n, w, r0, r1, out, os);
+        else if (n == 1) gemv_pick(gemv_tab_avx2, w)(x, w, r0, r1, out);
+        else (w->bits == 4 ? tiled4_avx2 : tiled8_avx2)(x, xs, n, w, r0, r1, out, os);
         return 1;
 #endif
     default: generic_c(x, xs, n, w, r0, r1, out, os); return 1;
