@@ -374,6 +374,8 @@ cf_gemm_fn cf_cpu_gemm_kernel_isa(cf_dtype wdt, cf_cpu_isa_level isa) {
     }
 }
 
+int cf_cpu_isa_available(cf_cpu_isa_level isa) { return cpu_has(isa); }
+
 static cf_cpu_isa_level best_isa(void) {
     return cpu_has(CF_ISA_AVX512) ? CF_ISA_AVX512 : cpu_has(CF_ISA_AVX2) ? CF_ISA_AVX2 : CF_ISA_C;
 }
