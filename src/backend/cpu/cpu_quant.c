@@ -268,11 +268,13 @@ GEMV_TABLE(avx2)
 /* rows r .. r + nr of the block (the last one repeated up to T_BLOCK rows: their results are dropped),
  * columns k0 .. k0 + kl, dequantized into wt (row stride T_KB floats; 4 bits in pair order) */
 AVX2 static INL void deq_tile_avx2(const int BITS, const cf_qmat *w, int64_t r, int nr, int64_t k0, int64_t kl,
-                                   float *wt) {
+                                   float *wt, int prefetch_next) {
     const int G = w->group;
     const int64_t ng = w->cols / G, rb = w->cols * BITS / 8;
     for (int m = 0; m < nr; m++) {
         const uint8_t *q = (const uint8_t *)w->q + (r + m) * rb;
+        if (prefetch_next) /* the same columns of the next block's row: read one block from now */
+            for (int64_t pb = 0; pb < kl * BITS / 8; pb += 64) _mm_prefetch((const char *)q + T_BLOCK * rb + k0 * BITS / 8 + pb, _MM_HINT_T0);
         float *wr = wt + m * T_KB;
         for (int64_t g = k0 / G; g < (k0 + kl) / G; g++) {
             const __m256 s = _mm256_set1_ps(sb_x86(w->scales, w->sb_dtype, (r + m) * ng + g));
@@ -322,7 +324,7 @@ AVX2 static INL void tiled_avx2(const int BITS, const float *x, int64_t xs, int6
             memset(acc, 0, sizeof(float) * (size_t)(np * T_BLOCK * 16));
             for (int64_t k0 = 0; k0 < K; k0 += T_KB) {
                 const int64_t kl = min64(T_KB, K - k0);
-                deq_tile_avx2(BITS, w, jb, nr, k0, kl, wt);
+                deq_tile_avx2(BITS, w, jb, nr, k0, kl, wt, jb + 2 * T_BLOCK <= w->rows);
                 const float *xk = xp + k0;
                 int64_t xks = xs;
                 if (BITS == 4) { /* this step's columns of the panel in pair order */
@@ -436,11 +438,13 @@ DEF_GEMV_ALL(AVX512, avx512)
 GEMV_TABLE(avx512)
 
 AVX512 static INL void deq_tile_avx512(const int BITS, const cf_qmat *w, int64_t r, int nr, int64_t k0, int64_t kl,
-                                       float *wt) {
+                                       float *wt, int prefetch_next) {
     const int G = w->group;
     const int64_t ng = w->cols / G, rb = w->cols * BITS / 8;
     for (int m = 0; m < nr; m++) {
         const uint8_t *q = (const uint8_t *)w->q + (r + m) * rb;
+        if (prefetch_next) /* the same columns of the next block's row: read one block from now */
+            for (int64_t pb = 0; pb < kl * BITS / 8; pb += 64) _mm_prefetch((const char *)q + T_BLOCK * rb + k0 * BITS / 8 + pb, _MM_HINT_T0);
         float *wr = wt + m * T_KB;
         for (int64_t g = k0 / G; g < (k0 + kl) / G; g++) {
             const float s = sb_x86(w->scales, w->sb_dtype, (r + m) * ng + g);
@@ -491,7 +495,7 @@ AVX512 static INL void tiled_avx512(const int BITS, const float *x, int64_t xs, 
             memset(acc, 0, sizeof(float) * (size_t)(np * T_BLOCK * 16));
             for (int64_t k0 = 0; k0 < K; k0 += T_KB) {
                 const int64_t kl = min64(T_KB, K - k0);
-                deq_tile_avx512(BITS, w, jb, nr, k0, kl, wt);
+                deq_tile_avx512(BITS, w, jb, nr, k0, kl, wt, jb + 2 * T_BLOCK <= w->rows);
                 const float *xk = xp + k0;
                 int64_t xks = xs;
                 if (BITS == 4) { /* this step's columns of the panel in pair order */
