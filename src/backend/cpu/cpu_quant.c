@@ -389,13 +389,15 @@ AVX512 static INL void xpair_avx512(const float *x, __m512 *e, __m512 *o) {
     *o = _mm512_permutex2var_ps(v0, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), v1);
 }
 
-AVX512 static INL void gemv_rows_avx512(const int BITS, const int G, const int SB, const int R, const float *x,
-                                        const cf_qmat *w, int64_t r, float *o) {
+/* decode and small batches: R weight rows (r + m) against NX rows of x (x + i * xs), out o[i * os + m]; every
+ * dequantized weight vector feeds the NX rows (R x NX independent fma chains) */
+AVX512 static INL void gemv_rows_x_avx512(const int BITS, const int G, const int SB, const int R, const int NX,
+                                          const float *x, int64_t xs, const cf_qmat *w, int64_t r, float *o, int64_t os) {
     const int64_t K = w->cols, ng = K / G, rb = K * BITS / 8;
     const uint8_t *q = (const uint8_t *)w->q + r * rb;
     PF_SETUP(BITS == 4 ? 32 : 16)
-    __m512 a[8];
-    for (int m = 0; m < R; m++) a[m] = _mm512_setzero_ps();
+    __m512 a[16];
+    for (int m = 0; m < R * NX; m++) a[m] = _mm512_setzero_ps();
     for (int64_t g = 0; g < ng; g++) {
         if (BITS == 4) {
             __m512 tbl[8];
@@ -403,14 +405,16 @@ AVX512 static INL void gemv_rows_avx512(const int BITS, const int G, const int S
                 tbl[m] = table16(sb_x86(w->scales, SB, (r + m) * ng + g), sb_x86(w->biases, SB, (r + m) * ng + g));
             for (int u = 0; u < G; u += 32) {
                 const int64_t c = g * G + u;
-                __m512 xe, xo;
+                __m512 xe[4], xo[4];
                 PF_STEP();
-                xpair_avx512(x + c, &xe, &xo);
+                for (int i = 0; i < NX; i++) xpair_avx512(x + i * xs + c, &xe[i], &xo[i]);
                 for (int m = 0; m < R; m++) {
                     __m512 wa, wb;
                     deq32_q4_avx512(q + m * rb + c / 2, tbl[m], &wa, &wb);
-                    a[m] = _mm512_fmadd_ps(xe, wa, a[m]);
-                    a[m] = _mm512_fmadd_ps(xo, wb, a[m]);
+                    for (int i = 0; i < NX; i++) {
+                        a[m * NX + i] = _mm512_fmadd_ps(xe[i], wa, a[m * NX + i]);
+                        a[m * NX + i] = _mm512_fmadd_ps(xo[i], wb, a[m * NX + i]);
+                    }
                 }
             }
         } else {
@@ -421,17 +425,64 @@ AVX512 static INL void gemv_rows_avx512(const int BITS, const int G, const int S
             }
             for (int u = 0; u < G; u += 16) {
                 const int64_t c = g * G + u;
-                const __m512 xv = _mm512_loadu_ps(x + c);
+                __m512 xv[4];
+                for (int i = 0; i < NX; i++) xv[i] = _mm512_loadu_ps(x + i * xs + c);
                 PF_STEP();
-                for (int m = 0; m < R; m++) a[m] = _mm512_fmadd_ps(xv, deq16_q8_avx512(q + m * rb + c, s[m], b[m]), a[m]);
+                for (int m = 0; m < R; m++) {
+                    const __m512 wv = deq16_q8_avx512(q + m * rb + c, s[m], b[m]);
+                    for (int i = 0; i < NX; i++) a[m * NX + i] = _mm512_fmadd_ps(xv[i], wv, a[m * NX + i]);
+                }
             }
         }
     }
-    for (int m = 0; m < R; m++) {
-        float t[16];
-        _mm512_storeu_ps(t, a[m]);
-        o[m] = tree16(t);
+    for (int m = 0; m < R; m++)
+        for (int i = 0; i < NX; i++) {
+            float t[16];
+            _mm512_storeu_ps(t, a[m * NX + i]);
+            o[i * os + m] = tree16(t);
+        }
+}
+
+AVX512 static INL void gemv_rows_avx512(const int BITS, const int G, const int SB, const int R, const float *x,
+                                        const cf_qmat *w, int64_t r, float *o) {
+    gemv_rows_x_avx512(BITS, G, SB, R, 1, x, 0, w, r, o, 0);
+}
+
+/* 2 to SMALL_N - 1 rows of x: the decode kernel on up to 4 rows at a time (the weights streamed once per 4) */
+#define SMALL_N 8
+AVX512 static INL void small_avx512(const int BITS, const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0,
+                                    int64_t r1, float *out, int64_t os) {
+    const int G = w->group, SB = w->sb_dtype;
+    for (int64_t i0 = 0; i0 < n; i0 += 4) {
+        const int nx = (int)min64(4, n - i0);
+        const float *xi = x + i0 * xs;
+        float *oi = out + i0 * os;
+        int64_t r = r0;
+#define CF_Q_SMALL(R, NX) gemv_rows_x_avx512(BITS, G, SB, R, NX, xi, xs, w, r, oi + (r - r0), os)
+        for (; r + 4 <= r1; r += 4) {
+            if (nx == 4) CF_Q_SMALL(4, 4);
+            else if (nx == 3) CF_Q_SMALL(4, 3);
+            else if (nx == 2) CF_Q_SMALL(4, 2);
+            else CF_Q_SMALL(4, 1);
+        }
+        for (; r < r1; r++) {
+            if (nx == 4) CF_Q_SMALL(1, 4);
+            else if (nx == 3) CF_Q_SMALL(1, 3);
+            else if (nx == 2) CF_Q_SMALL(1, 2);
+            else CF_Q_SMALL(1, 1);
+        }
+#undef CF_Q_SMALL
     }
+}
+
+AVX512 static void small4_avx512(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
+                                 float *out, int64_t os) {
+    small_avx512(4, x, xs, n, w, r0, r1, out, os);
+}
+
+AVX512 static void small8_avx512(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
+                                 float *out, int64_t os) {
+    small_avx512(8, x, xs, n, w, r0, r1, out, os);
 }
 
 DEF_GEMV_ALL(AVX512, avx512)
@@ -548,6 +599,7 @@ int cf_cpu_qgemm_isa(cf_cpu_isa_level isa, const float *x, int64_t xs, int64_t n
     case CF_ISA_AVX512:
         if (!fast) generic_avx512(x, xs, n, w, r0, r1, out, os);
         else if (n == 1) gemv_pick(gemv_tab_avx512, w)(x, w, r0, r1, out);
+        else if (n < SMALL_N) (w->bits == 4 ? small4_avx512 : small8_avx512)(x, xs, n, w, r0, r1, out, os);
         else (w->bits == 4 ? tiled4_avx512 : tiled8_avx512)(x, xs, n, w, r0, r1, out, os);
         return 1;
     case CF_ISA_AVX2:
