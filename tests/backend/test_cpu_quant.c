@@ -4,9 +4,9 @@
  *    dequantize-then-dot in double precision written here (its own bit packer and unpacker), within the f32
  *    rounding bound (k / 16 + 6) * 2^-24 * sum_c |x_c * w_c| (dequantization: one rounding; each of the 16
  *    lanes: k / 16 fma roundings; the tree: 4 additions; one spare);
- *  - every instruction set against the portable C path, bit for bit, for odd n (1, 2, 3, 5, 17, 33, 37: the
- *    decode path, partial register tiles, more than one panel), row ranges r0..r1 that leave partial blocks,
- *    strided x and out;
+ *  - every instruction set against the portable C path, bit for bit, for odd n (1: the decode kernel; 2, 3,
+ *    5: the small-batch kernel, 5 as 4 + 1; 17, 33, 37: the tiled kernel, partial register tiles, more than
+ *    one panel), row ranges r0..r1 that leave partial blocks, strided x and out (nothing written outside);
  *  - batch invariance: each row of a batch bit-identical to the same row computed alone (n = 1, the decode
  *    path) and to the rows computed in pieces of r0..r1, on every instruction set. */
 #include "backend/cpu/cpu_quant.h"

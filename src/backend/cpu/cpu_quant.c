@@ -2,24 +2,34 @@
  * in place); owns no memory (its scratch is on the stack, bounded).
  *
  * One definition of every output element (cpu_quant.h): w = fmaf(scale, q, bias) in f32, then the 16-lane
- * fma accumulation and tree reduction of cpu_kernels.c. Every path below computes exactly that, so results
- * do not depend on n, r0, r1, the thread split or the instruction set:
+ * fma accumulation (4 bits in pair order: lane l takes columns 2l, 2l + 1 of every 32, the low and high
+ * nibbles of byte l) and the tree reduction of cpu_kernels.c. Every path below computes exactly that, so
+ * results do not depend on n, r0, r1, the thread split or the instruction set:
  *  - portable C (`generic`): every bit width; unpacks each group of a row (values straddling words for 3,
  *    5, 6 bits), dequantizes it once for a panel of up to 16 rows of x. Compiled three times, plain and with
  *    the AVX2 and AVX-512 target attributes (the same source: fmaf is exact, so the same bits), and is the
  *    kernel for 2, 3, 5 and 6 bits everywhere and for all widths where no vector unit is available.
- *  - decode (n = 1), 4 and 8 bits: dequantize-in-register dot products over 4 weight rows at a time (four
- *    independent fma chains sharing each vector of x), the packed weights streamed once. 4 bits on AVX-512:
- *    a 16-entry table per group (scale * v + bias for v = 0..15, one fma) looked up by the nibbles
- *    (vpermps reads an index's low 4 bits), so a weight costs a shuffle, a shift and a lookup, no
- *    conversion; 8 bits: a widening load, a conversion and the dequantizing fma.
- *  - n > 1, 4 and 8 bits (prefill, batched decode): per panel of up to 32 rows of x and block of 16 weight
- *    rows, the block is dequantized 256 columns at a time into an f32 tile in L1 (once for the whole panel)
- *    and swept by register tiles of 4 weight rows x 4 rows of x (AVX-512: 16 accumulators; AVX2: 2 x 2),
- *    the accumulators kept in a stack buffer between the 256-column steps.
+ *  - decode (n = 1), 4 and 8 bits: dequantize-in-register dot products over 8 weight rows at a time (4 on
+ *    AVX2: independent fma chains sharing each vector of x), specialized per group size and scale type,
+ *    with a software prefetch of the next rows' packed weights. 4 bits on AVX-512: a 16-entry table per
+ *    group and row (scale * v + bias for v = 0..15, one fma) looked up by vpermps, which reads an index's
+ *    low 4 bits: 16 packed bytes widened to 16 int32 lanes give the low nibbles' weights directly and the
+ *    high nibbles' after one shift, so 32 weights cost a widening load, a shift and two lookups, and x is
+ *    split into its even and odd columns once for the 8 rows; 8 bits: a widening load, a conversion and the
+ *    dequantizing fma per 16 weights. The 4-bit pair order exists for this kernel: natural order would
+ *    cost an interleave of the nibbles per row instead of a split of x shared by all rows.
+ *  - 2 to 7 rows of x on AVX-512 (batched decode): the same kernel on 4 weight rows x up to 4 rows of x,
+ *    each dequantized vector feeding every row of x.
+ *  - more rows of x, 4 and 8 bits (prefill, larger batches): per panel of up to 32 rows of x and block of
+ *    16 weight rows, the block is dequantized 256 columns at a time into an f32 tile in L1 (once for the
+ *    whole panel; the next block's packed weights prefetched meanwhile) and swept by register tiles of 4
+ *    weight rows x 4 rows of x (AVX-512: 16 accumulators; AVX2: 2 x 2), the accumulators kept in a stack
+ *    buffer between the 256-column steps; for 4 bits the step's columns of x are first put in pair order.
  * The AVX2 and AVX-512 versions are compiled with target attributes and chosen at run time (cpu_kernels.c's
- * detection). No int8 activations (VNNI): quantizing x would change the f32 definition and break the
- * agreement with the f32 reference. */
+ * detection). The bias is not folded out as bias * sum(x over the group): dequantizing first keeps one
+ * definition for the decode and tiled paths (the tiled path sweeps plain f32 tiles at full rate), and it
+ * is free in the 4-bit table; folding would save only the 8-bit dequantizing fma. No int8 activations
+ * (VNNI): quantizing x would change the f32 definition and break the agreement with the f32 reference. */
 #include "backend/cpu/cpu_quant.h"
 
 #include <math.h>
@@ -160,15 +170,18 @@ AVX512 static void generic_avx512(const float *x, int64_t xs, int64_t n, const c
 typedef void (*gemv_fn)(const float *x, const cf_qmat *w, int64_t r0, int64_t r1, float *o);
 
 /* The decode kernels of one instruction set, one per bits (4, 8) x group (32, 64, 128) x scale type (F32,
- * F16, BF16: the cf_dtype order), each a loop over 8 weight rows at a time (8 independent fma chains sharing each vector of x), then 4, then single rows. */
+ * F16, BF16: the cf_dtype order), each a loop over RW weight rows at a time (independent fma chains sharing each vector of x: 8 on AVX-512, 4 on
+ * AVX2), then 4, then single rows. */
 #define GEMV_FN(ISA, B, G, SB) gemv_##ISA##_##B##_##G##_##SB
 #define DEF_GEMV(ATTR, ISA, B, G, SB)                                                                          \
     ATTR static void GEMV_FN(ISA, B, G, SB)(const float *x, const cf_qmat *w, int64_t r0, int64_t r1, float *o) { \
         int64_t r = r0;                                                                                        \
-        for (; r + 8 <= r1; r += 8) gemv_rows_##ISA(B, G, SB, 8, x, w, r, o + (r - r0));                       \
+        for (; r + RW_##ISA <= r1; r += RW_##ISA) gemv_rows_##ISA(B, G, SB, RW_##ISA, x, w, r, o + (r - r0));   \
         for (; r + 4 <= r1; r += 4) gemv_rows_##ISA(B, G, SB, 4, x, w, r, o + (r - r0));                       \
         for (; r < r1; r++) gemv_rows_##ISA(B, G, SB, 1, x, w, r, o + (r - r0));                              \
     }
+#define RW_avx2 4   /* AVX2 has 16 registers: 4 rows of two-register accumulators */
+#define RW_avx512 8
 #define DEF_GEMV_SB(ATTR, ISA, B, G) \
     DEF_GEMV(ATTR, ISA, B, G, CF_F32) DEF_GEMV(ATTR, ISA, B, G, CF_F16) DEF_GEMV(ATTR, ISA, B, G, CF_BF16)
 #define DEF_GEMV_ALL(ATTR, ISA)                                                                               \

@@ -28,7 +28,8 @@ typedef struct cf_qmat {
  *
  * The value of every element, on every instruction set (the same bits on AVX-512, AVX2 and portable C):
  * each weight is dequantized to f32 as w = fmaf(scale, (float)q, bias) (scale and bias widened to f32);
- * a 16-lane accumulator, lane l, takes fmaf(x[c], w[c], acc[l]) for c = l, l + 16, l + 32, ... in order;
+ * a 16-lane accumulator, lane l, takes fmaf(x[c], w[c], acc[l]) for c = l, l + 16, l + 32, ... in order
+ * (4 bits: in pair order, c = 2l, 2l + 1, 32 + 2l, 32 + 2l + 1, ..., the order the nibbles unpack in);
  * then the lanes are summed by one tree, distance 8 first, then 4, 2, 1. Preconditions (the loader checks
  * them and reports CINFER_E_FORMAT): cols is a multiple of group, bits and group are among those above,
  * sb_dtype is BF16, F16 or F32; nothing is checked here. */
