@@ -8,10 +8,12 @@
  *    5: the small-batch kernel, 5 as 4 + 1; 17, 33, 37: the tiled kernel, partial register tiles, more than
  *    one panel), row ranges r0..r1 that leave partial blocks, strided x and out (nothing written outside);
  *  - batch invariance: each row of a batch bit-identical to the same row computed alone (n = 1, the decode
- *    path) and to the rows computed in pieces of r0..r1, on every instruction set. */
+ *    path) and to the rows computed in pieces of r0..r1, on every instruction set;
+ *  - the rows split between 3 OpenMP threads as the backend splits them: the same bits. */
 #include "backend/cpu/cpu_quant.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,6 +217,33 @@ done:
     free(one);
 }
 
+/* the rows split between 3 threads as the backend splits them (whole blocks of 16 rows), through
+ * cf_cpu_qgemm (the kernel in use): the same bits as the C path on one thread */
+static void test_threads(int bits, int64_t n) {
+    const int64_t rows = 100, cols = 512, blocks = (rows + 15) / 16;
+    qm a;
+    float *x = malloc(sizeof(float) * (size_t)(n * cols));
+    float *ref = malloc(sizeof(float) * (size_t)(n * rows)), *out = malloc(sizeof(float) * (size_t)(n * rows));
+    if (!x || !ref || !out || !qm_make(&a, rows, cols, bits, 64, CF_BF16)) {
+        CHECK(0, "out of memory");
+    } else {
+        for (int64_t i = 0; i < n * cols; i++) x[i] = frand();
+        cf_cpu_qgemm_isa(CF_ISA_C, x, cols, n, &a.m, 0, rows, ref, rows);
+        #pragma omp parallel num_threads(3)
+        {
+            const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
+            const int64_t j0 = blocks * t / T * 16, j1e = blocks * (t + 1) / T * 16, j1 = j1e < rows ? j1e : rows;
+            if (j1 > j0) cf_cpu_qgemm(x, cols, n, &a.m, j0, j1, out + j0, rows);
+        }
+        CHECK(!memcmp(out, ref, sizeof(float) * (size_t)(n * rows)), "%d bits, n = %lld, 3 threads: differs from the C path",
+              bits, (long long)n);
+    }
+    qm_free(&a);
+    free(x);
+    free(ref);
+    free(out);
+}
+
 int main(void) {
     printf("instruction sets here:");
     for (int isa = 0; isa < 3; isa++)
@@ -235,6 +264,8 @@ int main(void) {
         test_matrix(8, 128, sb_types[ti], 19, 2048 + 128);
         test_matrix(3, 64, sb_types[ti], 9, 1024 + 64);
     }
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int64_t n = 1; n <= 40; n += 13) test_threads(bits, n);
     printf("%d checks, %d failures\n", checks, failures);
     return failures != 0;
 }
