@@ -1,5 +1,5 @@
 /* cpu_quant.c: out = x . w^T for f32 activation rows against MLX affine-quantized weight rows (cf_qmat, read
- * in place); owns no memory (its scratch is on the stack, bounded).
+ * in place); owns no memory (its scratch is on the stack: at most 128 KiB, in the tiled path).
  *
  * One definition of every output element (cpu_quant.h): w = fmaf(scale, q, bias) in f32, then the 16-lane
  * fma accumulation (4 bits in pair order: lane l takes columns 2l, 2l + 1 of every 32, the low and high
@@ -21,7 +21,7 @@
  *  - 2 to 7 rows of x on AVX-512 (batched decode): the same kernel on 4 weight rows x up to 4 rows of x,
  *    each dequantized vector feeding every row of x.
  *  - more rows of x, 4 and 8 bits (prefill, larger batches): per panel of up to 32 rows of x and block of
- *    16 weight rows, the block is dequantized 256 columns at a time into an f32 tile in L1 (once for the
+ *    32 weight rows, the block is dequantized 256 columns at a time into an f32 tile in L1 (once for the
  *    whole panel; the next block's packed weights prefetched meanwhile) and swept by register tiles of 4
  *    weight rows x 4 rows of x (AVX-512: 16 accumulators; AVX2: 2 x 2), the accumulators kept in a stack
  *    buffer between the 256-column steps; for 4 bits the step's columns of x are first put in pair order.
@@ -150,7 +150,7 @@ AVX512 static void generic_avx512(const float *x, int64_t xs, int64_t n, const c
 /* Tiled path geometry (shared by both instruction sets): rows of x per panel, weight rows per block,
  * columns per dequantized step (a multiple of every group size). */
 #define T_PANEL 32
-#define T_BLOCK 16
+#define T_BLOCK 32
 #define T_KB 256
 
 /* Decode: software prefetch of the next step's R packed weight rows (one contiguous run of R * rb bytes, when
