@@ -244,12 +244,33 @@ static void test_threads(int bits, int64_t n) {
     free(out);
 }
 
+/* a matrix that breaks the preconditions gives NaN, not garbage or a crash */
+static void test_bad_matrix(void) {
+    uint32_t q[64] = {0};
+    const float s = 1, b = 0;
+    float x[256] = {0}, out[2] = {0, 0};
+    const cf_qmat bad[] = {
+        {.q = q, .scales = &s, .biases = &b, .sb_dtype = CF_F32, .bits = 7, .group = 32, .rows = 1, .cols = 32},
+        {.q = q, .scales = &s, .biases = &b, .sb_dtype = CF_F32, .bits = 4, .group = 256, .rows = 1, .cols = 256},
+        {.q = q, .scales = &s, .biases = &b, .sb_dtype = CF_F32, .bits = 4, .group = 32, .rows = 1, .cols = 48},
+        {.q = q, .scales = &s, .biases = &b, .sb_dtype = CF_I32, .bits = 4, .group = 32, .rows = 1, .cols = 32},
+    };
+    for (size_t t = 0; t < sizeof bad / sizeof bad[0]; t++) {
+        cf_cpu_qgemm(x, 256, 1, &bad[t], 0, 1, out, 1);
+        CHECK(isnan(out[0]), "bad matrix %zu: %g, want NaN", t, out[0]);
+    }
+    const cf_qmat ok = {.q = q, .scales = &s, .biases = &b, .sb_dtype = CF_F32, .bits = 4, .group = 32, .rows = 1, .cols = 32};
+    cf_cpu_qgemm(x, 256, 1, &ok, 0, 2, out, 1); /* r1 past the rows */
+    CHECK(isnan(out[0]) && isnan(out[1]), "rows 0..2 of a 1-row matrix: %g %g, want NaN", out[0], out[1]);
+}
+
 int main(void) {
     printf("instruction sets here:");
     for (int isa = 0; isa < 3; isa++)
         if (cf_cpu_isa_available((cf_cpu_isa_level)isa)) printf(" %s", isa_names[isa]);
     printf("\n");
     test_hand_packings();
+    test_bad_matrix();
     for (size_t bi = 0; bi < sizeof all_bits / sizeof all_bits[0]; bi++)
         for (size_t gi = 0; gi < sizeof all_groups / sizeof all_groups[0]; gi++)
             for (size_t ti = 0; ti < sizeof sb_types / sizeof sb_types[0]; ti++) {

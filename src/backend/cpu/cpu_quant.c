@@ -606,6 +606,14 @@ int cf_cpu_qgemm_isa(cf_cpu_isa_level isa, const float *x, int64_t xs, int64_t n
                      int64_t r1, float *out, int64_t os) {
     if (!cf_cpu_isa_available(isa)) return 0;
     if (n <= 0 || r1 <= r0) return 1;
+    const int bits_ok = w->bits == 2 || w->bits == 3 || w->bits == 4 || w->bits == 5 || w->bits == 6 || w->bits == 8;
+    const int group_ok = (w->group == 32 || w->group == 64 || w->group == 128) && w->cols % w->group == 0;
+    const int sb_ok = w->sb_dtype == CF_BF16 || w->sb_dtype == CF_F16 || w->sb_dtype == CF_F32;
+    if (!bits_ok || !group_ok || !sb_ok || r0 < 0 || r1 > w->rows) { /* the loader's checks were skipped: NaN, not garbage */
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t r = r0; r < r1; r++) out[i * os + (r - r0)] = NAN;
+        return 1;
+    }
     const int fast = w->bits == 4 || w->bits == 8;
     switch (isa) {
 #ifdef CF_X86
