@@ -21,6 +21,7 @@ static const verb verbs[] = {
     {"tokenize", cf_cmd_tokenize, "print the token ids of a text"},
     {"detokenize", cf_cmd_detokenize, "print the text of token ids"},
     {"chat-template", cf_cmd_chat_template, "render a model's chat template for a conversation"},
+    {"quantize", cf_cmd_quantize, "write a model folder MLX affine-quantized (4-bit, group 64 by default)"},
 };
 
 static void usage(FILE *fp) {
