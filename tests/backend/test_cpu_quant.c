@@ -4,14 +4,16 @@
  *    dequantize-then-dot in double precision written here (its own bit packer and unpacker), within the f32
  *    rounding bound (k / 16 + 6) * 2^-24 * sum_c |x_c * w_c| (dequantization: one rounding; each of the 16
  *    lanes: k / 16 fma roundings; the tree: 4 additions; one spare);
- *  - every instruction set against the portable C path, bit for bit, for odd n (1, 2, 3, 5, 17, 33, 37: the
- *    decode path, partial register tiles, more than one panel), row ranges r0..r1 that leave partial blocks,
- *    strided x and out;
+ *  - every instruction set against the portable C path, bit for bit, for odd n (1: the decode kernel; 2, 3,
+ *    5: the small-batch kernel, 5 as 4 + 1; 17, 33, 37: the tiled kernel, partial register tiles, more than
+ *    one panel), row ranges r0..r1 that leave partial blocks, strided x and out (nothing written outside);
  *  - batch invariance: each row of a batch bit-identical to the same row computed alone (n = 1, the decode
- *    path) and to the rows computed in pieces of r0..r1, on every instruction set. */
+ *    path) and to the rows computed in pieces of r0..r1, on every instruction set;
+ *  - the rows split between 3 OpenMP threads as the backend splits them: the same bits. */
 #include "backend/cpu/cpu_quant.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,12 +217,60 @@ done:
     free(one);
 }
 
+/* the rows split between 3 threads as the backend splits them (whole blocks of 16 rows), through
+ * cf_cpu_qgemm (the kernel in use): the same bits as the C path on one thread */
+static void test_threads(int bits, int64_t n) {
+    const int64_t rows = 100, cols = 512, blocks = (rows + 15) / 16;
+    qm a;
+    float *x = malloc(sizeof(float) * (size_t)(n * cols));
+    float *ref = malloc(sizeof(float) * (size_t)(n * rows)), *out = malloc(sizeof(float) * (size_t)(n * rows));
+    if (!x || !ref || !out || !qm_make(&a, rows, cols, bits, 64, CF_BF16)) {
+        CHECK(0, "out of memory");
+    } else {
+        for (int64_t i = 0; i < n * cols; i++) x[i] = frand();
+        cf_cpu_qgemm_isa(CF_ISA_C, x, cols, n, &a.m, 0, rows, ref, rows);
+        #pragma omp parallel num_threads(3)
+        {
+            const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
+            const int64_t j0 = blocks * t / T * 16, j1e = blocks * (t + 1) / T * 16, j1 = j1e < rows ? j1e : rows;
+            if (j1 > j0) cf_cpu_qgemm(x, cols, n, &a.m, j0, j1, out + j0, rows);
+        }
+        CHECK(!memcmp(out, ref, sizeof(float) * (size_t)(n * rows)), "%d bits, n = %lld, 3 threads: differs from the C path",
+              bits, (long long)n);
+    }
+    qm_free(&a);
+    free(x);
+    free(ref);
+    free(out);
+}
+
+/* a matrix that breaks the preconditions gives NaN, not garbage or a crash */
+static void test_bad_matrix(void) {
+    uint32_t q[64] = {0};
+    const float s = 1, b = 0;
+    float x[256] = {0}, out[2] = {0, 0};
+    const cf_qmat bad[] = {
+        {.q = q, .scales = &s, .biases = &b, .sb_dtype = CF_F32, .bits = 7, .group = 32, .rows = 1, .cols = 32},
+        {.q = q, .scales = &s, .biases = &b, .sb_dtype = CF_F32, .bits = 4, .group = 256, .rows = 1, .cols = 256},
+        {.q = q, .scales = &s, .biases = &b, .sb_dtype = CF_F32, .bits = 4, .group = 32, .rows = 1, .cols = 48},
+        {.q = q, .scales = &s, .biases = &b, .sb_dtype = CF_I32, .bits = 4, .group = 32, .rows = 1, .cols = 32},
+    };
+    for (size_t t = 0; t < sizeof bad / sizeof bad[0]; t++) {
+        cf_cpu_qgemm(x, 256, 1, &bad[t], 0, 1, out, 1);
+        CHECK(isnan(out[0]), "bad matrix %zu: %g, want NaN", t, out[0]);
+    }
+    const cf_qmat ok = {.q = q, .scales = &s, .biases = &b, .sb_dtype = CF_F32, .bits = 4, .group = 32, .rows = 1, .cols = 32};
+    cf_cpu_qgemm(x, 256, 1, &ok, 0, 2, out, 1); /* r1 past the rows */
+    CHECK(isnan(out[0]) && isnan(out[1]), "rows 0..2 of a 1-row matrix: %g %g, want NaN", out[0], out[1]);
+}
+
 int main(void) {
     printf("instruction sets here:");
     for (int isa = 0; isa < 3; isa++)
         if (cf_cpu_isa_available((cf_cpu_isa_level)isa)) printf(" %s", isa_names[isa]);
     printf("\n");
     test_hand_packings();
+    test_bad_matrix();
     for (size_t bi = 0; bi < sizeof all_bits / sizeof all_bits[0]; bi++)
         for (size_t gi = 0; gi < sizeof all_groups / sizeof all_groups[0]; gi++)
             for (size_t ti = 0; ti < sizeof sb_types / sizeof sb_types[0]; ti++) {
@@ -235,6 +285,8 @@ int main(void) {
         test_matrix(8, 128, sb_types[ti], 19, 2048 + 128);
         test_matrix(3, 64, sb_types[ti], 9, 1024 + 64);
     }
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int64_t n = 1; n <= 40; n += 13) test_threads(bits, n);
     printf("%d checks, %d failures\n", checks, failures);
     return failures != 0;
 }

@@ -1,25 +1,35 @@
 /* cpu_quant.c: out = x . w^T for f32 activation rows against MLX affine-quantized weight rows (cf_qmat, read
- * in place); owns no memory (its scratch is on the stack, bounded).
+ * in place); owns no memory (its scratch is on the stack: at most 128 KiB, in the tiled path).
  *
  * One definition of every output element (cpu_quant.h): w = fmaf(scale, q, bias) in f32, then the 16-lane
- * fma accumulation and tree reduction of cpu_kernels.c. Every path below computes exactly that, so results
- * do not depend on n, r0, r1, the thread split or the instruction set:
+ * fma accumulation (4 bits in pair order: lane l takes columns 2l, 2l + 1 of every 32, the low and high
+ * nibbles of byte l) and the tree reduction of cpu_kernels.c. Every path below computes exactly that, so
+ * results do not depend on n, r0, r1, the thread split or the instruction set:
  *  - portable C (`generic`): every bit width; unpacks each group of a row (values straddling words for 3,
  *    5, 6 bits), dequantizes it once for a panel of up to 16 rows of x. Compiled three times, plain and with
  *    the AVX2 and AVX-512 target attributes (the same source: fmaf is exact, so the same bits), and is the
  *    kernel for 2, 3, 5 and 6 bits everywhere and for all widths where no vector unit is available.
- *  - decode (n = 1), 4 and 8 bits: dequantize-in-register dot products over 4 weight rows at a time (four
- *    independent fma chains sharing each vector of x), the packed weights streamed once. 4 bits on AVX-512:
- *    a 16-entry table per group (scale * v + bias for v = 0..15, one fma) looked up by the nibbles
- *    (vpermps reads an index's low 4 bits), so a weight costs a shuffle, a shift and a lookup, no
- *    conversion; 8 bits: a widening load, a conversion and the dequantizing fma.
- *  - n > 1, 4 and 8 bits (prefill, batched decode): per panel of up to 32 rows of x and block of 16 weight
- *    rows, the block is dequantized 256 columns at a time into an f32 tile in L1 (once for the whole panel)
- *    and swept by register tiles of 4 weight rows x 4 rows of x (AVX-512: 16 accumulators; AVX2: 2 x 2),
- *    the accumulators kept in a stack buffer between the 256-column steps.
+ *  - decode (n = 1), 4 and 8 bits: dequantize-in-register dot products over 8 weight rows at a time (4 on
+ *    AVX2: independent fma chains sharing each vector of x), specialized per group size and scale type,
+ *    with a software prefetch of the next rows' packed weights. 4 bits on AVX-512: a 16-entry table per
+ *    group and row (scale * v + bias for v = 0..15, one fma) looked up by vpermps, which reads an index's
+ *    low 4 bits: 16 packed bytes widened to 16 int32 lanes give the low nibbles' weights directly and the
+ *    high nibbles' after one shift, so 32 weights cost a widening load, a shift and two lookups, and x is
+ *    split into its even and odd columns once for the 8 rows; 8 bits: a widening load, a conversion and the
+ *    dequantizing fma per 16 weights. The 4-bit pair order exists for this kernel: natural order would
+ *    cost an interleave of the nibbles per row instead of a split of x shared by all rows.
+ *  - 2 to 7 rows of x on AVX-512 (batched decode): the same kernel on 4 weight rows x up to 4 rows of x,
+ *    each dequantized vector feeding every row of x.
+ *  - more rows of x, 4 and 8 bits (prefill, larger batches): per panel of up to 32 rows of x and block of
+ *    32 weight rows, the block is dequantized 256 columns at a time into an f32 tile in L1 (once for the
+ *    whole panel; the next block's packed weights prefetched meanwhile) and swept by register tiles of 4
+ *    weight rows x 4 rows of x (AVX-512: 16 accumulators; AVX2: 2 x 2), the accumulators kept in a stack
+ *    buffer between the 256-column steps; for 4 bits the step's columns of x are first put in pair order.
  * The AVX2 and AVX-512 versions are compiled with target attributes and chosen at run time (cpu_kernels.c's
- * detection). No int8 activations (VNNI): quantizing x would change the f32 definition and break the
- * agreement with the f32 reference. */
+ * detection). The bias is not folded out as bias * sum(x over the group): dequantizing first keeps one
+ * definition for the decode and tiled paths (the tiled path sweeps plain f32 tiles at full rate), and it
+ * is free in the 4-bit table; folding would save only the 8-bit dequantizing fma. No int8 activations
+ * (VNNI): quantizing x would change the f32 definition and break the agreement with the f32 reference. */
 #include "backend/cpu/cpu_quant.h"
 
 #include <math.h>
@@ -140,20 +150,38 @@ AVX512 static void generic_avx512(const float *x, int64_t xs, int64_t n, const c
 /* Tiled path geometry (shared by both instruction sets): rows of x per panel, weight rows per block,
  * columns per dequantized step (a multiple of every group size). */
 #define T_PANEL 32
-#define T_BLOCK 16
+#define T_BLOCK 32
 #define T_KB 256
+
+/* Decode: software prefetch of the next step's R packed weight rows (one contiguous run of R * rb bytes, when
+ * they exist), spread evenly over this step's COLS-column iterations: a row of a few hundred bytes to a few
+ * KiB is too short a stream for the hardware prefetchers to ramp up on, and R of them run side by side. */
+#define PF_SETUP(COLS)                                                                                         \
+    const char *pf = r + 2 * R <= w->rows ? (const char *)q + R * rb : NULL;                                   \
+    const int64_t pf_iters = K / (COLS), pf_step = ((R * rb + pf_iters - 1) / pf_iters + 63) & ~(int64_t)63;
+#define PF_STEP()                                                                                              \
+    do {                                                                                                       \
+        if (pf) {                                                                                              \
+            for (int64_t pb = 0; pb < pf_step; pb += 64) _mm_prefetch(pf + pb, _MM_HINT_T0);                   \
+            pf += pf_step;                                                                                     \
+        }                                                                                                      \
+    } while (0)
 
 typedef void (*gemv_fn)(const float *x, const cf_qmat *w, int64_t r0, int64_t r1, float *o);
 
 /* The decode kernels of one instruction set, one per bits (4, 8) x group (32, 64, 128) x scale type (F32,
- * F16, BF16: the cf_dtype order), each a loop over 4 weight rows at a time, then single rows. */
+ * F16, BF16: the cf_dtype order), each a loop over RW weight rows at a time (independent fma chains sharing each vector of x: 8 on AVX-512, 4 on
+ * AVX2), then 4, then single rows. */
 #define GEMV_FN(ISA, B, G, SB) gemv_##ISA##_##B##_##G##_##SB
 #define DEF_GEMV(ATTR, ISA, B, G, SB)                                                                          \
     ATTR static void GEMV_FN(ISA, B, G, SB)(const float *x, const cf_qmat *w, int64_t r0, int64_t r1, float *o) { \
         int64_t r = r0;                                                                                        \
+        for (; r + RW_##ISA <= r1; r += RW_##ISA) gemv_rows_##ISA(B, G, SB, RW_##ISA, x, w, r, o + (r - r0));   \
         for (; r + 4 <= r1; r += 4) gemv_rows_##ISA(B, G, SB, 4, x, w, r, o + (r - r0));                       \
         for (; r < r1; r++) gemv_rows_##ISA(B, G, SB, 1, x, w, r, o + (r - r0));                              \
     }
+#define RW_avx2 4   /* AVX2 has 16 registers: 4 rows of two-register accumulators */
+#define RW_avx512 8
 #define DEF_GEMV_SB(ATTR, ISA, B, G) \
     DEF_GEMV(ATTR, ISA, B, G, CF_F32) DEF_GEMV(ATTR, ISA, B, G, CF_F16) DEF_GEMV(ATTR, ISA, B, G, CF_BF16)
 #define DEF_GEMV_ALL(ATTR, ISA)                                                                               \
@@ -201,10 +229,11 @@ AVX2 static INL void gemv_rows_avx2(const int BITS, const int G, const int SB, c
                                     const cf_qmat *w, int64_t r, float *o) {
     const int64_t K = w->cols, ng = K / G, rb = K * BITS / 8;
     const uint8_t *q = (const uint8_t *)w->q + r * rb;
-    __m256 a0[4], a1[4];
+    PF_SETUP(BITS == 4 ? 32 : 16)
+    __m256 a0[8], a1[8];
     for (int m = 0; m < R; m++) a0[m] = a1[m] = _mm256_setzero_ps();
     for (int64_t g = 0; g < ng; g++) {
-        __m256 s[4], b[4];
+        __m256 s[8], b[8];
         for (int m = 0; m < R; m++) {
             s[m] = _mm256_set1_ps(sb_x86(w->scales, SB, (r + m) * ng + g));
             b[m] = _mm256_set1_ps(sb_x86(w->biases, SB, (r + m) * ng + g));
@@ -213,6 +242,7 @@ AVX2 static INL void gemv_rows_avx2(const int BITS, const int G, const int SB, c
             for (int u = 0; u < G; u += 32) {
                 const int64_t c = g * G + u;
                 __m256 xe[2], xo[2];
+                PF_STEP();
                 xpair_avx2(x + c, xe, xo);
                 for (int m = 0; m < R; m++) {
                     __m256 wa[2], wb[2];
@@ -227,6 +257,7 @@ AVX2 static INL void gemv_rows_avx2(const int BITS, const int G, const int SB, c
             for (int u = 0; u < G; u += 16) {
                 const int64_t c = g * G + u;
                 const __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
+                PF_STEP();
                 for (int m = 0; m < R; m++) {
                     __m256 wv[2];
                     deq16_q8_avx2(q + m * rb + c, s[m], b[m], wv);
@@ -250,11 +281,13 @@ GEMV_TABLE(avx2)
 /* rows r .. r + nr of the block (the last one repeated up to T_BLOCK rows: their results are dropped),
  * columns k0 .. k0 + kl, dequantized into wt (row stride T_KB floats; 4 bits in pair order) */
 AVX2 static INL void deq_tile_avx2(const int BITS, const cf_qmat *w, int64_t r, int nr, int64_t k0, int64_t kl,
-                                   float *wt) {
+                                   float *wt, int prefetch_next) {
     const int G = w->group;
     const int64_t ng = w->cols / G, rb = w->cols * BITS / 8;
     for (int m = 0; m < nr; m++) {
         const uint8_t *q = (const uint8_t *)w->q + (r + m) * rb;
+        if (prefetch_next) /* the same columns of the next block's row: read one block from now */
+            for (int64_t pb = 0; pb < kl * BITS / 8; pb += 64) _mm_prefetch((const char *)q + T_BLOCK * rb + k0 * BITS / 8 + pb, _MM_HINT_T0);
         float *wr = wt + m * T_KB;
         for (int64_t g = k0 / G; g < (k0 + kl) / G; g++) {
             const __m256 s = _mm256_set1_ps(sb_x86(w->scales, w->sb_dtype, (r + m) * ng + g));
@@ -304,7 +337,7 @@ AVX2 static INL void tiled_avx2(const int BITS, const float *x, int64_t xs, int6
             memset(acc, 0, sizeof(float) * (size_t)(np * T_BLOCK * 16));
             for (int64_t k0 = 0; k0 < K; k0 += T_KB) {
                 const int64_t kl = min64(T_KB, K - k0);
-                deq_tile_avx2(BITS, w, jb, nr, k0, kl, wt);
+                deq_tile_avx2(BITS, w, jb, nr, k0, kl, wt, jb + 2 * T_BLOCK <= w->rows);
                 const float *xk = xp + k0;
                 int64_t xks = xs;
                 if (BITS == 4) { /* this step's columns of the panel in pair order */
@@ -369,57 +402,113 @@ AVX512 static INL void xpair_avx512(const float *x, __m512 *e, __m512 *o) {
     *o = _mm512_permutex2var_ps(v0, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), v1);
 }
 
-AVX512 static INL void gemv_rows_avx512(const int BITS, const int G, const int SB, const int R, const float *x,
-                                        const cf_qmat *w, int64_t r, float *o) {
+/* decode and small batches: R weight rows (r + m) against NX rows of x (x + i * xs), out o[i * os + m]; every
+ * dequantized weight vector feeds the NX rows (R x NX independent fma chains) */
+AVX512 static INL void gemv_rows_x_avx512(const int BITS, const int G, const int SB, const int R, const int NX,
+                                          const float *x, int64_t xs, const cf_qmat *w, int64_t r, float *o, int64_t os) {
     const int64_t K = w->cols, ng = K / G, rb = K * BITS / 8;
     const uint8_t *q = (const uint8_t *)w->q + r * rb;
-    __m512 a[4];
-    for (int m = 0; m < R; m++) a[m] = _mm512_setzero_ps();
+    PF_SETUP(BITS == 4 ? 32 : 16)
+    __m512 a[16];
+    for (int m = 0; m < R * NX; m++) a[m] = _mm512_setzero_ps();
     for (int64_t g = 0; g < ng; g++) {
         if (BITS == 4) {
-            __m512 tbl[4];
+            __m512 tbl[8];
             for (int m = 0; m < R; m++)
                 tbl[m] = table16(sb_x86(w->scales, SB, (r + m) * ng + g), sb_x86(w->biases, SB, (r + m) * ng + g));
             for (int u = 0; u < G; u += 32) {
                 const int64_t c = g * G + u;
-                __m512 xe, xo;
-                xpair_avx512(x + c, &xe, &xo);
+                __m512 xe[4], xo[4];
+                PF_STEP();
+                for (int i = 0; i < NX; i++) xpair_avx512(x + i * xs + c, &xe[i], &xo[i]);
                 for (int m = 0; m < R; m++) {
                     __m512 wa, wb;
                     deq32_q4_avx512(q + m * rb + c / 2, tbl[m], &wa, &wb);
-                    a[m] = _mm512_fmadd_ps(xe, wa, a[m]);
-                    a[m] = _mm512_fmadd_ps(xo, wb, a[m]);
+                    for (int i = 0; i < NX; i++) {
+                        a[m * NX + i] = _mm512_fmadd_ps(xe[i], wa, a[m * NX + i]);
+                        a[m * NX + i] = _mm512_fmadd_ps(xo[i], wb, a[m * NX + i]);
+                    }
                 }
             }
         } else {
-            __m512 s[4], b[4];
+            __m512 s[8], b[8];
             for (int m = 0; m < R; m++) {
                 s[m] = _mm512_set1_ps(sb_x86(w->scales, SB, (r + m) * ng + g));
                 b[m] = _mm512_set1_ps(sb_x86(w->biases, SB, (r + m) * ng + g));
             }
             for (int u = 0; u < G; u += 16) {
                 const int64_t c = g * G + u;
-                const __m512 xv = _mm512_loadu_ps(x + c);
-                for (int m = 0; m < R; m++) a[m] = _mm512_fmadd_ps(xv, deq16_q8_avx512(q + m * rb + c, s[m], b[m]), a[m]);
+                __m512 xv[4];
+                for (int i = 0; i < NX; i++) xv[i] = _mm512_loadu_ps(x + i * xs + c);
+                PF_STEP();
+                for (int m = 0; m < R; m++) {
+                    const __m512 wv = deq16_q8_avx512(q + m * rb + c, s[m], b[m]);
+                    for (int i = 0; i < NX; i++) a[m * NX + i] = _mm512_fmadd_ps(xv[i], wv, a[m * NX + i]);
+                }
             }
         }
     }
-    for (int m = 0; m < R; m++) {
-        float t[16];
-        _mm512_storeu_ps(t, a[m]);
-        o[m] = tree16(t);
+    for (int m = 0; m < R; m++)
+        for (int i = 0; i < NX; i++) {
+            float t[16];
+            _mm512_storeu_ps(t, a[m * NX + i]);
+            o[i * os + m] = tree16(t);
+        }
+}
+
+AVX512 static INL void gemv_rows_avx512(const int BITS, const int G, const int SB, const int R, const float *x,
+                                        const cf_qmat *w, int64_t r, float *o) {
+    gemv_rows_x_avx512(BITS, G, SB, R, 1, x, 0, w, r, o, 0);
+}
+
+/* 2 to SMALL_N - 1 rows of x: the decode kernel on up to 4 rows at a time (the weights streamed once per 4) */
+#define SMALL_N 8
+AVX512 static INL void small_avx512(const int BITS, const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0,
+                                    int64_t r1, float *out, int64_t os) {
+    const int G = w->group, SB = w->sb_dtype;
+    for (int64_t i0 = 0; i0 < n; i0 += 4) {
+        const int nx = (int)min64(4, n - i0);
+        const float *xi = x + i0 * xs;
+        float *oi = out + i0 * os;
+        int64_t r = r0;
+#define CF_Q_SMALL(R, NX) gemv_rows_x_avx512(BITS, G, SB, R, NX, xi, xs, w, r, oi + (r - r0), os)
+        for (; r + 4 <= r1; r += 4) {
+            if (nx == 4) CF_Q_SMALL(4, 4);
+            else if (nx == 3) CF_Q_SMALL(4, 3);
+            else if (nx == 2) CF_Q_SMALL(4, 2);
+            else CF_Q_SMALL(4, 1);
+        }
+        for (; r < r1; r++) {
+            if (nx == 4) CF_Q_SMALL(1, 4);
+            else if (nx == 3) CF_Q_SMALL(1, 3);
+            else if (nx == 2) CF_Q_SMALL(1, 2);
+            else CF_Q_SMALL(1, 1);
+        }
+#undef CF_Q_SMALL
     }
+}
+
+AVX512 static void small4_avx512(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
+                                 float *out, int64_t os) {
+    small_avx512(4, x, xs, n, w, r0, r1, out, os);
+}
+
+AVX512 static void small8_avx512(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
+                                 float *out, int64_t os) {
+    small_avx512(8, x, xs, n, w, r0, r1, out, os);
 }
 
 DEF_GEMV_ALL(AVX512, avx512)
 GEMV_TABLE(avx512)
 
 AVX512 static INL void deq_tile_avx512(const int BITS, const cf_qmat *w, int64_t r, int nr, int64_t k0, int64_t kl,
-                                       float *wt) {
+                                       float *wt, int prefetch_next) {
     const int G = w->group;
     const int64_t ng = w->cols / G, rb = w->cols * BITS / 8;
     for (int m = 0; m < nr; m++) {
         const uint8_t *q = (const uint8_t *)w->q + (r + m) * rb;
+        if (prefetch_next) /* the same columns of the next block's row: read one block from now */
+            for (int64_t pb = 0; pb < kl * BITS / 8; pb += 64) _mm_prefetch((const char *)q + T_BLOCK * rb + k0 * BITS / 8 + pb, _MM_HINT_T0);
         float *wr = wt + m * T_KB;
         for (int64_t g = k0 / G; g < (k0 + kl) / G; g++) {
             const float s = sb_x86(w->scales, w->sb_dtype, (r + m) * ng + g);
@@ -470,7 +559,7 @@ AVX512 static INL void tiled_avx512(const int BITS, const float *x, int64_t xs, 
             memset(acc, 0, sizeof(float) * (size_t)(np * T_BLOCK * 16));
             for (int64_t k0 = 0; k0 < K; k0 += T_KB) {
                 const int64_t kl = min64(T_KB, K - k0);
-                deq_tile_avx512(BITS, w, jb, nr, k0, kl, wt);
+                deq_tile_avx512(BITS, w, jb, nr, k0, kl, wt, jb + 2 * T_BLOCK <= w->rows);
                 const float *xk = xp + k0;
                 int64_t xks = xs;
                 if (BITS == 4) { /* this step's columns of the panel in pair order */
@@ -517,12 +606,21 @@ int cf_cpu_qgemm_isa(cf_cpu_isa_level isa, const float *x, int64_t xs, int64_t n
                      int64_t r1, float *out, int64_t os) {
     if (!cf_cpu_isa_available(isa)) return 0;
     if (n <= 0 || r1 <= r0) return 1;
+    const int bits_ok = w->bits == 2 || w->bits == 3 || w->bits == 4 || w->bits == 5 || w->bits == 6 || w->bits == 8;
+    const int group_ok = (w->group == 32 || w->group == 64 || w->group == 128) && w->cols % w->group == 0;
+    const int sb_ok = w->sb_dtype == CF_BF16 || w->sb_dtype == CF_F16 || w->sb_dtype == CF_F32;
+    if (!bits_ok || !group_ok || !sb_ok || r0 < 0 || r1 > w->rows) { /* the loader's checks were skipped: NaN, not garbage */
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t r = r0; r < r1; r++) out[i * os + (r - r0)] = NAN;
+        return 1;
+    }
     const int fast = w->bits == 4 || w->bits == 8;
     switch (isa) {
 #ifdef CF_X86
     case CF_ISA_AVX512:
         if (!fast) generic_avx512(x, xs, n, w, r0, r1, out, os);
         else if (n == 1) gemv_pick(gemv_tab_avx512, w)(x, w, r0, r1, out);
+        else if (n < SMALL_N) (w->bits == 4 ? small4_avx512 : small8_avx512)(x, xs, n, w, r0, r1, out, os);
         else (w->bits == 4 ? tiled4_avx512 : tiled8_avx512)(x, xs, n, w, r0, r1, out, os);
         return 1;
     case CF_ISA_AVX2:

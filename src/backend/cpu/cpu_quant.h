@@ -28,10 +28,12 @@ typedef struct cf_qmat {
  *
  * The value of every element, on every instruction set (the same bits on AVX-512, AVX2 and portable C):
  * each weight is dequantized to f32 as w = fmaf(scale, (float)q, bias) (scale and bias widened to f32);
- * a 16-lane accumulator, lane l, takes fmaf(x[c], w[c], acc[l]) for c = l, l + 16, l + 32, ... in order;
+ * a 16-lane accumulator, lane l, takes fmaf(x[c], w[c], acc[l]) for c = l, l + 16, l + 32, ... in order
+ * (4 bits: in pair order, c = 2l, 2l + 1, 32 + 2l, 32 + 2l + 1, ..., the order the nibbles unpack in);
  * then the lanes are summed by one tree, distance 8 first, then 4, 2, 1. Preconditions (the loader checks
  * them and reports CINFER_E_FORMAT): cols is a multiple of group, bits and group are among those above,
- * sb_dtype is BF16, F16 or F32; nothing is checked here. */
+ * sb_dtype is BF16, F16 or F32, 0 <= r0 <= r1 <= rows; a matrix that breaks them gives NaN outputs (the
+ * sizes of q, scales and biases cannot be checked here). */
 void cf_cpu_qgemm(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
                   float *out, int64_t os);
 
