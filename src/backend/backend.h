@@ -10,6 +10,12 @@
  *   (CPU: the mmapped bf16/f16/f32 data as is, so the mapping must outlive the backend; CUDA: bf16/f16
  *   in device memory). Weight tensors belong to the backend and are released when it is destroyed;
  *   callers free_tensor only what alloc returned.
+ * - Quantized weights (MLX affine, base/qweight.h) go through upload_qweight. The CPU keeps the packed
+ *   values, scales and biases in place (mmapped, like its other weights) and returns a tensor of dtype CF_Q
+ *   whose data points to a backend-owned cf_qweight (rows, cols as the logical matrix; stride = cols). Only
+ *   matmul (as w, also inside the fused qkv, matmul_glu, matmul_gated) and embed (as table: the looked-up
+ *   rows are dequantized) take a CF_Q tensor; no other op, and no view (cf_rows, cf_cols) of one, is valid.
+ *   CUDA dequantizes to bf16 at upload (no quantized CUDA kernels yet) and returns a plain BF16 tensor.
  * - Activations: the model allocates them with act_dtype (CPU: F32; CUDA: its choice). Integer inputs
  *   (token ids, positions) are CF_I32 tensors filled with write().
  * - Operations are enqueued in order on the backend's single stream and return nothing: the first
@@ -23,6 +29,7 @@
 #include <stdint.h>
 #include "cinfer.h"
 #include "base/dtype.h"
+#include "base/qweight.h"
 
 typedef struct cf_tensor {
     void *data;
@@ -146,6 +153,9 @@ typedef struct cf_backend_ops {
     cinfer_status (*alloc)(cf_backend *be, cf_dtype dt, int64_t rows, int64_t cols, cf_tensor *out, cinfer_error *err);
     cinfer_status (*upload_weight)(cf_backend *be, const void *host, cf_dtype dt, int64_t rows, int64_t cols,
                                    cf_tensor *out, cinfer_error *err);
+    /* an MLX affine-quantized weight (see Conventions); w->q 4-byte aligned; on the CPU what w points to must
+     * outlive the backend */
+    cinfer_status (*upload_qweight)(cf_backend *be, const cf_qweight *w, cf_tensor *out, cinfer_error *err);
     void (*free_tensor)(cf_backend *be, cf_tensor *t);
     void (*write)(cf_backend *be, cf_tensor dst, const void *host);  /* host data of dst's dtype, contiguous */
     void (*fill)(cf_backend *be, cf_tensor dst, float value);

@@ -7,7 +7,8 @@ size_t cf_dtype_size(cf_dtype t) {
     case CF_F16: return 2;
     case CF_BF16: return 2;
     case CF_I32: return 4;
-    default: return 0;
+    case CF_U32: return 4;
+    default: return 0;   /* CF_Q has no element size: its bytes are cf_qweight_bytes */
     }
 }
 
@@ -17,6 +18,8 @@ const char *cf_dtype_name(cf_dtype t) {
     case CF_F16: return "F16";
     case CF_BF16: return "BF16";
     case CF_I32: return "I32";
+    case CF_U32: return "U32";
+    case CF_Q: return "Q";
     default: return "?";
     }
 }

@@ -11,6 +11,8 @@ typedef enum cf_dtype {
     CF_F16,
     CF_BF16,
     CF_I32,
+    CF_U32,      /* packed words of quantized weights (files only; no op computes with them) */
+    CF_Q,        /* an MLX affine-quantized weight on a backend: data points to a cf_qweight (backend.h) */
     CF_DTYPE_COUNT
 } cf_dtype;
 

@@ -18,6 +18,7 @@ int cf_cmd_tokenize(int argc, char **argv);
 int cf_cmd_detokenize(int argc, char **argv);
 int cf_cmd_chat_template(int argc, char **argv);
 int cf_cmd_serve(int argc, char **argv);
+int cf_cmd_quantize(int argc, char **argv);
 
 #define CF_EXIT_USAGE 2
 

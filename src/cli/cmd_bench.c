@@ -79,6 +79,8 @@ static const char *bench_help =
     "                    pick tokens on the device (argmax there, only ids read back) or read the logits\n"
     "                    back and take the argmax on the host; auto: the device when the backend can\n"
     "  --chunk N         positions per prefill forward pass (default: the backend's, CPU 256, at most 4096)\n"
+    "  --quant q4|q8     with --random-weights: matrices quantized in memory (MLX affine, group 64, bf16\n"
+    "                    scales and biases, as cinfer quantize writes them; norms stay bf16)\n"
     "  --device cpu|cuda, --threads N\n"
     "  --concurrency N,N,...\n"
     "                    instead: the engine through the public session API, N greedy sessions at once per\n"
@@ -95,13 +97,18 @@ int cf_cmd_bench(int argc, char **argv) {
     const char *random_cfg = NULL, *v;
     long n_prompt = 128, n_gen = 128, reps = 3, chunk = 0, max_batch = 0, kv_mib = 0;
     int json = 0;
-    const char *decode_opt = "auto", *conc_opt = NULL;
+    const char *decode_opt = "auto", *conc_opt = NULL, *quant_opt = NULL;
     for (int i = 1; i < argc; i++) {
         int r;
         if (cf_is_help(argv[i])) { fputs(bench_help, stdout); return 0; }
         if ((r = cf_common_flag(verb, argc, argv, &i, &o)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
         if ((r = cf_flag_value(verb, argc, argv, &i, "--random-weights", &random_cfg)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
         if ((r = cf_flag_value(verb, argc, argv, &i, "--concurrency", &conc_opt)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
+        if ((r = cf_flag_value(verb, argc, argv, &i, "--quant", &quant_opt)) != 0) {
+            if (r < 0) return CF_EXIT_USAGE;
+            if (strcmp(quant_opt, "q4") && strcmp(quant_opt, "q8")) return cf_usage_error(verb, "--quant must be q4 or q8, got '%s'", quant_opt);
+            continue;
+        }
         if ((r = cf_flag_value(verb, argc, argv, &i, "--decode", &decode_opt)) != 0) {
             if (r < 0) return CF_EXIT_USAGE;
             if (strcmp(decode_opt, "auto") && strcmp(decode_opt, "device") && strcmp(decode_opt, "host"))
@@ -124,6 +131,7 @@ int cf_cmd_bench(int argc, char **argv) {
     }
     if (!o.model && !random_cfg) o.model = cf_default_model_dir();
     if (!o.model && !random_cfg) return cf_usage_error(verb, "give --model DIR or --random-weights CONFIG.json");
+    if (quant_opt && !random_cfg) return cf_usage_error(verb, "--quant goes with --random-weights (quantize a model folder with cinfer quantize)");
     if (reps > 100) return cf_usage_error(verb, "--reps must be at most 100");
     if (chunk > 4096) return cf_usage_error(verb, "--chunk must be at most 4096");
     if (max_batch > 2048) return cf_usage_error(verb, "--max-batch must be at most 2048");
@@ -149,6 +157,7 @@ int cf_cmd_bench(int argc, char **argv) {
     cf_model_params p = cf_model_default_params();
     p.backend.device = o.device;
     p.backend.n_threads = o.threads;
+    p.random_qbits = !quant_opt ? 0 : !strcmp(quant_opt, "q4") ? 4 : 8;
     double t0 = cf_bench_now();
     cinfer_status st = random_cfg ? cf_model_random(random_cfg, 1234, &p, &m, &err) : cf_model_load(o.model, &p, &m, &err);
     if (st != CINFER_OK) {

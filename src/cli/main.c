@@ -22,6 +22,7 @@ static const verb verbs[] = {
     {"detokenize", cf_cmd_detokenize, "print the text of token ids"},
     {"serve", cf_cmd_serve, "serve the model over HTTP (OpenAI, Anthropic and llama-server APIs, a chat page)"},
     {"chat-template", cf_cmd_chat_template, "render a model's chat template for a conversation"},
+    {"quantize", cf_cmd_quantize, "write a model folder MLX affine-quantized (4-bit, group 64 by default)"},
 };
 
 static void usage(FILE *fp) {

@@ -40,6 +40,7 @@ static int dtype_from_name(const char *s) {
     if (!strcmp(s, "F16")) return CF_F16;
     if (!strcmp(s, "BF16")) return CF_BF16;
     if (!strcmp(s, "I32")) return CF_I32;
+    if (!strcmp(s, "U32")) return CF_U32;
     return -1;
 }
 

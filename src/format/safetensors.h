@@ -36,7 +36,7 @@ const cf_st_tensor *cf_st_find(const cf_st_set *set, const char *name);
 size_t cf_st_count(const cf_st_set *set);
 const cf_st_tensor *cf_st_at(const cf_st_set *set, size_t i);
 
-/* Writes tensors (all F32/F16/BF16 data given) to a new .safetensors file; used by tools and tests. */
+/* Writes tensors (F32/F16/BF16/I32/U32 data given) to a new .safetensors file; used by tools and tests. */
 typedef struct cf_st_write_entry {
     const char *name;
     cf_dtype dtype;

@@ -3,6 +3,7 @@
 #include "model/model.h"
 #include "model/seq.h"
 #include "format/safetensors.h"
+#include "format/mlx_quant.h"
 #include "base/status.h"
 #include "sample/sampler.h"
 
@@ -23,9 +24,14 @@ typedef struct binder {
     const char *dir;      /* the model folder, for messages */
     const char *prefix;   /* "model." or e.g. "model.language_model." */
     uint64_t rng;         /* random mode when st == NULL */
+    int random_qbits;     /* random mode: quantize matrices to this many bits, group 64 (0: none) */
+    cf_mlxq_config qc;    /* config.json's quantization block (owned) */
     int n_dtypes_seen;
     int dtypes_seen[CF_DTYPE_COUNT];
+    int qseen[9][129];    /* quantized weights seen by [bits][group] */
 } binder;
+
+#define CF_RANDOM_QGROUP 64
 
 static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -53,7 +59,28 @@ static cinfer_status bind_random(binder *b, const char *name, int64_t rows, int6
             buf[i] = cf_f32_to_bf16(is_norm ? 1.0f : u * sc);
         }
     }
-    return m->be->ops->upload_weight(m->be, buf, CF_BF16, rows, cols, out, err);
+    if (!b->random_qbits || is_norm || rows < 2 || cols % CF_RANDOM_QGROUP || !m->be->ops->upload_qweight)
+        return m->be->ops->upload_weight(m->be, buf, CF_BF16, rows, cols, out, err);
+    /* quantized as cinfer quantize would (bf16 scales and biases); the bf16 values are dropped */
+    const int bits = b->random_qbits, G = CF_RANDOM_QGROUP;
+    const int64_t wpr = cf_qweight_words_per_row(bits, cols), ng = rows * (cols / G);
+    float *f = malloc(n * sizeof *f);
+    void *qbuf = malloc((size_t)(rows * wpr) * 4 + 2 * (size_t)ng * 2);
+    if (!f || !qbuf) { free(f); free(qbuf); return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory quantizing random weight %s", name); }
+    cf_to_f32(f, buf, CF_BF16, n);
+    uint32_t *q = qbuf;
+    uint16_t *scales = (uint16_t *)(q + rows * wpr), *biases = scales + ng;
+    #pragma omp parallel for schedule(static)
+    for (int64_t r0 = 0; r0 < rows; r0 += 64) {
+        const int64_t nr = rows - r0 < 64 ? rows - r0 : 64;
+        cf_qweight_quantize(f + r0 * cols, nr, cols, bits, G, CF_BF16, q + r0 * wpr, scales + r0 * (cols / G), biases + r0 * (cols / G));
+    }
+    free(f);
+    free(buf);
+    m->host_bufs[m->n_host_bufs - 1] = qbuf;
+    const cf_qweight qw = {.q = q, .scales = scales, .biases = biases, .sb_dtype = CF_BF16, .bits = bits, .group = G, .rows = rows, .cols = cols};
+    b->qseen[bits][G] = 1;
+    return m->be->ops->upload_qweight(m->be, &qw, out, err);
 }
 
 static void shape_text(const cf_st_tensor *t, char *buf, size_t cap) {
@@ -85,6 +112,21 @@ static cinfer_status bind(binder *b, const char *name, int64_t rows, int64_t col
         if (optional) return CINFER_OK;
         return bind_random(b, full, r, c, is_vec, out, err);
     }
+    if (!is_vec && strlen(full) > 7 && !strcmp(full + strlen(full) - 7, ".weight")) {
+        char module[256];
+        snprintf(module, sizeof module, "%.*s", (int)strlen(full) - 7, full);
+        cf_qweight qw;
+        int quantized = 0;
+        CF_TRY(cf_mlxq_find(m->st, &b->qc, module, rows, cols, &qw, &quantized, err));
+        if (quantized) {
+            if (!m->be->ops->upload_qweight)
+                return cf_fail(err, CINFER_E_UNSUPPORTED, "the %s backend cannot load quantized weights ('%s')", m->be->ops->name, full);
+            b->qseen[qw.bits][qw.group] = 1;
+            cinfer_status st = m->be->ops->upload_qweight(m->be, &qw, out, err);
+            if (st != CINFER_OK) return cf_wrap(err, st, "uploading '%s'", full);
+            return CINFER_OK;
+        }
+    }
     const cf_st_tensor *t = cf_st_find(m->st, full);
     if (!t) {
         if (optional) return CINFER_OK;
@@ -108,6 +150,11 @@ static cinfer_status bind_stack(binder *b, const char *name, int64_t n, int64_t 
     snprintf(full, sizeof full, "%s%s", b->prefix, name);
     memset(out, 0, sizeof *out);
     if (!b->m->st) return bind_random(b, full, n * rows, cols, 0, out, err);
+    char scales[272];
+    snprintf(scales, sizeof scales, "%s.scales", full);
+    if (cf_st_find(b->m->st, scales))
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "%s: the MoE expert stack '%s' is quantized; cinfer loads quantized dense weights only",
+                       b->dir, full);
     const cf_st_tensor *t = cf_st_find(b->m->st, full);
     if (!t) return cf_fail(err, CINFER_E_FORMAT, "%s: weight '%s' is missing from the model's safetensors files", b->dir, full);
     if (t->n_dims != 3 || t->shape[0] != n || t->shape[1] != rows || t->shape[2] != cols) {
@@ -141,7 +188,10 @@ static cinfer_status bind_host(binder *b, const char *name, int64_t n, int optio
     return CINFER_OK;
 }
 
-static int64_t tbytes(cf_tensor t) { return t.data ? t.rows * t.cols * (int64_t)cf_dtype_size(t.dtype) : 0; }
+static int64_t tbytes(cf_tensor t) {
+    if (t.data && t.dtype == CF_Q) return cf_qweight_bytes(t.data);
+    return t.data ? t.rows * t.cols * (int64_t)cf_dtype_size(t.dtype) : 0;
+}
 
 static cinfer_status bind_layer(cf_model *m, binder *b, int l, cinfer_error *err) {
     const cf_hparams *hp = &m->hp;
@@ -296,8 +346,11 @@ static cinfer_status finish_load(cf_model *m, binder *b, cinfer_error *err) {
         m->be->ops->write(m->be, m->rope_freq[r], hp->rope[r].inv_freq);
     }
     CF_TRY(bind_all(m, b, err));
-    m->embed_scale = round_to_dtype(hp->embed_scale, m->tok_embd.dtype);
-    m->ple_scale = round_to_dtype((float)sqrt((double)hp->ple_dim), m->ple_embd.dtype);
+    /* a quantized table's rows come out in its scales' dtype, as MLX dequantizes them */
+    const cf_dtype ed = m->tok_embd.dtype == CF_Q ? ((const cf_qweight *)m->tok_embd.data)->sb_dtype : m->tok_embd.dtype;
+    const cf_dtype pd = m->ple_embd.data && m->ple_embd.dtype == CF_Q ? ((const cf_qweight *)m->ple_embd.data)->sb_dtype : m->ple_embd.dtype;
+    m->embed_scale = round_to_dtype(hp->embed_scale, ed);
+    m->ple_scale = round_to_dtype((float)sqrt((double)hp->ple_dim), pd);
     if (hp->v_norm) {
         int hd = 0;
         for (int l = 0; l < hp->n_layers; l++) hd = hp->layers[l].v_head_dim > hd ? hp->layers[l].v_head_dim : hd;
@@ -309,7 +362,13 @@ static cinfer_status finish_load(cf_model *m, binder *b, cinfer_error *err) {
         if (b->dtypes_seen[t])
             snprintf(m->dtype_summary + strlen(m->dtype_summary), sizeof m->dtype_summary - strlen(m->dtype_summary), "%s%s",
                      m->dtype_summary[0] ? "+" : "", cf_dtype_name((cf_dtype)t));
-    if (!m->st) snprintf(m->dtype_summary, sizeof m->dtype_summary, "BF16 (random)");
+    if (!m->st) snprintf(m->dtype_summary, sizeof m->dtype_summary, "BF16");
+    for (int bits = 2; bits <= 8; bits++)
+        for (int g = 32; g <= 128; g *= 2)
+            if (b->qseen[bits][g])
+                snprintf(m->dtype_summary + strlen(m->dtype_summary), sizeof m->dtype_summary - strlen(m->dtype_summary), "%sQ%d/g%d",
+                         m->dtype_summary[0] ? "+" : "", bits, g);
+    if (!m->st) snprintf(m->dtype_summary + strlen(m->dtype_summary), sizeof m->dtype_summary - strlen(m->dtype_summary), " (random)");
     const cf_backend_ops *op = m->be->ops;
     m->decode_graphs = m->decode_graphs && op->graph_begin && op->graph_end && op->graph_launch && op->graph_free && op->kv_store_pos &&
                        op->attention_pos && !hp->n_experts;
@@ -356,7 +415,11 @@ cinfer_status cf_model_load(const char *dir, const cf_model_params *p, cf_model 
     if (st == CINFER_OK) st = find_prefix(m->st, prefix, sizeof prefix, dir, err);
     if (st == CINFER_OK) {
         binder b = {.m = m, .dir = dir, .prefix = prefix};
-        st = finish_load(m, &b, err);
+        char cfg[4096];
+        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+        st = cf_mlxq_config_load(cfg, &b.qc, err);
+        if (st == CINFER_OK) st = finish_load(m, &b, err);
+        cf_mlxq_config_free(&b.qc);
     }
     if (st != CINFER_OK) { cf_model_free(m); return st; }
     *out = m;
@@ -371,7 +434,12 @@ cinfer_status cf_model_random(const char *config_path, uint64_t seed, const cf_m
     cinfer_status st = model_new(p, &m, err);
     if (st != CINFER_OK) { cf_hparams_free(&hp); return st; }
     m->hp = hp;
-    binder b = {.m = m, .dir = config_path, .prefix = "model.", .rng = seed};
+    const int qbits = p ? p->random_qbits : 0;
+    if (qbits != 0 && qbits != 4 && qbits != 8) {
+        cf_model_free(m);
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "random weights quantize to 4 or 8 bits, not %d", qbits);
+    }
+    binder b = {.m = m, .dir = config_path, .prefix = "model.", .rng = seed, .random_qbits = qbits};
     st = finish_load(m, &b, err);
     if (st != CINFER_OK) { cf_model_free(m); return st; }
     *out = m;

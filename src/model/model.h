@@ -23,7 +23,7 @@ typedef struct cf_model {
     cf_hparams hp;
     cf_backend *be;           /* owned */
     struct cf_st_set *st;     /* mapped weights, owned (NULL for random weights) */
-    void **host_bufs;         /* random weights, owned */
+    void **host_bufs;         /* random (or randomly quantized) weights, owned */
     int n_host_bufs;
     cf_tensor tok_embd, out_norm, output;
     cf_tensor ple_embd, ple_model_proj, ple_proj_norm;     /* per-layer inputs: [V, L*P], [L*P, D], [P] */
@@ -42,11 +42,14 @@ typedef struct cf_model {
 
 typedef struct cf_model_params {
     cf_backend_params backend;
+    int random_qbits;   /* cf_model_random: matrices quantized in memory to 4 or 8 bits, group 64, as cinfer
+                           quantize would (0: bf16) */
 } cf_model_params;
 
 cf_model_params cf_model_default_params(void);
 
-/* Loads a Hugging Face model folder. */
+/* Loads a Hugging Face model folder, MLX affine-quantized ones too (format/mlx_quant.h): a quantized matrix
+ * goes to the backend through upload_qweight. Quantized MoE expert stacks are not supported yet. */
 cinfer_status cf_model_load(const char *dir, const cf_model_params *p, cf_model **out, cinfer_error *err);
 /* Builds a model with seeded random bf16 weights from a config.json (benchmarks). */
 cinfer_status cf_model_random(const char *config_path, uint64_t seed, const cf_model_params *p, cf_model **out, cinfer_error *err);

@@ -1,11 +1,12 @@
 /* cpu_backend.c: the reference backend. Float32 activations, weights used in place from the mmapped
- * files (f32, bf16, f16), OpenMP over output rows. Every operation is written out plainly: this file is
+ * files (f32, bf16, f16, and MLX affine-quantized: matmul through cf_cpu_qgemm), OpenMP over output rows. Every operation is written out plainly: this file is
  * the definition of what each op in backend.h computes. Its memory is host memory, so the *_pos ops read
  * their positions directly and sample runs the host sampler (sample/sampler.h); there are no graph ops.
  * The only op that can fail is sample: its failure is kept and reported (then forgotten) by the next
  * read or sync. */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_quant.h"
 #include "base/status.h"
 #include "sample/sampler.h"
 
@@ -28,6 +29,8 @@ typedef struct cpu_backend {
     int read_n[2];
     float **attn_buf;         /* attention_paged: a score buffer per thread, grown as needed */
     int64_t *attn_cap;
+    cf_qweight **qw;          /* the descriptors of the quantized weights uploaded (CF_Q tensors point at them) */
+    int n_qw;
 } cpu_backend;
 
 static cpu_backend *CPU(cf_backend *be) { return (cpu_backend *)be; }
@@ -56,6 +59,8 @@ static void cpu_destroy(cf_backend *be) {
     for (int t = 0; CPU(be)->attn_buf && t < be->n_threads; t++) free(CPU(be)->attn_buf[t]);
     free(CPU(be)->attn_buf);
     free(CPU(be)->attn_cap);
+    for (int i = 0; i < CPU(be)->n_qw; i++) free(CPU(be)->qw[i]);
+    free(CPU(be)->qw);
     free(be);
 }
 
@@ -74,6 +79,29 @@ static cinfer_status cpu_upload_weight(cf_backend *be, const void *host, cf_dtyp
     if (dt != CF_F32 && dt != CF_BF16 && dt != CF_F16)
         return cf_fail(err, CINFER_E_UNSUPPORTED, "the CPU backend computes with F32, BF16 or F16 weights, not %s", cf_dtype_name(dt));
     *out = (cf_tensor){.data = (void *)host, .dtype = dt, .rows = rows, .cols = cols, .stride = cols};
+    return CINFER_OK;
+}
+
+/* The packed values, scales and biases stay where they are (the mapping); the backend owns a copy of the
+ * descriptor, which the CF_Q tensor points to. */
+static cinfer_status cpu_upload_qweight(cf_backend *be, const cf_qweight *w, cf_tensor *out, cinfer_error *err) {
+    cpu_backend *b = CPU(be);
+    if (!cf_qweight_bits_ok(w->bits) || !cf_qweight_group_ok(w->group) || w->cols % w->group)
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "the CPU backend has no %d-bit, group-%d quantized matmul for %lld columns", w->bits,
+                       w->group, (long long)w->cols);
+    if (w->sb_dtype != CF_F32 && w->sb_dtype != CF_BF16 && w->sb_dtype != CF_F16)
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "quantized weight scales of dtype %s (supported: F32, F16, BF16)", cf_dtype_name(w->sb_dtype));
+    cf_qweight *d = malloc(sizeof *d);
+    cf_qweight **nq = realloc(b->qw, (size_t)(b->n_qw + 1) * sizeof *nq);
+    if (!d || !nq) {
+        free(d);
+        if (nq) b->qw = nq;
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    }
+    *d = *w;
+    b->qw = nq;
+    b->qw[b->n_qw++] = d;
+    *out = (cf_tensor){.data = d, .dtype = CF_Q, .rows = w->rows, .cols = w->cols, .stride = w->cols};
     return CINFER_OK;
 }
 
@@ -131,7 +159,8 @@ static void cpu_embed(cf_backend *be, cf_tensor out, cf_tensor table, cf_tensor 
             memset(o, 0, (size_t)out.cols * sizeof *o);
             continue;
         }
-        cf_to_f32(o, (const char *)table.data + (size_t)((int64_t)id[i] * table.stride) * es, table.dtype, (size_t)out.cols);
+        if (table.dtype == CF_Q) cf_qweight_dequant_row(table.data, id[i], o);
+        else cf_to_f32(o, (const char *)table.data + (size_t)((int64_t)id[i] * table.stride) * es, table.dtype, (size_t)out.cols);
         if (scale != 1.0f)
             for (int64_t c = 0; c < out.cols; c++) o[c] *= scale;
     }
@@ -163,11 +192,30 @@ static float elem_f32(const void *p, cf_dtype t, int64_t i) {
     }
 }
 
+/* out = x . w^T for a quantized weight (CF_Q): the split of cpu_dense_matmul (below), each thread's rows
+ * through cf_cpu_qgemm, which computes every element the same way for any n and row range. */
+static void cpu_qmatmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w) {
+    const cf_qweight *q = w.data;
+    const cf_qmat qm = {.q = q->q, .scales = q->scales, .biases = q->biases, .sb_dtype = q->sb_dtype, .bits = q->bits,
+                        .group = q->group, .rows = q->rows, .cols = q->cols};
+    const int64_t n = x.rows, k = x.cols, d = w.rows;
+    const int64_t blocks = (d + CF_GEMM_ROW_BLOCK - 1) / CF_GEMM_ROW_BLOCK;
+    int nt = n * d * k >= PAR_MIN_WORK ? be->n_threads : 1;
+    if (nt > blocks) nt = blocks > 0 ? (int)blocks : 1;
+    #pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
+        const int64_t j0 = blocks * t / T * CF_GEMM_ROW_BLOCK, j1e = blocks * (t + 1) / T * CF_GEMM_ROW_BLOCK;
+        const int64_t j1 = j1e < d ? j1e : d;
+        if (j1 > j0) cf_cpu_qgemm(x.data, x.stride, n, &qm, j0, j1, (float *)out.data + j0, out.stride);
+    }
+}
+
 /* out[n, d] = x[n, k] . w[d, k]^T + bias: each thread takes a contiguous block of weight rows (whole tiles
  * of CF_GEMM_ROW_BLOCK rows) and streams it once per L2-sized panel of x through the tiled kernel. The
  * kernel computes every element the same way for any n, row position or split, so a row's values do not
  * depend on the batch it is in (nor on the thread count). */
-static void cpu_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
+static void cpu_dense_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w) {
     const int64_t n = x.rows, k = x.cols, d = w.rows;
     const size_t wrow = (size_t)w.stride * cf_dtype_size(w.dtype);
     const cf_gemm_fn gemm = cf_cpu_gemm_kernel(w.dtype);
@@ -183,6 +231,12 @@ static void cpu_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, 
             gemm(x.data, x.stride, n, (const char *)w.data + (size_t)j0 * wrow, w.stride, j1 - j0, k, (float *)out.data + j0,
                  out.stride);
     }
+}
+
+static void cpu_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
+    const int64_t n = x.rows, d = w.rows;
+    if (w.dtype == CF_Q) cpu_qmatmul(be, out, x, w);
+    else cpu_dense_matmul(be, out, x, w);
     if (bias.data)
         for (int64_t i = 0; i < n; i++)
             for (int64_t j = 0; j < d; j++) row(out, i)[j] += elem_f32(bias.data, bias.dtype, j);
@@ -519,6 +573,7 @@ static const cf_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
     .upload_weight = cpu_upload_weight,
+    .upload_qweight = cpu_upload_qweight,
     .free_tensor = cpu_free_tensor,
     .write = cpu_write,
     .fill = cpu_fill,

@@ -346,18 +346,23 @@ DEFINE_TILES16(CF_BF16, bf16)
 DEFINE_TILES16(CF_F16, f16)
 
 static int cpu_has(cf_cpu_isa_level isa) {
-    static int avx2 = -1, avx512 = -1;
-    if (avx2 < 0) {
+    /* bit 0: AVX2+FMA+F16C, bit 1: AVX-512; found once, atomically (threads of a parallel region may ask first,
+     * e.g. through cf_cpu_qgemm; racing first calls store the same value) */
+    static int flags = -1;
+    int f = __atomic_load_n(&flags, __ATOMIC_RELAXED);
+    if (f < 0) {
         __builtin_cpu_init();
         /* F16C from CPUID leaf 1 (ECX bit 29): clang does not take "f16c" in __builtin_cpu_supports; the OS
          * saves the registers it uses whenever AVX2 is usable */
         unsigned a = 0, b = 0, c = 0, dd = 0;
         const int f16c = __get_cpuid(1, &a, &b, &c, &dd) && (c >> 29 & 1);
-        avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-        avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl");
+        const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+        const int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl");
+        f = avx2 | avx512 << 1;
+        __atomic_store_n(&flags, f, __ATOMIC_RELAXED);
     }
-    return isa == CF_ISA_C || (isa == CF_ISA_AVX2 && avx2) || (isa == CF_ISA_AVX512 && avx512);
+    return isa == CF_ISA_C || (isa == CF_ISA_AVX2 && (f & 1)) || (isa == CF_ISA_AVX512 && (f & 2));
 }
 #else
 static int cpu_has(cf_cpu_isa_level isa) { return isa == CF_ISA_C; }
@@ -373,6 +378,8 @@ cf_gemm_fn cf_cpu_gemm_kernel_isa(cf_dtype wdt, cf_cpu_isa_level isa) {
     default: return wdt == CF_BF16 ? gemm_bf16_c : wdt == CF_F16 ? gemm_f16_c : gemm_f32_c;
     }
 }
+
+int cf_cpu_isa_available(cf_cpu_isa_level isa) { return cpu_has(isa); }
 
 static cf_cpu_isa_level best_isa(void) {
     return cpu_has(CF_ISA_AVX512) ? CF_ISA_AVX512 : cpu_has(CF_ISA_AVX2) ? CF_ISA_AVX2 : CF_ISA_C;

@@ -1,5 +1,5 @@
 /* cuda_backend.c: the CUDA backend's host side: device and stream setup, the memory pool, weight upload
- * (f32 matrices become bf16 on the device), host transfers, the op table (kernels are in k_*.cu, dense
+ * (f32 matrices become bf16 on the device, MLX-quantized ones are dequantized to bf16), host transfers, the op table (kernels are in k_*.cu, dense
  * products with many rows go to cuBLAS), the sticky error, and graph recording of a step.
  *
  * Activations are bf16 (act_dtype); every op also takes f32 (and f16) tensors and converts on the fly,
@@ -215,6 +215,48 @@ static cinfer_status cuda_upload_weight(cf_backend *be, const void *host, cf_dty
         return cf_fail(err, CINFER_E_DEVICE, "uploading a %lldx%lld weight: %s", (long long)rows, (long long)cols, cudaGetErrorString(e));
     }
     *out = (cf_tensor){.data = p, .dtype = store, .rows = rows, .cols = cols, .stride = cols};
+    return CINFER_OK;
+}
+
+/* MLX affine-quantized weights are dequantized to bf16 here (scale * q + bias in f32, rounded to nearest even),
+ * a block of rows at a time through host memory, and then are plain BF16 weights: there are no quantized CUDA
+ * kernels yet, so a quantized model runs at bf16 speed and memory on the GPU (same results as the CPU up to
+ * the bf16 rounding of each weight). */
+static cinfer_status cuda_upload_qweight(cf_backend *be, const cf_qweight *w, cf_tensor *out, cinfer_error *err) {
+    cuda_backend *b = CB(be);
+    if (!cf_qweight_bits_ok(w->bits) || !cf_qweight_group_ok(w->group) || w->cols <= 0 || w->cols % w->group)
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "the CUDA backend cannot dequantize a %d-bit, group-%d weight of %lld columns",
+                       w->bits, w->group, (long long)w->cols);
+    const size_t bytes = (size_t)(w->rows * w->cols) * sizeof(uint16_t);
+    void *p = dev_alloc(b, bytes);
+    if (!p) return oom(b, bytes, "a weight", err);
+    int64_t block = ((int64_t)4 << 20) / w->cols;   /* rows per host block: about 4M values */
+    if (block < 1) block = 1;
+    if (block > w->rows) block = w->rows;
+    uint16_t *host = malloc((size_t)(block * w->cols) * sizeof *host);
+    float *rowf = malloc((size_t)w->cols * sizeof *rowf);
+    cudaError_t e = cudaSuccess;
+    for (int64_t r0 = 0; host && rowf && r0 < w->rows && e == cudaSuccess; r0 += block) {
+        const int64_t nr = w->rows - r0 < block ? w->rows - r0 : block;
+        for (int64_t r = 0; r < nr; r++) {
+            cf_qweight_dequant_row(w, r0 + r, rowf);
+            for (int64_t c = 0; c < w->cols; c++) host[r * w->cols + c] = cf_f32_to_bf16(rowf[c]);
+        }
+        e = cudaMemcpyAsync((uint16_t *)p + r0 * w->cols, host, (size_t)(nr * w->cols) * sizeof *host, cudaMemcpyHostToDevice,
+                            b->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(b->stream);   /* host is refilled by the next block */
+    }
+    const int no_mem = !host || !rowf;
+    free(host);
+    free(rowf);
+    if (no_mem || e != cudaSuccess) {
+        dev_free(b, p);
+        if (no_mem) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of host memory dequantizing a %lldx%lld weight", (long long)w->rows,
+                                   (long long)w->cols);
+        return cf_fail(err, CINFER_E_DEVICE, "uploading a %lldx%lld quantized weight: %s", (long long)w->rows, (long long)w->cols,
+                       cudaGetErrorString(e));
+    }
+    *out = (cf_tensor){.data = p, .dtype = CF_BF16, .rows = w->rows, .cols = w->cols, .stride = w->cols};
     return CINFER_OK;
 }
 
@@ -638,6 +680,7 @@ static const cf_backend_ops cuda_ops = {
     .destroy = cuda_destroy,
     .alloc = cuda_alloc,
     .upload_weight = cuda_upload_weight,
+    .upload_qweight = cuda_upload_qweight,
     .free_tensor = cuda_free_tensor,
     .write = cuda_write,
     .fill = cuda_fill,

@@ -1,0 +1,45 @@
+/* cpu_quant.h: the CPU matrix product against MLX affine-quantized weights (2, 3, 4, 5, 6, 8 bits, groups
+ * of 32, 64, 128 along the input dimension), f32 activations and outputs, with runtime selection between
+ * AVX-512, AVX2+FMA+F16C and portable C. Owns nothing: the weights are read in place (from the mmap). */
+#ifndef CF_BACKEND_CPU_QUANT_H
+#define CF_BACKEND_CPU_QUANT_H
+
+#include <stdint.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "base/dtype.h"
+
+/* An MLX affine-quantized weight matrix: w[r][c] = scale[r][c / group] * q[r][c] + bias[r][c / group],
+ * q packed `bits` per value little-endian from the lowest bits of uint32 words along each row (3, 5 and 6
+ * bits straddle words), each row starting a new word: words_per_row = cols * bits / 32. */
+typedef struct cf_qmat {
+    const uint32_t *q;
+    const void *scales, *biases;  /* [rows, cols / group] of sb_dtype: CF_BF16, CF_F16 or CF_F32 */
+    cf_dtype sb_dtype;
+    int bits;                     /* 2, 3, 4, 5, 6, 8 */
+    int group;                    /* 32, 64, 128 */
+    int64_t rows, cols;           /* output features, input features */
+} cf_qmat;
+
+/* out[i][r - r0] = sum_c x[i][c] * w[r][c] for i < n and weight rows r0 <= r < r1 (x: f32 rows of stride xs,
+ * out: f32 rows of stride os). Every output element is computed the same way whatever n, r0, r1 and the
+ * thread count (batch invariance: a sequence's logits must not depend on its batch). Single-threaded; the
+ * caller splits rows between threads.
+ *
+ * The value of every element, on every instruction set (the same bits on AVX-512, AVX2 and portable C):
+ * each weight is dequantized to f32 as w = fmaf(scale, (float)q, bias) (scale and bias widened to f32);
+ * a 16-lane accumulator, lane l, takes fmaf(x[c], w[c], acc[l]) for c = l, l + 16, l + 32, ... in order
+ * (4 bits: in pair order, c = 2l, 2l + 1, 32 + 2l, 32 + 2l + 1, ..., the order the nibbles unpack in);
+ * then the lanes are summed by one tree, distance 8 first, then 4, 2, 1. Preconditions (the loader checks
+ * them and reports CINFER_E_FORMAT): cols is a multiple of group, bits and group are among those above,
+ * sb_dtype is BF16, F16 or F32, 0 <= r0 <= r1 <= rows; a matrix that breaks them gives NaN outputs (the
+ * sizes of q, scales and biases cannot be checked here). */
+void cf_cpu_qgemm(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
+                  float *out, int64_t os);
+
+/* The same computed by one instruction set's kernels; returns 0 (and computes nothing) when this CPU or
+ * build lacks it: for tests and benchmarks. */
+int cf_cpu_qgemm_isa(cf_cpu_isa_level isa, const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0,
+                     int64_t r1, float *out, int64_t os);
+
+#endif
