@@ -68,6 +68,14 @@ static const cf_sample_args greedy_args = {.temperature = 0.0f, .top_k = 0, .top
 
 /* ---- the context ---- */
 
+/* The length of the longest common prefix of a[0, n) and b[0, n): memcmp a block at a time, then the block that differs. */
+static int common_prefix(const int32_t *a, const int32_t *b, int n) {
+    int i = 0;
+    while (i + 256 <= n && !memcmp(a + i, b + i, 256 * sizeof *a)) i += 256;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
 /* Makes ctx ids[0, n) and cuts the sequence to what it shares with it (leaving at least the last token to feed,
  * whose logits the first draft needs). All or nothing. */
 static cinfer_status set_context(dm_source *s, const int32_t *ids, int n, const char *what, cinfer_error *err) {
@@ -83,16 +91,10 @@ static cinfer_status set_context(dm_source *s, const int32_t *ids, int n, const 
     /* the sequence keeps its longest prefix shared with ids, at most n - 1 tokens */
     const int len = cf_rseq_len(s->seq);
     const int32_t *toks = cf_rseq_tokens(s->seq);
-    int keep = 0;
-    const int lim = len < n - 1 ? len : n - 1;
-    while (keep < lim && toks[keep] == ids[keep]) keep++;
+    const int keep = common_prefix(toks, ids, len < n - 1 ? len : n - 1);
     if (keep < len) CF_TRY(cf_rseq_truncate(s->seq, keep, err));
     /* the context: only its changed tail is copied */
-    int same = 0;
-    const int clim = s->n_ctx < n ? s->n_ctx : n;
-    if (clim && !memcmp(s->ctx, ids, (size_t)clim * sizeof *ids)) same = clim;
-    else
-        while (same < clim && s->ctx[same] == ids[same]) same++;
+    const int same = common_prefix(s->ctx, ids, s->n_ctx < n ? s->n_ctx : n);
     if (n > same) memcpy(s->ctx + same, ids + same, (size_t)(n - same) * sizeof *ids);
     s->n_ctx = n;
     /* the first unreadable id: one kept from the unchanged part still holds, else look in the new tail */
@@ -167,7 +169,7 @@ static void draft_group(dm_provider *p, dm_source **src, int32_t *const *out, in
         }
         if (n == 0 || cf_runner_step(p->runner, p->items, n, &e) != CINFER_OK) return;
     }
-    for (int j = 0;; j++) {
+    for (;;) {
         int n = 0;
         for (int i = 0; i < g; i++) {
             dm_source *s = src[i];
@@ -175,11 +177,11 @@ static void draft_group(dm_provider *p, dm_source **src, int32_t *const *out, in
             const int len = cf_rseq_len(s->seq);
             cf_batch_item it = {.seq = s->seq, .logits = p->host_pick ? CF_LOGITS_LAST : CF_LOGITS_NONE,
                                 .pick = p->host_pick ? NULL : &greedy_args, .token = -1};
-            if (j == 0) {
+            if (s->got == 0) {   /* the first step: what the sequence lacks, the context's last token included */
                 it.ids = s->ctx + len;
                 it.n = s->n_ctx - len;
-            } else {
-                it.ids = &out[i][j - 1];
+            } else {             /* then the previous proposal */
+                it.ids = &out[i][s->got - 1];
                 it.n = 1;
             }
             p->items[n] = it;
