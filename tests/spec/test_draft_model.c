@@ -341,6 +341,34 @@ static void test_edges(cf_draft_provider *p) {
     free(ids);
 }
 
+/* Out of draft KV blocks: no drafts and no error; the source goes on once blocks are free again. max_seqs 1 sizes
+ * the pool for one context, which two long contexts do not fit. */
+static void test_out_of_blocks(void) {
+    cf_draft_provider *p = NULL;
+    cinfer_error err = {0};
+    CHECK(cf_draft_model_provider_create(target, draft, 1, &p, &err) == CINFER_OK, "create (1): %s", err.message);
+    if (!p) return;
+    const int n = 700;
+    int32_t *ctx = long_context(n), *ctx2 = long_context(n + 1), d[8], ref[8];
+    ctx2[0] = ctx2[0] == 5 ? 6 : 5;   /* no prefix shared with ctx */
+    cf_draft_source *a = open_src(p), *b = open_src(p);
+    prefill(a, ctx, n);
+    prefill(b, ctx2, n);
+    int got = do_draft(a, 8, d);
+    greedy(draft, ctx, n, 8, ref);
+    CHECK(got == 8 && same_ids(d, ref, 8), "the first long context: %d drafts, or other tokens", got);
+    got = do_draft(b, 8, d);
+    CHECK(got == 0, "a second long context with the pool full: %d drafts (want 0, no error)", got);
+    cf_draft_close(a);
+    got = do_draft(b, 8, d);
+    greedy(draft, ctx2, n, 8, ref);
+    CHECK(got == 8 && same_ids(d, ref, 8), "the second context once the first is closed: %d drafts, or other tokens", got);
+    cf_draft_close(b);
+    cf_draft_provider_free(p);
+    free(ctx);
+    free(ctx2);
+}
+
 /* ---- tokenizer mismatches ---- */
 
 static char *read_all(const char *path, size_t *len) {
@@ -518,6 +546,8 @@ int main(int argc, char **argv) {
         free(ids);
         cf_draft_provider_free(small);   /* closes left_open */
     }
+    phase("out of KV blocks");
+    test_out_of_blocks();
     phase("tokenizer mismatches");
     test_mismatch(argv[2], argv[3], argv[4]);
 
