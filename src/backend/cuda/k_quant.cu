@@ -9,6 +9,7 @@
  * values (32 or 16), always inside one group (groups are 32, 64, 128 values and chunks start at multiples of 16
  * bytes). */
 #include "backend/cuda/k_gemv.cuh"
+#include "backend/cuda/k_quant.cuh"
 
 #include <mma.h>
 
@@ -49,47 +50,6 @@ __device__ __forceinline__ float2 ld_sb(const void *sb, int t, int64_t i) {
         return __half22float2(h);
     }
     return __ldg((const float2 *)sb + i);
-}
-
-/* 2^23 + m as a float (m < 2^23) minus 2^23: m exactly, with one LOP3 / PRMT and one FADD (no I2F) */
-__device__ __forceinline__ float magic(uint32_t m) { return __uint_as_float(m | 0x4B000000u) - 8388608.0f; }
-
-/* sum_e x[e] * q[e] over the 32 4-bit values of a chunk. Nibble i of a word (value 8m + i) is taken in place,
- * times 16^(i % 4) (the high half shifted down once), into accumulator i % 4, which is scaled back by 16^-(i % 4)
- * at the end: exact powers of two, so the products round as x * q would. */
-__device__ __forceinline__ float dot_q4(uint4 w, const float (&x)[32]) {
-    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-#pragma unroll
-    for (int m = 0; m < 4; m++) {
-        const uint32_t lo = u[m], hi = u[m] >> 16;
-        a0 = fmaf(x[8 * m + 0], magic(lo & 0xFu), a0);
-        a1 = fmaf(x[8 * m + 1], magic(lo & 0xF0u), a1);
-        a2 = fmaf(x[8 * m + 2], magic(lo & 0xF00u), a2);
-        a3 = fmaf(x[8 * m + 3], magic(lo & 0xF000u), a3);
-        a0 = fmaf(x[8 * m + 4], magic(hi & 0xFu), a0);
-        a1 = fmaf(x[8 * m + 5], magic(hi & 0xF0u), a1);
-        a2 = fmaf(x[8 * m + 6], magic(hi & 0xF00u), a2);
-        a3 = fmaf(x[8 * m + 7], magic(hi & 0xF000u), a3);
-    }
-    return fmaf(a3, 1.0f / 4096.0f, fmaf(a2, 1.0f / 256.0f, fmaf(a1, 1.0f / 16.0f, a0)));
-}
-
-/* byte i of u as a float: PRMT builds 0x4B0000bb */
-__device__ __forceinline__ float q8(uint32_t u, int i) { return __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440 + i)) - 8388608.0f; }
-
-/* sum_e x[e] * q[e] over the 16 8-bit values of a chunk */
-__device__ __forceinline__ float dot_q8(uint4 w, const float (&x)[16]) {
-    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-    float a = 0.0f, b = 0.0f;
-#pragma unroll
-    for (int m = 0; m < 4; m++) {
-        a = fmaf(x[4 * m + 0], q8(u[m], 0), a);
-        b = fmaf(x[4 * m + 1], q8(u[m], 1), b);
-        a = fmaf(x[4 * m + 2], q8(u[m], 2), a);
-        b = fmaf(x[4 * m + 3], q8(u[m], 3), b);
-    }
-    return a + b;
 }
 
 template <int V>
@@ -243,13 +203,6 @@ constexpr size_t QM_TILE_BYTES = (size_t)2 * (MB + NB) * LDS * 2;
 constexpr size_t QM_C_BYTES = (size_t)MB * LDC * 4;
 constexpr size_t QM_SMEM = QM_TILE_BYTES > QM_C_BYTES ? QM_TILE_BYTES : QM_C_BYTES;
 
-__device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);   /* .x = a in the low half */
-    uint32_t u;
-    memcpy(&u, &h, 4);
-    return u;
-}
-
 template <typename XT>
 struct XRegs;
 template <>
@@ -326,18 +279,7 @@ __global__ void __launch_bounds__(QM_THREADS) qmma_kernel(QArgs g) {
     auto store_smem = [&](int buf) {
         *reinterpret_cast<uint4 *>(As + (buf * MB + xr) * LDS + xc) = xreg.packed();
         uint32_t p[8];
-#pragma unroll
-        for (int e = 0; e < 16; e += 2) {
-            uint32_t q0, q1;
-            if constexpr (BITS == 4) {
-                q0 = (wreg[e / 8] >> (4 * (e % 8))) & 0xFu;
-                q1 = (wreg[(e + 1) / 8] >> (4 * ((e + 1) % 8))) & 0xFu;
-            } else {
-                q0 = (wreg[e / 4] >> (8 * (e % 4))) & 0xFFu;
-                q1 = (wreg[(e + 1) / 4] >> (8 * ((e + 1) % 4))) & 0xFFu;
-            }
-            p[e / 2] = pack_bf16(fmaf(sbreg.x, (float)q0, sbreg.y), fmaf(sbreg.x, (float)q1, sbreg.y));
-        }
+        dequant16<BITS>(wreg, sbreg.x, sbreg.y, p);
         uint4 *dst = reinterpret_cast<uint4 *>(Bs + (buf * NB + wr) * LDS + 16 * half);
         dst[0] = make_uint4(p[0], p[1], p[2], p[3]);
         dst[1] = make_uint4(p[4], p[5], p[6], p[7]);
