@@ -117,8 +117,6 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
 #pragma unroll
         for (int s = 0; s < QR; s++) acc[r][s] = 0.0f;
 
-    pdl_wait();
-    pdl_launch_next();
     const XT *x = (const XT *)g.x;
     const int64_t nch = g.k * BITS / 128, step = 32 * (int64_t)g.ks;
 
@@ -140,20 +138,30 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
             }
         }
     };
-    for (int64_t c = sub * 32 + lane; c < nch; c += 2 * step) {
+    /* chunks c and c + step of each row (two in flight), with their (scale, bias) pairs */
+    uint4 w1[QR], w2[QR];
+    float2 sb1[QR], sb2[QR];
+    auto fetch = [&](int64_t c) {
         const int64_t c2 = c + step;
-        const bool has2 = c2 < nch;
-        uint4 w1[QR], w2[QR];
-        float2 sb1[QR], sb2[QR];
+        const bool has1 = c < nch, has2 = c2 < nch;
 #pragma unroll
         for (int s = 0; s < QR; s++) {
-            w1[s] = ok[s] ? ld_stream(reinterpret_cast<const uint4 *>(wrow[s]) + c) : make_uint4(0, 0, 0, 0);
+            w1[s] = ok[s] && has1 ? ld_stream(reinterpret_cast<const uint4 *>(wrow[s]) + c) : make_uint4(0, 0, 0, 0);
             w2[s] = ok[s] && has2 ? ld_stream(reinterpret_cast<const uint4 *>(wrow[s]) + c2) : make_uint4(0, 0, 0, 0);
-            sb1[s] = ok[s] ? ld_sb(sbp[s], sbt[s], sbrow[s] + ((c * V) >> gsh[s])) : make_float2(0.0f, 0.0f);
+            sb1[s] = ok[s] && has1 ? ld_sb(sbp[s], sbt[s], sbrow[s] + ((c * V) >> gsh[s])) : make_float2(0.0f, 0.0f);
             sb2[s] = ok[s] && has2 ? ld_sb(sbp[s], sbt[s], sbrow[s] + ((c2 * V) >> gsh[s])) : make_float2(0.0f, 0.0f);
         }
+    };
+    /* the first weights before waiting for the kernel ahead (weights are never written by it: k_gemv.cuh), so their
+     * latency overlaps its tail; x only after */
+    const int64_t c0 = sub * 32 + lane;
+    fetch(c0);
+    pdl_wait();
+    pdl_launch_next();
+    for (int64_t c = c0; c < nch; c += 2 * step) {
+        if (c != c0) fetch(c);
         use(c, w1, sb1);
-        if (has2) use(c2, w2, sb2);
+        if (c + step < nch) use(c + step, w2, sb2);
     }
 
     /* lane r * QR + s keeps sum (r, s) */

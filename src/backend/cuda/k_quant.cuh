@@ -104,7 +104,7 @@ QK_UNROLL
             q0 = (w[e / 4] >> (8 * (e % 4))) & 0xFFu;
             q1 = (w[(e + 1) / 4] >> (8 * ((e + 1) % 4))) & 0xFFu;
         }
-        p[e / 2] = pack_bf16(fmaf(scale, (float)q0, bias), fmaf(scale, (float)q1, bias));
+        p[e / 2] = pack_bf16(fmaf(scale, magic(q0), bias), fmaf(scale, magic(q1), bias));   /* magic: no quarter-rate I2F */
     }
 }
 
