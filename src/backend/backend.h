@@ -278,6 +278,8 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *   qmma_max_rows     CINFER_QMMA_MAX_ROWS      128: CUDA matmuls with 4/8-bit weights and more rows than gemv_max_rows (at most
  *                                               8) up to this many run the tensor-core kernel on the packed weights; more
  *                                               rows dequantize the weight to bf16 scratch and use cuBLAS
+ *   qgemv_warps       CINFER_QGEMV_WARPS        24: warps per SM the quantized GEMV aims for when it splits a unit of 4 weight
+ *                                               rows over 2 or 4 warps (few rows or long ones)
  * The measurements behind the CUDA defaults are noted where cuda_backend.c applies them. */
 typedef struct cf_tuning {
     int fused_ops, decode_graphs;
@@ -285,7 +287,7 @@ typedef struct cf_tuning {
     int gemv_unroll, gemv_max_rows, gemv_warps, gemv_block_warps;
     int attn_bc, attn_hpb, attn_group, attn_group_splits;
     int paged_mma_group, paged_sm_blocks, attn_paged_d512;
-    int qmma_max_rows;
+    int qmma_max_rows, qgemv_warps;
 } cf_tuning;
 
 cf_tuning cf_tuning_defaults(void);

@@ -508,10 +508,10 @@ extern "C" cudaError_t cfk_qgemv(cudaStream_t st, const cfk_qjob *j) {
         units[s] = glu ? ceil_div(j->w[s]->rows, 2) : ceil_div(j->w[s]->rows, QR);
         n_units += glu && s ? 0 : units[s];
     }
-    /* split a unit's chunks over 2 or 4 warps while the warps stay within 24 per SM and each lane keeps at least
-     * two chunks a row (Llama-3-8B: q, k, v and o 2 warps a unit, gate/up 1, down 2) */
+    /* split a unit's chunks over 2 or 4 warps while the warps stay within cfk_cfg.qgemv_warps (24) per SM and each
+     * lane keeps at least two chunks a row (Llama-3-8B at 24: q, k, v and o 2 warps a unit, gate/up 1, down 2) */
     int ks = 1;
-    while (ks < 4 && n_units * ks * 2 <= (int64_t)cfk_cfg.n_sm * 24 && nch >= (int64_t)32 * ks * 2 * 2) ks *= 2;
+    while (ks < 4 && n_units * ks * 2 <= (int64_t)cfk_cfg.n_sm * cfk_cfg.qgemv_warps && nch >= (int64_t)32 * ks * 2 * 2) ks *= 2;
     const int upb = 4 / ks;
     for (int64_t r0 = 0; r0 < j->x.rows; r0 += 8) {
         const int n = (int)(j->x.rows - r0 < 8 ? j->x.rows - r0 : 8);
