@@ -93,24 +93,22 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
     const QSeg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
     const int64_t unit = ((int64_t)blockIdx.x - S.block0) * upb + t;
 
+    /* slots 0, 1 of a GLU unit are gate rows (S), 2, 3 up rows (g.s1); otherwise every slot is a row of S */
+    const QSeg &UP = glu ? g.s1 : S;
     const uint32_t *wrow[QR];
-    const void *sbp[QR];
     int64_t sbrow[QR];
-    int sbt[QR], gsh[QR];
     bool ok[QR];
 #pragma unroll
     for (int s = 0; s < QR; s++) {
-        const bool up = glu && s >= 2;
+        const bool up = s >= 2;
         const int64_t row = glu ? unit * 2 + (s & 1) : unit * QR + s;
-        const int64_t d = up ? g.s1.d : S.d;
-        ok[s] = row < d;
+        ok[s] = row < (up ? UP.d : S.d);
         const int64_t rr = ok[s] ? row : 0;
-        wrow[s] = (up ? g.s1.q : S.q) + rr * (up ? g.s1.wpr : S.wpr);
-        sbp[s] = up ? g.s1.sb : S.sb;
-        sbrow[s] = rr * (up ? g.s1.G : S.G);
-        sbt[s] = up ? g.s1.sbt : S.sbt;
-        gsh[s] = up ? g.s1.gsh : S.gsh;
+        wrow[s] = (up ? UP.q : S.q) + rr * (up ? UP.wpr : S.wpr);
+        sbrow[s] = rr * (up ? UP.G : S.G);
     }
+    const void *const sbpA = S.sb, *const sbpB = UP.sb;
+    const int sbtA = S.sbt, sbtB = UP.sbt, gshA = S.gsh, gshB = UP.gsh;
     float acc[NX][QR];
 #pragma unroll
     for (int r = 0; r < NX; r++)
@@ -148,8 +146,10 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
         for (int s = 0; s < QR; s++) {
             w1[s] = ok[s] && has1 ? ld_stream(reinterpret_cast<const uint4 *>(wrow[s]) + c) : make_uint4(0, 0, 0, 0);
             w2[s] = ok[s] && has2 ? ld_stream(reinterpret_cast<const uint4 *>(wrow[s]) + c2) : make_uint4(0, 0, 0, 0);
-            sb1[s] = ok[s] && has1 ? ld_sb(sbp[s], sbt[s], sbrow[s] + ((c * V) >> gsh[s])) : make_float2(0.0f, 0.0f);
-            sb2[s] = ok[s] && has2 ? ld_sb(sbp[s], sbt[s], sbrow[s] + ((c2 * V) >> gsh[s])) : make_float2(0.0f, 0.0f);
+            const void *sbp = s >= 2 ? sbpB : sbpA;
+            const int sbt = s >= 2 ? sbtB : sbtA, gsh = s >= 2 ? gshB : gshA;
+            sb1[s] = ok[s] && has1 ? ld_sb(sbp, sbt, sbrow[s] + ((c * V) >> gsh)) : make_float2(0.0f, 0.0f);
+            sb2[s] = ok[s] && has2 ? ld_sb(sbp, sbt, sbrow[s] + ((c2 * V) >> gsh)) : make_float2(0.0f, 0.0f);
         }
     };
     /* the first weights before waiting for the kernel ahead (weights are never written by it: k_gemv.cuh), so their
