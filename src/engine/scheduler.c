@@ -967,7 +967,7 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
     if (st == CINFER_OK) st = cf_engine_add_draft_provider(e, "ngram", prov, err);
     if (st == CINFER_OK && p->draft_model) {
         st = cf_draft_model_provider_create(m, p->draft_model, rq->max_seqs, &prov, err);
-        if (st != CINFER_OK) cf_wrap(err, st, "the draft model cannot draft for this engine's model");
+        if (st != CINFER_OK) cf_wrap(err, st, "the engine's draft model");
         else st = cf_engine_add_draft_provider(e, "draft", prov, err);
     }
     if (st == CINFER_OK && p->default_draft && p->default_draft[0] && strcmp(p->default_draft, "none")) {
