@@ -74,6 +74,9 @@ cinfer_status cf_plan_request(const cf_request *q, const char *const *sources, i
 /* Adds a draft provider under name (tests and benchmarks: the replay "oracle"), owned by the engine from then on
  * (freed on failure too). Call it before opening sessions. */
 cinfer_status cf_engine_add_draft_provider(cinfer_engine *e, const char *name, cf_draft_provider *p, cinfer_error *err);
+/* Tests: on = every speculating session drafts whenever its source proposes (the cost rule's threshold is 0, so it
+ * never pauses), making the drafts independent of step timings. Call it before opening sessions. */
+void cf_engine_spec_always(cinfer_engine *e, int on);
 
 struct cinfer_session {
     pthread_mutex_t mu;
@@ -117,6 +120,7 @@ struct cinfer_session {
     int spec_k;                 /* the adaptive draft length */
     int spec_off;               /* steps left without speculating (it did not pay) */
     int spec_backoff;           /* the next pause's length */
+    int spec_probe;             /* the pause is over: the next verification probes with one draft */
     double acc_hit, acc_try;    /* exponential averages: drafts accepted, drafts verified up to the first miss */
     int32_t draft_tokens, accepted_tokens;
     double t_prep, t_prefilled, t_first, t_last;

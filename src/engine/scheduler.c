@@ -35,7 +35,7 @@
 #define CF_ENGINE_PROVIDERS 8
 /* the speculation policy (see "speculative decoding: the policy" below) */
 #define CF_SPEC_START_K 4
-#define CF_SPEC_MIN_PAUSE 8
+#define CF_SPEC_MIN_PAUSE 16
 #define CF_SPEC_MAX_PAUSE 256
 #define CF_SPEC_DECAY 0.8       /* of the acceptance averages, per verification */
 #define CF_COST_DECAY 0.98      /* of the step cost fit, per step */
@@ -78,6 +78,7 @@ struct cinfer_engine {
     double cw, cx, cy, cxx, cxy;  /* the fit's weighted sums */
     double c_fixed, c_row;        /* its last well-conditioned solution; c_row < 0: none yet */
     long spec_steps;
+    int spec_always;              /* tests: theta 0 (draft whenever a source proposes) */
     /* published under mu at the end of each turn, for cinfer_engine_get_stats */
     int pub_running, pub_blocks_available, pub_blocks_cached;
     long pub_steps;
@@ -490,8 +491,9 @@ static int build_step(cinfer_engine *e, int drafts) {
  * (at least 1) when every draft was accepted and moves halfway down to accepted + 1 on a miss.
  *
  * Pause. A session whose first draft does not pay (alpha <= theta) pauses speculation for a number of steps
- * (8, doubling up to 256 while it keeps not paying, back to 8 once it pays), then probes with one verification
- * to measure alpha again. Sources that propose nothing (an n-gram without a match) cost nothing. */
+ * (16, doubling up to 256 while it keeps not paying, back to 16 once a probe is accepted), then probes with one
+ * draft to measure alpha again (its averages keep their history). Sources that propose nothing (an n-gram without
+ * a match) cost nothing. */
 
 static double mono_now(void) {
     return monotonic_now(NULL);
@@ -530,7 +532,7 @@ static double spec_alpha(const cinfer_session *s) {
 /* How many drafts s asks for this step (0: none), within *rows_left and *logits_left, which it reduces. */
 static int spec_want(cinfer_engine *e, cinfer_session *s, double theta, int *rows_left, int *logits_left) {
     if (s->spec_off > 0) {
-        s->spec_off--;
+        if (!--s->spec_off) s->spec_probe = 1;
         return 0;
     }
     const int limit = s->req.draft_max ? s->req.draft_max : CF_DRAFT_MAX;
@@ -543,20 +545,22 @@ static int spec_want(cinfer_engine *e, cinfer_session *s, double theta, int *row
     if (k > *logits_left) k = *logits_left;
     if (k <= 0) return 0;
     const double alpha = spec_alpha(s);
-    if (s->acc_try > 0 && alpha <= theta) {
+    if (s->spec_probe) {
+        k = 1;   /* after a pause: one draft measures the acceptance again */
+    } else if (s->acc_try > 0 && alpha <= theta) {
         /* the first draft does not pay: pause, then probe */
         s->spec_off = s->spec_backoff;
         s->spec_backoff = s->spec_backoff * 2 < CF_SPEC_MAX_PAUSE ? s->spec_backoff * 2 : CF_SPEC_MAX_PAUSE;
-        s->acc_try = s->acc_hit = 0;   /* the probe measures afresh */
         return 0;
+    } else {
+        double pj = alpha;
+        int j = 1;
+        while (j < k && pj * alpha > theta) {
+            pj *= alpha;
+            j++;
+        }
+        k = j;
     }
-    double pj = alpha;
-    int j = 1;
-    while (j < k && pj * alpha > theta) {
-        pj *= alpha;
-        j++;
-    }
-    k = j;
     *rows_left -= k;
     *logits_left -= k;
     return k;
@@ -573,7 +577,8 @@ static void spec_update(cinfer_session *s, int k, int a) {
     } else {
         s->spec_k = (s->spec_k + a + 2) / 2;
     }
-    if (spec_alpha(s) > 0.5) s->spec_backoff = CF_SPEC_MIN_PAUSE;
+    if (s->spec_probe && a == k) s->spec_backoff = CF_SPEC_MIN_PAUSE;   /* a probe that was accepted */
+    s->spec_probe = 0;
 }
 
 /* Whether s generates in this step (its only missing input is its pending token). */
@@ -596,7 +601,7 @@ static int draft_phase(cinfer_engine *e) {
         }
     }
     if (!speculating) return 0;
-    const double theta = spec_theta(e, rows);
+    const double theta = e->spec_always ? 0 : spec_theta(e, rows);
     /* drafts come before prompt chunks but leave them half the budget */
     int rows_left = e->budget - rows, logits_left = e->logit_rows - e->n_run;
     if (prefilling) rows_left /= 2;
@@ -1014,6 +1019,10 @@ cinfer_status cf_engine_add_draft_provider(cinfer_engine *e, const char *name, c
     e->prov_names[e->n_prov] = e->prov_name[e->n_prov];
     e->prov[e->n_prov++] = p;
     return CINFER_OK;
+}
+
+void cf_engine_spec_always(cinfer_engine *e, int on) {
+    e->spec_always = on;
 }
 
 void cinfer_engine_free(cinfer_engine *e) {
