@@ -50,7 +50,8 @@ static cinfer_status rp_draft(cf_draft_source *base, int want, int32_t *out, int
 static cinfer_status rp_commit(cf_draft_source *base, int accepted, const int32_t *ids, int n, cinfer_error *err) {
     replay_source *s = (replay_source *)base;
     const replay_provider *p = (const replay_provider *)base->provider;
-    if (s->which >= 0 && (p->lens[s->which] < n || memcmp(p->seqs[s->which] + s->n, ids + s->n, (size_t)(n - s->n) * sizeof *ids)))
+    if (n < s->n || s->which < 0 || p->lens[s->which] < n ||
+        memcmp(p->seqs[s->which] + s->n, ids + s->n, (size_t)(n - s->n) * sizeof *ids))
         s->which = match(p, ids, n);
     s->n = n;
     return CINFER_OK;
