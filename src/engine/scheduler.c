@@ -202,6 +202,9 @@ static void spec_open(cinfer_engine *e, cinfer_session *s) {
     if (!s->spec_k) {
         s->spec_k = s->req.draft_max ? s->req.draft_max : CF_SPEC_START_K;
         s->spec_backoff = CF_SPEC_MIN_PAUSE;
+        /* the prior: 3 of 4 drafts accepted, weighing as two verifications; it decays like the measurements */
+        s->acc_hit = 1.5;
+        s->acc_try = 2.0;
     }
     cinfer_error err = {0};
     if (!s->src && cf_draft_open(s->prov, &s->src, &err) != CINFER_OK) {
@@ -480,7 +483,8 @@ static int build_step(cinfer_engine *e, int drafts) {
  *
  *     alpha^j  >  theta = per_row * R / (fixed + per_row * R)
  *
- * (the tokens it brings per unit of time beat the step's own rate). theta is small when a step's time is
+ * (the tokens it brings per unit of time beat the step's own rate). alpha starts from a prior of 3/4 that weighs as
+ * two verifications and decays like them. theta is small when a step's time is
  * mostly fixed (reading the weights: few rows, memory-bound) and tends to 1 as the batch fills and every row
  * costs its share of compute, where only a session whose drafts are nearly always accepted still speculates:
  * under a full batch speculation stops by itself. Until the fit has two distinct row counts theta is 0 (the
@@ -524,9 +528,9 @@ static double spec_theta(const cinfer_engine *e, int rows) {
     return all > 0 ? var / all : 0;
 }
 
-/* The measured acceptance per draft; an optimistic prior (3 of 4) until verifications say otherwise. */
+/* The measured acceptance per draft (the averages start from an optimistic prior, spec_open). */
 static double spec_alpha(const cinfer_session *s) {
-    return (s->acc_hit + 1.5) / (s->acc_try + 2.0);
+    return s->acc_try > 0 ? s->acc_hit / s->acc_try : 0;
 }
 
 /* How many drafts s asks for this step (0: none), within *rows_left and *logits_left, which it reduces. */
@@ -547,7 +551,7 @@ static int spec_want(cinfer_engine *e, cinfer_session *s, double theta, int *row
     const double alpha = spec_alpha(s);
     if (s->spec_probe) {
         k = 1;   /* after a pause: one draft measures the acceptance again */
-    } else if (s->acc_try > 0 && alpha <= theta) {
+    } else if (!e->spec_always && alpha <= theta) {
         /* the first draft does not pay: pause, then probe */
         s->spec_off = s->spec_backoff;
         s->spec_backoff = s->spec_backoff * 2 < CF_SPEC_MAX_PAUSE ? s->spec_backoff * 2 : CF_SPEC_MAX_PAUSE;
