@@ -775,6 +775,86 @@ static void check_chi_square(void) {
     free(c2);
 }
 
+/* A provider that misbehaves: its sources propose ids outside the vocabulary after two good ones, fail to draft every
+ * fifth call, and one of them fails a commit and another its prefill. Speculation stops or shortens for them and
+ * every output is still the plain one. */
+typedef struct bad_src {
+    cf_draft_source base;
+    int calls, id, fail_prefill, fail_commit_at, commits;
+    int32_t ctx_last;
+} bad_src;
+static int bad_opened;
+static cinfer_status bd_prefill(cf_draft_source *s, const int32_t *ids, int n, cinfer_error *err) {
+    bad_src *b = (bad_src *)s;
+    b->ctx_last = ids[n - 1];
+    return b->fail_prefill ? cf_fail(err, CINFER_E_INTERNAL, "prefill refused (test)") : CINFER_OK;
+}
+static cinfer_status bd_draft(cf_draft_source *s, int n, int32_t *d, int *got, cinfer_error *err) {
+    bad_src *b = (bad_src *)s;
+    if (++b->calls % 5 == 0) return cf_fail(err, CINFER_E_INTERNAL, "draft failed (test)");
+    for (int i = 0; i < n; i++) d[i] = i < 2 ? (b->ctx_last + i) % V : (i % 2 ? V + 5 : -3);
+    *got = n;
+    return CINFER_OK;
+}
+static cinfer_status bd_commit(cf_draft_source *s, int a, const int32_t *ids, int n, cinfer_error *err) {
+    bad_src *b = (bad_src *)s;
+    b->ctx_last = ids[n - 1];
+    if (++b->commits == b->fail_commit_at) return cf_fail(err, CINFER_E_INTERNAL, "commit failed (test)");
+    return CINFER_OK;
+}
+static void bd_close(cf_draft_source *s) { free(s); }
+static const cf_draft_source_ops bd_sops = {bd_prefill, bd_draft, bd_commit, bd_close};
+static cinfer_status bd_open(cf_draft_provider *p, cf_draft_source **src, cinfer_error *err) {
+    bad_src *b = calloc(1, sizeof *b);
+    b->base.ops = &bd_sops;
+    b->base.provider = p;
+    b->id = bad_opened++;
+    b->fail_prefill = b->id == 2;
+    b->fail_commit_at = b->id == 1 ? 4 : -1;
+    *src = &b->base;
+    return CINFER_OK;
+}
+static void bd_free(cf_draft_provider *p) { free(p); }
+static const cf_draft_provider_ops bd_pops = {.name = "bad", .open = bd_open, .draft_many = NULL, .free = bd_free};
+
+static void check_bad_source(void) {
+    enum { NQ = 4 };
+    req qs[NQ];
+    for (int i = 0; i < NQ; i++) {
+        qs[i] = make_req(6 + i, 30, 700 + (unsigned)i);
+        qs[i].draft = "bad";
+        if (i == 3) {
+            qs[i].temperature = 0.9f;
+            qs[i].seed = 5;
+        }
+    }
+    out plain[NQ], got[NQ];
+    cinfer_engine *e = engine_with(1, 0, NULL, NULL);
+    run_all(e, qs, NQ, 0, plain);
+    cinfer_engine_free(e);
+    cf_draft_provider *p = calloc(1, sizeof *p);
+    p->ops = &bd_pops;
+    bad_opened = 0;
+    e = engine_with(1, 0, NULL, NULL);
+    cinfer_error err = {0};
+    CHECK(cf_engine_add_draft_provider(e, "bad", p, &err) == CINFER_OK, "bad provider: %s", err.message);
+    CHECK(cf_engine_add_draft_provider(e, "bad", NULL, &err) != CINFER_OK, "a NULL provider accepted");
+    cf_draft_provider *dup = calloc(1, sizeof *dup);
+    dup->ops = &bd_pops;
+    CHECK(cf_engine_add_draft_provider(e, "ngram", dup, &err) == CINFER_E_INVALID_ARGUMENT, "a second ngram accepted");
+    run_all(e, qs, NQ, 1, got);
+    check_blocks(e, "misbehaving source");
+    cinfer_engine_free(e);
+    for (int i = 0; i < NQ; i++) {
+        char why[160] = "";
+        CHECK(same(&got[i], &plain[i], why, sizeof why), "misbehaving source, request %d: %s", i, why);
+        CHECK(got[i].accepted <= got[i].drafted, "request %d: %d accepted of %d", i, got[i].accepted, got[i].drafted);
+    }
+    CHECK(got[2].drafted == 0, "a source whose prefill failed drafted %d", got[2].drafted);
+    printf("  a misbehaving source (bad ids, failed drafts, commit and prefill): outputs identical; drafted %d %d %d %d\n",
+           got[0].drafted, got[1].drafted, got[2].drafted, got[3].drafted);
+}
+
 static void check_refusals(void) {
     cinfer_engine_params ep = cinfer_engine_default_params();
     cinfer_engine *e = NULL;
@@ -866,6 +946,7 @@ int main(int argc, char **argv) {
             check_rollback();
             if (tiny) {
                 check_refusals();
+                check_bad_source();
                 check_mixed();
                 check_cancel_thread();
                 check_chi_square();
