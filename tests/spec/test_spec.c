@@ -855,6 +855,40 @@ static void check_bad_source(void) {
            got[0].drafted, got[1].drafted, got[2].drafted, got[3].drafted);
 }
 
+/* Drafts stay inside the context and the KV memory: a request filling the context to its last position, and one
+ * in a KV memory that holds exactly its prompt and max_tokens, run with the oracle's 16 drafts a step to the end. */
+static void check_edges(void) {
+    req q[2];
+    q[0] = make_req(64, CTX - 64, 900);
+    q[1] = make_req(40, 41, 901);
+    q[0].draft = q[1].draft = "oracle";
+    q[0].draft_max = q[1].draft_max = 16;
+    out plain[2], got[2];
+    cinfer_engine *e = engine_with(1, 0, NULL, NULL);
+    run_all(e, q, 2, 0, plain);
+    cf_engine_stats st = cf_engine_get_stats(e);
+    cinfer_engine_free(e);
+    e = oracle_engine(1, 0, q, plain, 2);
+    run_all(e, q, 1, 1, got);
+    cinfer_engine_free(e);
+    /* 80 positions (the prompt and max_tokens less the last token) in blocks of 16: 5 blocks */
+    const int64_t kv = st.block_bytes * ((40 + 41 - 1 + st.block_size - 1) / st.block_size);
+    e = oracle_engine(1, kv, q, plain, 2);
+    if (e) {
+        run_all(e, &q[1], 1, 1, &got[1]);
+        cf_engine_stats s2 = cf_engine_get_stats(e);
+        CHECK(s2.blocks_total * s2.block_size < 40 + 41 - 1 + s2.block_size && s2.preemptions == 0,
+              "KV of %d blocks: %ld preemptions", s2.blocks_total, s2.preemptions);
+        cinfer_engine_free(e);
+    }
+    for (int i = 0; i < 2; i++) {
+        char why[160] = "";
+        CHECK(same(&got[i], &plain[i], why, sizeof why) && got[i].n == q[i].max_tokens && got[i].accepted == got[i].drafted &&
+                  got[i].drafted > 0, "edge %d: %s (%d tokens, %d of %d drafts)", i, why, got[i].n, got[i].accepted, got[i].drafted);
+    }
+    printf("  the context's last position and an exactly-sized KV memory reached with 16 drafts a step\n");
+}
+
 static void check_refusals(void) {
     cinfer_engine_params ep = cinfer_engine_default_params();
     cinfer_engine *e = NULL;
@@ -947,6 +981,7 @@ int main(int argc, char **argv) {
             if (tiny) {
                 check_refusals();
                 check_bad_source();
+                check_edges();
                 check_mixed();
                 check_cancel_thread();
                 check_chi_square();
