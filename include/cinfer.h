@@ -123,6 +123,12 @@ typedef struct cinfer_engine_params {
      * NULL = silent. */
     void (*log)(const char *line, void *user);
     void *log_user;
+    /* Speculative decoding. draft_model: a smaller model whose greedy continuation drafts tokens for requests
+     * naming draft "draft" (its tokenizer must agree with the engine's model; owned by the caller and outliving
+     * the engine); NULL = none, and such requests are refused. default_draft: the draft source of requests
+     * that name none: NULL or "" = plain decoding, "ngram", "draft" (needs draft_model), "none". */
+    cinfer_model *draft_model;
+    const char *default_draft;
 } cinfer_engine_params;
 
 /* One engine per model: it owns the scheduler thread that runs the model's sessions in one continuous
@@ -214,9 +220,14 @@ typedef struct cinfer_request {
     int ignore_eos;              /* do not end at the model's end-of-sequence ids */
     int logprobs;                /* report the log-probability of each generated token */
     int32_t top_logprobs;        /* and the most likely alternatives, [0, CINFER_MAX_TOP_LOGPROBS] */
-    const char *draft;           /* draft source for speculative decoding: NULL, "" or "none" */
+    /* Speculative decoding (lossless: the output is the one plain decoding gives, token for token, for the
+     * same seed). draft: the source of drafted tokens: "ngram" (prompt lookup: what followed the context's
+     * longest recent suffix earlier in it), "draft" (the engine's draft model), "none" (plain decoding), or
+     * NULL / "" for the engine's default_draft. Plan "text:spec-ngram", "text:spec-draft". */
+    const char *draft;
     int ids_only;                /* do not detokenize: events and the result carry ids and no text (so an
                                     id without text never fails a run); no stop strings */
+    int32_t draft_max;           /* drafted tokens per step at most, [0, 16]; 0 = adaptive up to 16 */
 } cinfer_request;
 
 cinfer_request cinfer_request_default(void);
@@ -313,6 +324,8 @@ typedef struct cinfer_usage {
     double prefill_tps;          /* prompt tokens / prompt evaluation time */
     double decode_tps;           /* tokens generated after the first / the time they took */
     double total_s;              /* open to terminal */
+    int32_t draft_tokens;        /* speculative decoding: tokens drafted and verified */
+    int32_t accepted_tokens;     /* of which the target accepted (each step also adds one token of its own) */
 } cinfer_usage;
 
 typedef struct cinfer_result {

@@ -6,6 +6,7 @@
  * decode step (which records the graph) is not timed. */
 #include "cli/cli.h"
 #include "cli/bench_engine.h"
+#include "cli/bench_spec.h"
 #include "model/model.h"
 #include "base/status.h"
 
@@ -89,7 +90,14 @@ static const char *bench_help =
     "  --max-batch N     with --concurrency: sessions in one step at most (default: 128 CUDA, 16 CPU)\n"
     "  --kv-memory MIB   with --concurrency: KV cache memory in MiB (default: room for max-batch full contexts\n"
     "                    within 90% of the free memory)\n"
-    "  --json            print one JSON object instead of a table\n";
+    "  --json            print one JSON object instead of a table\n"
+    "  --spec ngram|oracle\n"
+    "                    instead: speculative decoding against plain decoding through the engine, side by\n"
+    "                    side (greedy, one session; outputs checked identical). ngram: a copy-heavy and an\n"
+    "                    open-ended prompt, tokens/s, speedup and acceptance. oracle: drafts replaying the\n"
+    "                    model's own output (all accepted): for k = 1, 2, 4, 8, 16 drafts a step, tokens/s,\n"
+    "                    the cost of a verify step against a plain step, and the speedup\n"
+    "  --draft-max K     with --spec: drafts per step at most, 1..16 (oracle: only that k)\n";
 
 int cf_cmd_bench(int argc, char **argv) {
     const char *verb = "bench";
@@ -97,13 +105,25 @@ int cf_cmd_bench(int argc, char **argv) {
     const char *random_cfg = NULL, *v;
     long n_prompt = 128, n_gen = 128, reps = 3, chunk = 0, max_batch = 0, kv_mib = 0;
     int json = 0;
-    const char *decode_opt = "auto", *conc_opt = NULL, *quant_opt = NULL;
+    const char *decode_opt = "auto", *conc_opt = NULL, *quant_opt = NULL, *spec_opt = NULL;
+    long draft_max = 0;
     for (int i = 1; i < argc; i++) {
         int r;
         if (cf_is_help(argv[i])) { fputs(bench_help, stdout); return 0; }
         if ((r = cf_common_flag(verb, argc, argv, &i, &o)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
         if ((r = cf_flag_value(verb, argc, argv, &i, "--random-weights", &random_cfg)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
         if ((r = cf_flag_value(verb, argc, argv, &i, "--concurrency", &conc_opt)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
+        if ((r = cf_flag_value(verb, argc, argv, &i, "--spec", &spec_opt)) != 0) {
+            if (r < 0) return CF_EXIT_USAGE;
+            if (strcmp(spec_opt, "ngram") && strcmp(spec_opt, "oracle"))
+                return cf_usage_error(verb, "--spec must be ngram or oracle, got '%s'", spec_opt);
+            continue;
+        }
+        if ((r = cf_flag_value(verb, argc, argv, &i, "--draft-max", &v)) != 0) {
+            if (r < 0) return CF_EXIT_USAGE;
+            if (cf_parse_long(v, 1, 16, &draft_max)) return cf_usage_error(verb, "--draft-max must be an integer in [1, 16], got '%s'", v);
+            continue;
+        }
         if ((r = cf_flag_value(verb, argc, argv, &i, "--quant", &quant_opt)) != 0) {
             if (r < 0) return CF_EXIT_USAGE;
             if (strcmp(quant_opt, "q4") && strcmp(quant_opt, "q8")) return cf_usage_error(verb, "--quant must be q4 or q8, got '%s'", quant_opt);
@@ -136,6 +156,8 @@ int cf_cmd_bench(int argc, char **argv) {
     if (chunk > 4096) return cf_usage_error(verb, "--chunk must be at most 4096");
     if (max_batch > 2048) return cf_usage_error(verb, "--max-batch must be at most 2048");
     if ((max_batch || kv_mib) && !conc_opt) return cf_usage_error(verb, "--max-batch and --kv-memory go with --concurrency");
+    if (draft_max && !spec_opt) return cf_usage_error(verb, "--draft-max goes with --spec");
+    if (spec_opt && conc_opt) return cf_usage_error(verb, "--spec and --concurrency are separate benchmarks; give one");
 
     int32_t *conc = NULL;
     int n_conc = 0;
@@ -152,6 +174,13 @@ int cf_cmd_bench(int argc, char **argv) {
         }
     }
 
+    if (spec_opt && !random_cfg) {   /* the folder's tokenizer gives text prompts */
+        free(conc);
+        const bench_spec_args sa = {.source = spec_opt, .draft_max = (int)draft_max, .n_prompt = (int)n_prompt, .n_gen = (int)n_gen,
+                                    .reps = (int)reps, .label = o.model, .dir = o.model,
+                                    .dev = o.device == CF_DEVICE_CUDA ? CINFER_DEVICE_CUDA : CINFER_DEVICE_CPU, .threads = o.threads};
+        return cf_bench_spec(NULL, &sa);
+    }
     cinfer_error err = {0};
     cf_model *m = NULL;
     cf_model_params p = cf_model_default_params();
@@ -190,6 +219,11 @@ int cf_cmd_bench(int argc, char **argv) {
     /* the GEMM rate at the row count of the longest prefill pass, which the prefill rate is compared with */
     const long pass = chunk ? chunk : cf_model_prefill_chunk(m);
     const int gemm_rows = (int)(n_prompt < pass ? n_prompt : pass);
+    if (spec_opt) {
+        const bench_spec_args sa = {.source = spec_opt, .draft_max = (int)draft_max, .n_prompt = (int)n_prompt, .n_gen = (int)n_gen,
+                                    .reps = (int)reps, .label = random_cfg ? random_cfg : o.model, .device = m->be->ops->name};
+        return cf_bench_spec(m, &sa);
+    }
     if (conc) {
         if (measure_bandwidth(m->be, bw_bytes, &bw, &err) != CINFER_OK) {
             free(conc);

@@ -100,7 +100,7 @@ static cinfer_status reply(const cinfer_model *m, cinfer_engine *e, cinfer_reque
 
 /* Loads the model and starts the engine with SIGINT blocked, so that the helper threads (the engine's,
  * OpenMP's) never take it and Ctrl-C always reaches the thread reading input. */
-static cinfer_status load(const cf_gen_opts *o, cinfer_model **m, cinfer_engine **e, cinfer_error *err) {
+static cinfer_status load(cf_gen_opts *o, cinfer_model **m, cinfer_engine **e, cinfer_error *err) {
     sigset_t block, old;
     sigemptyset(&block);
     sigaddset(&block, SIGINT);

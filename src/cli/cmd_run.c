@@ -2,6 +2,7 @@
  * the generation flags it shares with `cinfer chat` (gen.h). */
 #include "cli/gen.h"
 #include "cli/chat_out.h"
+#include "base/status.h"
 
 #include <float.h>
 #include <limits.h>
@@ -20,6 +21,8 @@ void cf_gen_opts_init(cf_gen_opts *o) {
 void cf_gen_opts_free(cf_gen_opts *o) {
     free(o->stop);
     o->stop = NULL;
+    cinfer_model_free(o->draft);
+    o->draft = NULL;
 }
 
 const char *const cf_gen_flags_help =
@@ -41,6 +44,11 @@ const char *const cf_gen_flags_help =
     "  --logprobs N             print each token's log-probability and its N most likely alternatives (0..20)\n"
     "                           to stderr\n"
     "  --stats                  print token counts, time to first token and tokens/s to stderr\n"
+    "  --spec ngram|draft|none  speculative decoding (the same output, sooner): drafts from n-gram lookup in the\n"
+    "                           context, or from a draft model (default none; --draft-model implies draft)\n"
+    "  --draft-model DIR        the draft model of --spec draft (default with the embedded model: its draft,\n"
+    "                           models/cinfer-tiny-draft); its tokenizer must agree with the model's\n"
+    "  --draft-max N            drafted tokens per step at most, 1..16 (default: adaptive up to 16)\n"
     "  --device cpu|cuda        compute device (default cpu)\n"
     "  --threads N              CPU threads (default: all cores)\n";
 
@@ -128,16 +136,59 @@ int cf_gen_flag(const char *verb, int argc, char **argv, int *i, cf_gen_opts *o)
         o->stats = 1;
         return 1;
     }
+    if ((r = cf_flag_value(verb, argc, argv, i, "--spec", &v)) != 0) {
+        if (r < 0) return r;
+        if (strcmp(v, "ngram") && strcmp(v, "draft") && strcmp(v, "none")) {
+            cf_usage_error(verb, "--spec must be ngram, draft or none, got '%s'", v);
+            return -1;
+        }
+        o->spec = v;
+        return 1;
+    }
+    if ((r = cf_flag_value(verb, argc, argv, i, "--draft-model", &o->draft_dir)) != 0) return r;
+    if ((r = int_flag(verb, argc, argv, i, "--draft-max", 1, 16, &n)) != 0) {
+        if (r > 0) q->draft_max = (int32_t)n;
+        return r;
+    }
     return 0;
 }
 
-cinfer_status cf_gen_load(const cf_gen_opts *o, cinfer_model **m, cinfer_engine **e, cinfer_error *err) {
+const char *cf_gen_draft_dir(const char *model_dir, const char *draft_dir) {
+    static char path[4200];
+    if (draft_dir) return draft_dir;
+    const char *embedded = cf_default_model_dir();
+    if (!model_dir || !embedded || strcmp(model_dir, embedded)) return NULL;
+    snprintf(path, sizeof path, "%s-draft", embedded);
+    FILE *f = NULL;
+    char cfg[4300];
+    snprintf(cfg, sizeof cfg, "%s/config.json", path);
+    if (!(f = fopen(cfg, "rb"))) return NULL;
+    fclose(f);
+    return path;
+}
+
+cinfer_status cf_gen_load(cf_gen_opts *o, cinfer_model **m, cinfer_engine **e, cinfer_error *err) {
     cinfer_model_params p = cinfer_model_default_params();
     p.device = o->common.device == CF_DEVICE_CUDA ? CINFER_DEVICE_CUDA : CINFER_DEVICE_CPU;
     p.n_threads = o->common.threads;
     *e = NULL;
+    const char *spec = o->spec ? o->spec : o->draft_dir ? "draft" : NULL;
+    const char *draft_dir = spec && !strcmp(spec, "draft") ? cf_gen_draft_dir(o->common.model, o->draft_dir) : NULL;
+    if (spec && !strcmp(spec, "draft") && !draft_dir)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "--spec draft needs --draft-model DIR (only the embedded model has a "
+                                                           "default draft)");
     cinfer_status st = cinfer_model_load(o->common.model, &p, m, err);
-    if (st == CINFER_OK) st = cinfer_engine_create(*m, NULL, e, err);
+    if (st == CINFER_OK && draft_dir) {
+        st = cinfer_model_load(draft_dir, &p, &o->draft, err);
+        if (st != CINFER_OK) {
+            cinfer_error inner = *err;
+            snprintf(err->message, sizeof err->message, "the draft model %s: %s", draft_dir, inner.message);
+        }
+    }
+    cinfer_engine_params ep = cinfer_engine_default_params();
+    ep.draft_model = o->draft;
+    ep.default_draft = spec;
+    if (st == CINFER_OK) st = cinfer_engine_create(*m, &ep, e, err);
     return st;
 }
 
@@ -151,6 +202,9 @@ void cf_gen_print_stats(const char *verb, const cinfer_result *r) {
             : r->outcome == CINFER_OUTCOME_CANCELLED ? cinfer_cancel_reason_name(r->cancel_reason)
                                                      : "",
             u->prompt_tokens, u->ttft_s, u->prefill_tps, u->decode_tps, r->plan, (unsigned long long)r->seed);
+    if (u->draft_tokens)
+        fprintf(stderr, "cinfer %s: speculative decoding: %d tokens drafted, %d accepted (%.1f%%)\n", verb, u->draft_tokens,
+                u->accepted_tokens, 100.0 * u->accepted_tokens / u->draft_tokens);
 }
 
 /* ---- run ---- */

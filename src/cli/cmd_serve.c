@@ -1,6 +1,7 @@
 /* cmd_serve.c: `cinfer serve`: the HTTP server (src/server) on one model and its engine. It listens before
  * the model loads (/health answers 503 until then) and stops cleanly on SIGINT or SIGTERM. */
 #include "cli/cli.h"
+#include "cli/gen.h"
 #include "server/server.h"
 
 #include <pthread.h>
@@ -35,6 +36,10 @@ static const char *serve_help =
     "                           messages\n"
     "  --max-batch N            sessions in one engine step (default: 128 CUDA, 16 CPU)\n"
     "  --kv-memory MIB          KV cache memory in MiB (default: room for max-batch full contexts)\n"
+    "  --spec ngram|draft|none  speculative decoding for requests that name no draft source (default none;\n"
+    "                           --draft-model implies draft); a request's \"speculative\" field overrides it\n"
+    "  --draft-model DIR        a draft model for \"draft\" (default with the embedded model: its draft,\n"
+    "                           models/cinfer-tiny-draft); its tokenizer must agree with the model's\n"
     "  --device cpu|cuda        compute device (default cpu)\n"
     "  --threads N              CPU threads (default: all cores)\n";
 
@@ -73,6 +78,7 @@ typedef struct serve_opts {
     cf_server_params sp;
     long max_batch, kv_mib, max_queued;
     int verbose;
+    const char *spec, *draft_dir;   /* --spec: the default draft source; --draft-model */
 } serve_opts;
 
 /* --flag with an integer value in [lo, hi]; same return convention as cf_flag_value. */
@@ -126,6 +132,17 @@ static int serve_flag(const char *verb, int argc, char **argv, int *i, serve_opt
     if ((r = long_flag(verb, argc, argv, i, "--max-batch", 1, 2048, &o->max_batch)) != 0) return r;
     if ((r = long_flag(verb, argc, argv, i, "--kv-memory", 1, 1L << 30, &o->kv_mib)) != 0) return r;
     if ((r = long_flag(verb, argc, argv, i, "--max-queued", 0, 1 << 24, &o->max_queued)) != 0) return r;
+    const char *v;
+    if ((r = cf_flag_value(verb, argc, argv, i, "--spec", &v)) != 0) {
+        if (r < 0) return r;
+        if (strcmp(v, "ngram") && strcmp(v, "draft") && strcmp(v, "none")) {
+            cf_usage_error(verb, "--spec must be ngram, draft or none, got '%s'", v);
+            return -1;
+        }
+        o->spec = v;
+        return 1;
+    }
+    if ((r = cf_flag_value(verb, argc, argv, i, "--draft-model", &o->draft_dir)) != 0) return r;
     if (!strcmp(argv[*i], "--log-prompts")) return sp->log_prompts = 1;
     if (!strcmp(argv[*i], "--quiet")) return (sp->log_requests = 0), 1;
     if (!strcmp(argv[*i], "--verbose")) return o->verbose = 1;
@@ -149,6 +166,11 @@ int cf_cmd_serve(int argc, char **argv) {
         if (r < 0) return CF_EXIT_USAGE;
     }
     if (!o.common.model) return cf_usage_error(verb, "--model DIR is required (no embedded model in this build)");
+    const char *spec = o.spec ? o.spec : o.draft_dir ? "draft" : NULL;
+    /* the draft model: --draft-model, or with --spec draft and the embedded model its embedded draft */
+    const char *draft_dir = cf_gen_draft_dir(o.common.model, o.draft_dir);
+    if (spec && !strcmp(spec, "draft") && !draft_dir)
+        return cf_usage_error(verb, "--spec draft needs --draft-model DIR (only the embedded model has a default draft)");
     o.sp.log_http = o.verbose;
     char name[256];
     if (!o.sp.model_name || !*o.sp.model_name) o.sp.model_name = base_name(o.common.model, name, sizeof name);
@@ -182,10 +204,19 @@ int cf_cmd_serve(int argc, char **argv) {
     ep.kv_memory = (int64_t)o.kv_mib << 20;
     ep.max_queued = (int)o.max_queued;
     if (o.verbose) ep.log = engine_log;
-    cinfer_model *m = NULL;
+    ep.default_draft = spec;
+    cinfer_model *m = NULL, *dm = NULL;
     cinfer_engine *e = NULL;
     int rc = 0;
-    if (cinfer_model_load(o.common.model, &mp, &m, &err) != CINFER_OK || cinfer_engine_create(m, &ep, &e, &err) != CINFER_OK) {
+    cinfer_status st = cinfer_model_load(o.common.model, &mp, &m, &err);
+    if (st == CINFER_OK && draft_dir && (o.draft_dir || (spec && !strcmp(spec, "draft")))) {
+        if ((st = cinfer_model_load(draft_dir, &mp, &dm, &err)) != CINFER_OK) {
+            cinfer_error inner = err;
+            snprintf(err.message, sizeof err.message, "the draft model %s: %s", draft_dir, inner.message);
+        }
+        ep.draft_model = dm;
+    }
+    if (st != CINFER_OK || cinfer_engine_create(m, &ep, &e, &err) != CINFER_OK) {
         if (!atomic_load(&stop_requested)) rc = cf_report(verb, &err);
     } else {
         cf_server_attach(srv, m, e);
@@ -200,6 +231,7 @@ int cf_cmd_serve(int argc, char **argv) {
     }
     cf_server_stop(srv);
     cinfer_engine_free(e);
+    cinfer_model_free(dm);
     cinfer_model_free(m);
     return rc;
 }

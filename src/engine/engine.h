@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "model/runner.h"
 #include "sample/sampler.h"
+#include "spec/draft.h"
 
 typedef struct cf_tokenizer cf_tokenizer;
 typedef struct cf_chat_template cf_chat_template;
@@ -47,7 +48,8 @@ typedef struct cf_request {
     int ids_only;
     int fit_context;            /* max_tokens may be lowered to what the engine's KV memory leaves */
     int keep_special;           /* the text keeps special tokens (a chat reply whose markup is made of them) */
-    char draft[64];
+    char draft[64];             /* "" = the engine's default */
+    int draft_max;              /* 0 = adaptive */
 } cf_request;
 
 /* Checks and copies r. Nothing is allocated unless every field is valid. */
@@ -55,16 +57,26 @@ cinfer_status cf_request_build(const cinfer_model *m, const cinfer_request *r, c
 void cf_request_free(cf_request *q);
 
 /* How a request runs; chosen once at open, never changed. */
-typedef enum cf_mechanism { CF_MECH_CONTINUOUS } cf_mechanism;
+typedef enum cf_mechanism { CF_MECH_CONTINUOUS, CF_MECH_SPECULATIVE } cf_mechanism;
 
 typedef struct cf_plan {
     cf_mechanism mechanism;
-    char id[48];                /* "text:continuous" */
+    char id[48];                /* "text:continuous", "text:spec-ngram" */
+    char source[32];            /* SPECULATIVE: the draft source's name */
     int output_limit;           /* tokens the request may generate */
 } cf_plan;
 
-/* Chooses the plan of a validated request without touching device state. */
-cinfer_status cf_plan_request(const cf_request *q, cf_plan *out, cinfer_error *err);
+/* Chooses the plan of a validated request without touching device state. sources: the names of the engine's
+ * draft providers; default_draft: the source of a request naming none (NULL = plain). */
+cinfer_status cf_plan_request(const cf_request *q, const char *const *sources, int n_sources, const char *default_draft,
+                              cf_plan *out, cinfer_error *err);
+
+/* Adds a draft provider under name (tests and benchmarks: the replay "oracle"), owned by the engine from then on
+ * (freed on failure too). Call it before opening sessions. */
+cinfer_status cf_engine_add_draft_provider(cinfer_engine *e, const char *name, cf_draft_provider *p, cinfer_error *err);
+/* Tests: on = every speculating session drafts whenever its source proposes (the cost rule's threshold is 0, so it
+ * never pauses), making the drafts independent of step timings. Call it before opening sessions. */
+void cf_engine_spec_always(cinfer_engine *e, int on);
 
 struct cinfer_session {
     pthread_mutex_t mu;
@@ -99,6 +111,18 @@ struct cinfer_session {
     int cached;                 /* prompt tokens the first admission took from the prefix cache */
     int n_preempted;
     int n_sampled;
+
+    /* speculative decoding (plan SPECULATIVE), the scheduler's */
+    cf_draft_provider *prov;    /* the plan's provider */
+    cf_draft_source *src;       /* open while admitted; NULL otherwise or when speculation failed */
+    int32_t draft[CF_DRAFT_MAX];
+    int n_draft;                /* drafts proposed for this step */
+    int spec_k;                 /* the adaptive draft length */
+    int spec_off;               /* steps left without speculating (it did not pay) */
+    int spec_backoff;           /* the next pause's length */
+    int spec_probe;             /* the pause is over: the next verification probes with one draft */
+    double acc_hit, acc_try;    /* exponential averages: drafts accepted, drafts verified up to the first miss */
+    int32_t draft_tokens, accepted_tokens;
     double t_prep, t_prefilled, t_first, t_last;
 
     /* published output, under mu */

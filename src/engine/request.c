@@ -119,6 +119,9 @@ static cinfer_status check_fields(const cinfer_model *m, const cinfer_request *r
     if (r->draft && strlen(r->draft) >= sizeof ((cf_request *)0)->draft)
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "draft names a source of %zu bytes; no source name is that long",
                        strlen(r->draft));
+    if (r->draft_max < 0 || r->draft_max > CF_DRAFT_MAX)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "draft_max is %d; it must be in [0, %d] (0 = adaptive)", (int)r->draft_max,
+                       CF_DRAFT_MAX);
     if ((r->prompt_text || r->messages) && !m->tok)
         return cf_fail(err, CINFER_E_TOKENIZER,
                        "this model folder has no tokenizer.json, so the prompt must be given as token ids");
@@ -199,6 +202,7 @@ cinfer_status cf_request_build(const cinfer_model *m, const cinfer_request *r, c
     out->fit_context = r->fit_context != 0;
     out->keep_special = cf_chat_keeps_special(m, r);
     snprintf(out->draft, sizeof out->draft, "%s", r->draft ? r->draft : "");
+    out->draft_max = r->draft_max;
 
     int oom = 0;
     if (r->n_logit_bias) {

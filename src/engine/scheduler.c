@@ -20,6 +20,8 @@
  * every request on the host path. */
 #include "engine/engine.h"
 #include "base/status.h"
+#include "spec/draft_model.h"
+#include "spec/ngram.h"
 #include "text/detok.h"
 #include "text/stop.h"
 
@@ -29,6 +31,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#define CF_ENGINE_PROVIDERS 8
+/* the speculation policy (see "speculative decoding: the policy" below) */
+#define CF_SPEC_START_K 4
+#define CF_SPEC_MIN_PAUSE 16
+#define CF_SPEC_MAX_PAUSE 256
+#define CF_SPEC_DECAY 0.8       /* of the acceptance averages, per verification */
+#define CF_COST_DECAY 0.98      /* of the step cost fit, per step */
+
 
 struct cinfer_engine {
     cinfer_model *model;
@@ -52,6 +63,22 @@ struct cinfer_engine {
     cinfer_session **fresh;       /* [max_batch] admitted in this turn */
     int peak_batch;
     long n_steps, n_preemptions;
+    int max_ctx, logit_rows;      /* the runner's positions per sequence and logits rows per step */
+    /* speculative decoding: the draft providers by name, the default source, the drafting scratch and the
+     * step cost model (decode-only steps: time = fixed + per_row * rows, fitted with forgetting) */
+    cf_draft_provider *prov[CF_ENGINE_PROVIDERS];
+    char prov_name[CF_ENGINE_PROVIDERS][32];
+    const char *prov_names[CF_ENGINE_PROVIDERS];
+    int n_prov;
+    char default_draft[32];
+    cinfer_session **d_s;         /* [max_batch] */
+    cf_draft_source **d_src;
+    int *d_want, *d_got;
+    int32_t **d_out;
+    double cw, cx, cy, cxx, cxy;  /* the fit's weighted sums */
+    double c_fixed, c_row;        /* its last well-conditioned solution; c_row < 0: none yet */
+    long spec_steps;
+    int spec_always;              /* tests: theta 0 (draft whenever a source proposes) */
     /* published under mu at the end of each turn, for cinfer_engine_get_stats */
     int pub_running, pub_blocks_available, pub_blocks_cached;
     long pub_steps;
@@ -141,17 +168,58 @@ static cinfer_status prepare(cinfer_engine *e, cinfer_session *s, cinfer_error *
     s->prepared = 1;
     CF_TRY(cf_sampler_create(&q->sp, m->hp.vocab, &s->smp, err));
     CF_TRY(cf_sampler_accept_many(s->smp, q->prompt, (size_t)q->n_prompt, err));
-    s->ids = malloc(((size_t)q->n_prompt + (size_t)q->max_tokens) * sizeof *s->ids);
-    if (!s->ids) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for %d tokens", q->n_prompt + q->max_tokens);
+    /* room for the drafts of a step past the committed tokens */
+    const size_t n_ids = (size_t)q->n_prompt + (size_t)q->max_tokens + CF_DRAFT_MAX;
+    s->ids = malloc(n_ids * sizeof *s->ids);
+    if (!s->ids) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for %zu tokens", n_ids);
     memcpy(s->ids, q->prompt, (size_t)q->n_prompt * sizeof *s->ids);
     s->n_ids = q->n_prompt;
-    if (!s->device_pick) {
+    if (!s->device_pick || s->prov) {
         s->logits = malloc((size_t)m->hp.vocab * sizeof *s->logits);
         if (!s->logits) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the logits of %d tokens", m->hp.vocab);
     }
     if (e->model->tok && !q->ids_only) CF_TRY(cf_detok_create(cf_detok_tokenizer_decode, e->model->tok, !q->keep_special, &s->detok, err));
     if (q->n_stop) CF_TRY(cf_stop_create((const char *const *)q->stop, q->n_stop, NULL, 0, &s->stop, err));
     return CINFER_OK;
+}
+
+/* ---- speculative decoding: the session's draft source ---- */
+
+/* Speculation failed for s (a source could not open, prefill, draft or commit): it goes on decoding plainly,
+ * which gives the same tokens. */
+static void spec_drop(cinfer_engine *e, cinfer_session *s, const char *what, const cinfer_error *err) {
+    elog(e, "session %llu: speculative decoding stops (%s: %s); decoding goes on without drafts", (unsigned long long)s->id,
+         what, err->message);
+    cf_draft_close(s->src);
+    s->src = NULL;
+    s->prov = NULL;
+    s->n_draft = 0;
+}
+
+/* Admission: a source for s, told the committed context (the prompt, or prompt + output after a preemption). */
+static void spec_open(cinfer_engine *e, cinfer_session *s) {
+    if (!s->prov) return;
+    if (!s->spec_k) {
+        s->spec_k = s->req.draft_max ? s->req.draft_max : CF_SPEC_START_K;
+        s->spec_backoff = CF_SPEC_MIN_PAUSE;
+        /* the prior: 3 of 4 drafts accepted, weighing as two verifications; it decays like the measurements */
+        s->acc_hit = 1.5;
+        s->acc_try = 2.0;
+    }
+    cinfer_error err = {0};
+    if (!s->src && cf_draft_open(s->prov, &s->src, &err) != CINFER_OK) {
+        s->src = NULL;
+        spec_drop(e, s, "opening the source", &err);
+        return;
+    }
+    if (s->src->ops->prefill(s->src, s->ids, s->n_ids, &err) != CINFER_OK) spec_drop(e, s, "prefill", &err);
+}
+
+/* After a step committed tokens to s (accepted drafts among them): the source learns the committed context. */
+static void spec_commit(cinfer_engine *e, cinfer_session *s, int accepted) {
+    if (!s->src) return;
+    cinfer_error err = {0};
+    if (s->src->ops->commit(s->src, accepted, s->ids, s->n_ids, &err) != CINFER_OK) spec_drop(e, s, "commit", &err);
 }
 
 /* Gives s a sequence holding the longest cached prefix of its tokens; the rest is computed by the steps. */
@@ -165,6 +233,7 @@ static cinfer_status admit(cinfer_engine *e, cinfer_session *s, cinfer_error *er
     int reused = 0;
     CF_TRY(cf_rseq_adopt_prefix(s->rs, s->ids, s->n_ids, &reused, err));
     if (!s->n_preempted) s->cached = reused;
+    spec_open(e, s);
     return CINFER_OK;
 }
 
@@ -253,6 +322,8 @@ failed:
  * the outcome, and lets go of s. */
 static void settle(cinfer_engine *e, cinfer_session *s, step_end *end) {
     atomic_store(&s->state, CINFER_STATE_SETTLING);
+    cf_draft_close(s->src);
+    s->src = NULL;
     cf_rseq_free(s->rs);
     cf_sampler_free(s->smp);
     cf_detok_free(s->detok);
@@ -275,6 +346,8 @@ static void settle(cinfer_engine *e, cinfer_session *s, step_end *end) {
     if (s->t_prefilled > s->t_prep) u->prefill_tps = (s->req.n_prompt - s->cached) / (s->t_prefilled - s->t_prep);
     if (s->n_sampled > 1 && s->t_last > s->t_first) u->decode_tps = (s->n_sampled - 1) / (s->t_last - s->t_first);
     u->total_s = now - s->t_open;
+    u->draft_tokens = s->draft_tokens;
+    u->accepted_tokens = s->accepted_tokens;
     s->result.seed = s->req.sp.seed;
     cf_session_finish(s, end->outcome, end->finish, &end->err);
 
@@ -286,6 +359,9 @@ static void settle(cinfer_engine *e, cinfer_session *s, step_end *end) {
              (unsigned long long)s->id, cinfer_outcome_name(r->outcome), r->outcome == CINFER_OUTCOME_CANCELLED ? " by " : " with ",
              r->outcome == CINFER_OUTCOME_CANCELLED ? cinfer_cancel_reason_name(r->cancel_reason) : cinfer_finish_name(r->finish),
              u->prompt_tokens, u->cached_tokens, r->n_tokens, u->decode_tps, s->n_preempted);
+    if (s->plan.mechanism == CF_MECH_SPECULATIVE)
+        elog(e, "session %llu: %d tokens drafted, %d accepted (%.1f%%)", (unsigned long long)s->id, u->draft_tokens,
+             u->accepted_tokens, u->draft_tokens ? 100.0 * u->accepted_tokens / u->draft_tokens : 0.0);
     cf_session_release(s);
 }
 
@@ -333,6 +409,9 @@ static void preempt_newest(cinfer_engine *e, int need, int avail) {
     const int held = cf_rseq_blocks_held(s->rs);
     cf_rseq_free(s->rs);
     s->rs = NULL;
+    cf_draft_close(s->src);   /* reopened and prefilled again at readmission */
+    s->src = NULL;
+    s->n_draft = 0;
     s->n_preempted++;
     e->n_preemptions++;
     pthread_mutex_lock(&e->mu);
@@ -359,16 +438,29 @@ static void add_item(cinfer_engine *e, int k, cinfer_session *s, int len, int n)
     e->item_s[k] = s;
 }
 
-/* Lays out the step: one decode row per generating session, then prompt chunks (or a preempted session's
- * recomputation) oldest first within the token budget. Returns the items. */
-static int build_step(cinfer_engine *e) {
+/* Item k: s's pending token and its drafts d1..dk after it, with the logits of every row (verification). */
+static void add_spec_item(cinfer_engine *e, int k, cinfer_session *s, int len) {
+    memcpy(s->ids + s->n_ids, s->draft, (size_t)s->n_draft * sizeof *s->ids);
+    e->items[k] = (cf_batch_item){.seq = s->rs, .ids = s->ids + len, .n = 1 + s->n_draft, .logits = CF_LOGITS_ALL};
+    e->item_s[k] = s;
+}
+
+/* Lays out the step: one decode row per generating session (with its drafts after it when it speculates and
+ * drafts is set), then prompt chunks (or a preempted session's recomputation) oldest first within the token
+ * budget. Returns the items. */
+static int build_step(cinfer_engine *e, int drafts) {
     int n = 0, budget = e->budget;
     for (int i = 0; i < e->n_run; i++) {
         cinfer_session *s = e->run[i];
         const int len = cf_rseq_len(s->rs);
         if (s->n_ids - len != 1) continue;
-        add_item(e, n++, s, len, 1);
-        budget--;
+        if (drafts && s->n_draft > 0) {
+            add_spec_item(e, n++, s, len);
+            budget -= 1 + s->n_draft;
+        } else {
+            add_item(e, n++, s, len, 1);
+            budget--;
+        }
     }
     for (int i = 0; i < e->n_run && budget > 0; i++) {
         cinfer_session *s = e->run[i];
@@ -379,6 +471,175 @@ static int build_step(cinfer_engine *e) {
         budget -= k;
     }
     return n;
+}
+
+/* ---- speculative decoding: the policy ----
+ *
+ * Cost. Decode-only steps (no prompt rows) are timed (drafting, the runner step and the sampling of its rows)
+ * and fitted, with forgetting, as time = fixed + per_row * rows. A step of R decode rows yields R tokens in
+ * fixed + per_row * R; j drafts more for one session cost per_row * j and yield the drafts accepted. The
+ * j-th draft is accepted with probability alpha^j (alpha: the session's measured acceptance per draft, an
+ * exponential average over its verifications), so it pays while
+ *
+ *     alpha^j  >  theta = per_row * R / (fixed + per_row * R)
+ *
+ * (the tokens it brings per unit of time beat the step's own rate). alpha starts from a prior of 3/4 that weighs as
+ * two verifications and decays like them. theta is small when a step's time is
+ * mostly fixed (reading the weights: few rows, memory-bound) and tends to 1 as the batch fills and every row
+ * costs its share of compute, where only a session whose drafts are nearly always accepted still speculates:
+ * under a full batch speculation stops by itself. Until the fit has two distinct row counts theta is 0 (the
+ * drafts themselves give it the second one).
+ *
+ * Length. Each session drafts k = min(its adaptive length, draft_max, what max_tokens and the context leave)
+ * drafts, fewer while the last one does not pay. The adaptive length starts at draft_max or 4, grows by half
+ * (at least 1) when every draft was accepted and moves halfway down to accepted + 1 on a miss.
+ *
+ * Pause. A session whose first draft does not pay (alpha <= theta) pauses speculation for a number of steps
+ * (16, doubling up to 256 while it keeps not paying, back to 16 once a probe is accepted), then probes with one
+ * draft to measure alpha again (its averages keep their history). Sources that propose nothing (an n-gram without
+ * a match) cost nothing. */
+
+static double mono_now(void) {
+    return monotonic_now(NULL);
+}
+
+/* A decode-only step of rows rows took t seconds. */
+static void cost_record(cinfer_engine *e, int rows, double t) {
+    const double l = CF_COST_DECAY, x = rows;
+    e->cw = e->cw * l + 1;
+    e->cx = e->cx * l + x;
+    e->cy = e->cy * l + t;
+    e->cxx = e->cxx * l + x * x;
+    e->cxy = e->cxy * l + x * t;
+    const double var = e->cw * e->cxx - e->cx * e->cx;
+    if (e->cw < 3 || var <= 0.05 * e->cw * e->cw) return;   /* rows barely varied: keep the last solution */
+    double b = (e->cw * e->cxy - e->cx * e->cy) / var;
+    if (b < 0) b = 0;
+    double a = (e->cy - b * e->cx) / e->cw;
+    if (a < 0) a = 0;
+    e->c_row = b;
+    e->c_fixed = a;
+}
+
+/* theta of the policy for a step of rows decode rows. */
+static double spec_theta(const cinfer_engine *e, int rows) {
+    if (e->c_row < 0) return 0;
+    const double var = e->c_row * rows, all = e->c_fixed + var;
+    return all > 0 ? var / all : 0;
+}
+
+/* The measured acceptance per draft (the averages start from an optimistic prior, spec_open). */
+static double spec_alpha(const cinfer_session *s) {
+    return s->acc_try > 0 ? s->acc_hit / s->acc_try : 0;
+}
+
+/* How many drafts s asks for this step (0: none), within *rows_left and *logits_left, which it reduces. */
+static int spec_want(cinfer_engine *e, cinfer_session *s, double theta, int *rows_left, int *logits_left) {
+    if (s->spec_off > 0) {
+        if (!--s->spec_off) s->spec_probe = 1;
+        return 0;
+    }
+    const int limit = s->req.draft_max ? s->req.draft_max : CF_DRAFT_MAX;
+    int k = s->spec_k < limit ? s->spec_k : limit;
+    const int out_left = s->plan.output_limit - (int)s->n_tokens - 1;  /* the step commits up to k + 1 */
+    const int ctx_left = e->max_ctx - s->n_ids;                          /* positions n_ids - 1 .. n_ids - 1 + k */
+    if (k > out_left) k = out_left;
+    if (k > ctx_left) k = ctx_left;
+    if (k > *rows_left) k = *rows_left;
+    if (k > *logits_left) k = *logits_left;
+    if (k <= 0) return 0;
+    const double alpha = spec_alpha(s);
+    if (s->spec_probe) {
+        k = 1;   /* after a pause: one draft measures the acceptance again */
+    } else if (!e->spec_always && alpha <= theta) {
+        /* the first draft does not pay: pause, then probe */
+        s->spec_off = s->spec_backoff;
+        s->spec_backoff = s->spec_backoff * 2 < CF_SPEC_MAX_PAUSE ? s->spec_backoff * 2 : CF_SPEC_MAX_PAUSE;
+        return 0;
+    } else {
+        double pj = alpha;
+        int j = 1;
+        while (j < k && pj * alpha > theta) {
+            pj *= alpha;
+            j++;
+        }
+        k = j;
+    }
+    *rows_left -= k;
+    *logits_left -= k;
+    return k;
+}
+
+/* s verified k drafts and accepted a of them. */
+static void spec_update(cinfer_session *s, int k, int a) {
+    s->acc_hit = s->acc_hit * CF_SPEC_DECAY + a;
+    s->acc_try = s->acc_try * CF_SPEC_DECAY + a + (a < k);
+    if (a == k) {
+        const int limit = s->req.draft_max ? s->req.draft_max : CF_DRAFT_MAX;
+        s->spec_k += s->spec_k / 2 > 1 ? s->spec_k / 2 : 1;
+        if (s->spec_k > limit) s->spec_k = limit;
+    } else {
+        s->spec_k = (s->spec_k + a + 2) / 2;
+    }
+    if (s->spec_probe && a == k) s->spec_backoff = CF_SPEC_MIN_PAUSE;   /* a probe that was accepted */
+    s->spec_probe = 0;
+}
+
+/* Whether s generates in this step (its only missing input is its pending token). */
+static int generating(const cinfer_session *s) {
+    return s->n_ids - cf_rseq_len(s->rs) == 1;
+}
+
+/* Asks every speculating session's source for drafts, batched per provider (cf_draft_many). Returns the
+ * drafts proposed in all. */
+static int draft_phase(cinfer_engine *e) {
+    int rows = 0, prefilling = 0, speculating = 0;
+    for (int i = 0; i < e->n_run; i++) {
+        cinfer_session *s = e->run[i];
+        s->n_draft = 0;
+        if (generating(s)) {
+            rows++;
+            speculating += s->src != NULL;
+        } else {
+            prefilling = 1;
+        }
+    }
+    if (!speculating) return 0;
+    const double theta = e->spec_always ? 0 : spec_theta(e, rows);
+    /* drafts come before prompt chunks but leave them half the budget */
+    int rows_left = e->budget - rows, logits_left = e->logit_rows - e->n_run;
+    if (prefilling) rows_left /= 2;
+    int total = 0;
+    const int V = e->model->m->hp.vocab;
+    for (int p = 0; p < e->n_prov; p++) {
+        int n = 0;
+        for (int i = 0; i < e->n_run; i++) {
+            cinfer_session *s = e->run[i];
+            if (!s->src || s->prov != e->prov[p] || !generating(s)) continue;
+            const int k = spec_want(e, s, theta, &rows_left, &logits_left);
+            if (!k) continue;
+            e->d_s[n] = s;
+            e->d_src[n] = s->src;
+            e->d_want[n] = k;
+            e->d_out[n] = s->draft;
+            n++;
+        }
+        if (!n) continue;
+        cinfer_error err = {0};
+        if (cf_draft_many(e->prov[p], e->d_src, n, e->d_want, e->d_out, e->d_got, &err) != CINFER_OK) {
+            for (int i = 0; i < n; i++) spec_drop(e, e->d_s[i], "drafting", &err);
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            cinfer_session *s = e->d_s[i];
+            int got = e->d_got[i] < e->d_want[i] ? e->d_got[i] : e->d_want[i];
+            for (int k = 0; k < got; k++)
+                if (s->draft[k] < 0 || s->draft[k] >= V) got = k;   /* a source's bad id ends its drafts */
+            s->n_draft = got > 0 ? got : 0;
+            total += s->n_draft;
+        }
+    }
+    return total;
 }
 
 /* The token the step gave s through its item: the device's pick, or the host sampler's from the logits. */
@@ -394,8 +655,45 @@ static cinfer_status pick(cinfer_engine *e, cinfer_session *s, const cf_batch_it
     return cf_sampler_sample(s->smp, s->logits, sr, err);
 }
 
-/* One turn: settles what was cancelled, runs one step over the batch (preempting while the KV memory
- * cannot hold it) and commits the tokens it picked. */
+/* Verification of s's item [pending, d1..dk]: row r is sampled as plain decoding samples it (the processors
+ * and the seeded draw see the history with every token committed before it) and committed; it goes on while
+ * the sample equals the draft the next row was computed with. Stop ids, stop strings, max_tokens and a
+ * cancellation end it where plain decoding would. The sequence is then cut back to the committed tokens
+ * (the last one pending, as always) and the source told. Returns 1 when generation is over (*end says how). */
+static int verify(cinfer_engine *e, cinfer_session *s, const cf_batch_item *it, step_end *end) {
+    const int k = it->n - 1, V = e->model->m->hp.vocab;
+    int a = 0;
+    for (int r = 0; r <= k; r++) {
+        cf_sample_result sr;
+        memset(&sr, 0, sizeof sr);
+        memcpy(s->logits, it->out + (size_t)r * (size_t)V, (size_t)V * sizeof *s->logits);
+        if (cf_sampler_sample(s->smp, s->logits, &sr, &end->err) != CINFER_OK) {
+            end->outcome = CINFER_OUTCOME_FAILED;
+            return 1;
+        }
+        if (commit(e, s, &sr, end)) {
+            s->draft_tokens += k;
+            s->accepted_tokens += a;
+            return 1;
+        }
+        const int hit = r < k && sr.token == s->draft[r];
+        a += hit;
+        if (!hit || atomic_load(&s->cancel) != CINFER_CANCEL_NONE) break;
+    }
+    s->draft_tokens += k;
+    s->accepted_tokens += a;
+    e->spec_steps++;
+    if (cf_rseq_truncate(s->rs, s->n_ids - 1, &end->err) != CINFER_OK) {
+        end->outcome = CINFER_OUTCOME_FAILED;
+        return 1;
+    }
+    spec_update(s, k, a);
+    spec_commit(e, s, a);
+    return 0;
+}
+
+/* One turn: settles what was cancelled, asks for drafts, runs one step over the batch (dropping the drafts,
+ * then preempting, while the KV memory cannot hold it) and commits the tokens it picked or verified. */
 static void iterate(cinfer_engine *e) {
     for (int i = 0; i < e->n_run;) {
         cinfer_session *s = e->run[i];
@@ -409,14 +707,20 @@ static void iterate(cinfer_engine *e) {
     }
     if (!e->n_run) return;
 
+    const double t0 = mono_now();
+    int drafts = draft_phase(e) > 0;
     cinfer_error err = {0};
     cinfer_status st;
     int n;
     for (;;) {
-        n = build_step(e);
+        n = build_step(e, drafts);
         int need = 0;
         for (int i = 0; i < n; i++) need += cf_rseq_blocks_needed(e->items[i].seq, e->items[i].n);
         const int avail = cf_runner_blocks_available(e->runner);
+        if (need > avail && drafts) {   /* drafts go before anyone is preempted */
+            drafts = 0;
+            continue;
+        }
         if (need > avail && e->n_run > 1) {
             preempt_newest(e, need, avail);
             continue;
@@ -424,6 +728,10 @@ static void iterate(cinfer_engine *e) {
         st = cf_runner_step(e->runner, e->items, n, &err);
         e->n_steps++;
         if (n > e->peak_batch) e->peak_batch = n;
+        if (st == CINFER_E_OUT_OF_MEMORY && drafts) {
+            drafts = 0;
+            continue;
+        }
         if (st == CINFER_E_OUT_OF_MEMORY && e->n_run > 1) {
             preempt_newest(e, need, avail);
             continue;
@@ -440,25 +748,40 @@ static void iterate(cinfer_engine *e) {
         }
         return;
     }
+    int rows = 0, decode_only = 1;
     for (int i = 0; i < n; i++) {
         const cf_batch_item *it = &e->items[i];
-        if (!it->pick && it->logits == CF_LOGITS_NONE) continue;   /* a prompt chunk short of the end */
+        rows += it->n;
+        if (it->n > 1 && it->logits != CF_LOGITS_ALL) decode_only = 0;
+        if (!it->pick && it->logits == CF_LOGITS_NONE) {   /* a prompt chunk short of the end */
+            decode_only = 0;
+            continue;
+        }
         cinfer_session *s = e->item_s[i];
         if (atomic_load(&s->state) == CINFER_STATE_PREPARING) {
             s->t_prefilled = s->now(s->now_user);
             atomic_store(&s->state, CINFER_STATE_RUNNING);
+            decode_only = 0;
         }
         step_end end = {0};
-        cf_sample_result sr;
-        int over = pick(e, s, it, &sr, &end.err) != CINFER_OK;
-        if (over) end.outcome = CINFER_OUTCOME_FAILED;
-        else over = commit(e, s, &sr, &end);
+        int over;
+        if (it->logits == CF_LOGITS_ALL) {
+            over = verify(e, s, it, &end);
+        } else {
+            cf_sample_result sr;
+            over = pick(e, s, it, &sr, &end.err) != CINFER_OK;
+            if (over) end.outcome = CINFER_OUTCOME_FAILED;
+            else over = commit(e, s, &sr, &end);
+            if (!over) spec_commit(e, s, 0);
+        }
         if (over) {
             run_remove(e, s);
             settle(e, s, &end);
         }
     }
+    if (decode_only && n) cost_record(e, rows, mono_now() - t0);
 }
+
 
 /* ---- the loop ---- */
 
@@ -554,6 +877,12 @@ static void *sched_main(void *arg) {
 }
 
 static void engine_destroy(cinfer_engine *e) {
+    for (int i = 0; i < e->n_prov; i++) cf_draft_provider_free(e->prov[i]);
+    free(e->d_s);
+    free(e->d_src);
+    free(e->d_want);
+    free(e->d_got);
+    free(e->d_out);
     cf_runner_free(e->runner);
     free(e->run);
     free(e->items);
@@ -602,13 +931,23 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
         e->items = calloc((size_t)rq->max_seqs, sizeof *e->items);
         e->item_s = calloc((size_t)rq->max_seqs, sizeof *e->item_s);
         e->fresh = calloc((size_t)rq->max_seqs, sizeof *e->fresh);
+        e->d_s = calloc((size_t)rq->max_seqs, sizeof *e->d_s);
+        e->d_src = calloc((size_t)rq->max_seqs, sizeof *e->d_src);
+        e->d_want = calloc((size_t)rq->max_seqs, sizeof *e->d_want);
+        e->d_got = calloc((size_t)rq->max_seqs, sizeof *e->d_got);
+        e->d_out = calloc((size_t)rq->max_seqs, sizeof *e->d_out);
     }
-    if (!e || !e->run || !e->items || !e->item_s || !e->fresh) {
+    if (!e || !e->run || !e->items || !e->item_s || !e->fresh || !e->d_s || !e->d_src || !e->d_want || !e->d_got || !e->d_out) {
         if (e) {
             free(e->run);
             free(e->items);
             free(e->item_s);
             free(e->fresh);
+            free(e->d_s);
+            free(e->d_src);
+            free(e->d_want);
+            free(e->d_got);
+            free(e->d_out);
         }
         free(e);
         cf_runner_free(runner);
@@ -624,8 +963,37 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
     e->blocks_total = cf_runner_blocks_total(runner);
     e->block_bytes = e->blocks_total ? rq->kv_bytes / e->blocks_total : 0;
     e->pub_blocks_available = cf_runner_blocks_available(runner);
+    e->max_ctx = rq->max_ctx;
+    e->logit_rows = rq->max_seqs > 256 ? rq->max_seqs : 256;   /* the runner's logits scratch (runner.c) */
+    e->c_row = -1;
+    e->p.draft_model = NULL;
+    e->p.default_draft = NULL;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
+    /* the draft providers: n-gram always, the draft model when one is given */
+    cf_draft_provider *prov = NULL;
+    st = cf_ngram_provider_create(0, 0, &prov, err);
+    if (st == CINFER_OK) st = cf_engine_add_draft_provider(e, "ngram", prov, err);
+    if (st == CINFER_OK && p->draft_model) {
+        st = cf_draft_model_provider_create(m, p->draft_model, rq->max_seqs, &prov, err);
+        if (st != CINFER_OK) cf_wrap(err, st, "the engine's draft model");
+        else st = cf_engine_add_draft_provider(e, "draft", prov, err);
+    }
+    if (st == CINFER_OK && p->default_draft && p->default_draft[0] && strcmp(p->default_draft, "none")) {
+        cf_request probe = {0};
+        cf_plan plan;
+        snprintf(probe.draft, sizeof probe.draft, "%s", p->default_draft);
+        if (strlen(p->default_draft) >= sizeof e->default_draft)
+            st = cf_fail(err, CINFER_E_INVALID_ARGUMENT, "default_draft names a source of %zu bytes; no source name is that long",
+                         strlen(p->default_draft));
+        else if ((st = cf_plan_request(&probe, e->prov_names, e->n_prov, NULL, &plan, err)) != CINFER_OK)
+            cf_wrap(err, st, "default_draft");
+        else snprintf(e->default_draft, sizeof e->default_draft, "%s", p->default_draft);
+    }
+    if (st != CINFER_OK) {
+        engine_destroy(e);
+        return st;
+    }
     int rc = pthread_create(&e->thread, NULL, sched_main, e);
     if (rc) {
         engine_destroy(e);
@@ -637,6 +1005,28 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
     elog(e, "engine: batches of up to %d sequences and %d tokens a step; KV memory %s in %d blocks of %d tokens", e->max_batch,
          e->budget, bytes_text(rq->kv_bytes, kv_b, sizeof kv_b), e->blocks_total, e->block_size);
     return CINFER_OK;
+}
+
+cinfer_status cf_engine_add_draft_provider(cinfer_engine *e, const char *name, cf_draft_provider *p, cinfer_error *err) {
+    if (!p) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "cf_engine_add_draft_provider: the provider is NULL");
+    if (e->n_prov == CF_ENGINE_PROVIDERS || !name || !name[0] || strlen(name) >= sizeof e->prov_name[0]) {
+        cf_draft_provider_free(p);
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "cf_engine_add_draft_provider: no room for a provider named '%s'",
+                       name ? name : "(null)");
+    }
+    for (int i = 0; i < e->n_prov; i++)
+        if (!strcmp(e->prov_name[i], name)) {
+            cf_draft_provider_free(p);
+            return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "the engine already has a draft provider named '%s'", name);
+        }
+    snprintf(e->prov_name[e->n_prov], sizeof e->prov_name[0], "%s", name);
+    e->prov_names[e->n_prov] = e->prov_name[e->n_prov];
+    e->prov[e->n_prov++] = p;
+    return CINFER_OK;
+}
+
+void cf_engine_spec_always(cinfer_engine *e, int on) {
+    e->spec_always = on;
 }
 
 void cinfer_engine_free(cinfer_engine *e) {
@@ -713,7 +1103,7 @@ cinfer_status cinfer_session_open(cinfer_engine *e, const cinfer_request *req, c
     CF_TRY(cf_request_build(e->model, req, &q, err));
     cf_plan plan;
     cinfer_status st = fit_kv(e, &q, err);
-    if (st == CINFER_OK) st = cf_plan_request(&q, &plan, err);
+    if (st == CINFER_OK) st = cf_plan_request(&q, e->prov_names, e->n_prov, e->default_draft[0] ? e->default_draft : NULL, &plan, err);
     cinfer_session *s = st == CINFER_OK ? calloc(1, sizeof *s) : NULL;
     if (st == CINFER_OK && !s) st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for a session");
     if (st != CINFER_OK) {
@@ -730,6 +1120,8 @@ cinfer_status cinfer_session_open(cinfer_engine *e, const cinfer_request *req, c
     s->sched_thread = e->thread;
     s->req = q;
     s->plan = plan;
+    for (int i = 0; plan.mechanism == CF_MECH_SPECULATIVE && i < e->n_prov; i++)
+        if (!strcmp(plan.source, e->prov_names[i])) s->prov = e->prov[i];
     s->device_pick = device_pick_ok(e->model->m, &s->req, &s->pick_args);
     const int device_pick = s->device_pick;  /* s may be the caller's to free once the lock is released */
     s->ctl = *ctl;

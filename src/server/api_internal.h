@@ -73,6 +73,9 @@ int cf_api_parse_max_tokens(cf_api_ctx *c, const cJSON *root, const char *key, i
 /* A string or a list of strings into base->stop (key names the field: "stop", "stop_sequences"). */
 int cf_api_parse_stop(cf_api_ctx *c, const cJSON *root, const char *key, int string_allowed, cinfer_request *base);
 int cf_api_parse_seed(cf_api_ctx *c, const cJSON *root, cinfer_request *base);
+/* Speculative decoding: "speculative": {"source", "n_max", "n_min"} and llama-server's flat "speculative.n_max",
+ * "speculative.n_min" into base->draft and base->draft_max. */
+int cf_api_parse_speculative(cf_api_ctx *c, const cJSON *root, cinfer_request *base);
 
 int cf_api_parse_chat(cf_api_ctx *c, const cJSON *root, cf_api_request *r, cinfer_request *base);
 int cf_api_parse_completions(cf_api_ctx *c, const cJSON *root, cf_api_request *r, cinfer_request *base,

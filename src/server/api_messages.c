@@ -275,7 +275,8 @@ static int parse_sampling(cf_api_ctx *c, const cJSON *root, cinfer_request *base
 }
 
 int cf_api_parse_messages(cf_api_ctx *c, const cJSON *root, cf_api_request *r, cinfer_request *base) {
-    if (cf_api_parse_max_tokens(c, root, "max_tokens", 1, base) || parse_sampling(c, root, base) || parse_thinking(c, root, base))
+    if (cf_api_parse_max_tokens(c, root, "max_tokens", 1, base) || parse_sampling(c, root, base) || parse_thinking(c, root, base) ||
+        cf_api_parse_speculative(c, root, base))
         return -1;
     const cJSON *msgs = cf_api_get(root, "messages");
     if (!msgs || cJSON_IsNull(msgs)) return cf_api_fail(c->err, 400, "messages", "messages is required");

@@ -48,6 +48,13 @@ static cJSON *usage(const cf_api_writer *w) {
     int ok = u && cJSON_AddNumberToObject(u, "prompt_tokens", prompt) && cJSON_AddNumberToObject(u, "completion_tokens", completion) &&
              cJSON_AddNumberToObject(u, "total_tokens", (double)prompt + completion) &&
              (d = cJSON_AddObjectToObject(u, "prompt_tokens_details")) && cJSON_AddNumberToObject(d, "cached_tokens", cached);
+    /* speculative decoding, in the fields OpenAI's Predicted Outputs use: drafts the model accepted and rejected */
+    int32_t drafted, accepted;
+    cf_api_total_drafts(w, &drafted, &accepted);
+    if (ok && drafted > 0)
+        ok = (d = cJSON_AddObjectToObject(u, "completion_tokens_details")) &&
+             cJSON_AddNumberToObject(d, "accepted_prediction_tokens", accepted) &&
+             cJSON_AddNumberToObject(d, "rejected_prediction_tokens", (double)drafted - accepted);
     if (!ok) cJSON_Delete(u);
     return ok ? u : NULL;
 }

@@ -135,6 +135,40 @@ static int parse_logit_bias(cf_api_ctx *c, const cJSON *root, cinfer_request *ba
     return 0;
 }
 
+/* n_max as cinfer takes it: 0 = adaptive, above 16 capped at 16 (llama-server's default n_max is 16). */
+static int spec_n_max(cf_api_ctx *c, const cJSON *obj, const char *key, const char *param, cinfer_request *base) {
+    int64_t v = 0;
+    int got = cf_api_get_int(obj, key, param, 0, INT32_MAX, &v, c->err);
+    if (got > 0) base->draft_max = (int32_t)(v > 16 ? 16 : v);
+    return got < 0 ? -1 : 0;
+}
+
+int cf_api_parse_speculative(cf_api_ctx *c, const cJSON *root, cinfer_request *base) {
+    int64_t v;
+    /* n_min: accepted for llama-server's clients; cinfer adapts the draft length itself */
+    if (spec_n_max(c, root, "speculative.n_max", NULL, base) || cf_api_get_int(root, "speculative.n_min", NULL, 0, INT32_MAX, &v, c->err) < 0)
+        return -1;
+    const cJSON *sp = cf_api_get(root, "speculative");
+    if (!sp || cJSON_IsNull(sp)) return 0;
+    if (!cJSON_IsObject(sp))
+        return cf_api_fail(c->err, 400, "speculative", "speculative must be an object such as {\"source\": \"ngram\"}, not %s",
+                           cf_api_type_name(sp));
+    const char *src = NULL;
+    if (cf_api_get_string(sp, "source", "speculative.source", &src, c->err) < 0) return -1;
+    if (src) {
+        static const char *const names[] = {"ngram", "draft", "none"};
+        base->draft = NULL;
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(src, names[i])) base->draft = names[i];
+        if (!base->draft)
+            return cf_api_fail(c->err, 400, "speculative.source",
+                               "speculative.source must be \"ngram\", \"draft\" or \"none\", not \"%.40s\"", src);
+    }
+    if (spec_n_max(c, sp, "n_max", "speculative.n_max", base) || cf_api_get_int(sp, "n_min", "speculative.n_min", 0, INT32_MAX, &v, c->err) < 0)
+        return -1;
+    return 0;
+}
+
 int cf_api_parse_openai_sampling(cf_api_ctx *c, const cJSON *root, cinfer_request *base) {
     cf_api_error *e = c->err;
     double v;
@@ -160,7 +194,7 @@ int cf_api_parse_openai_sampling(cf_api_ctx *c, const cJSON *root, cinfer_reques
     int b;
     if ((got = cf_api_get_bool(root, "ignore_eos", NULL, &b, e)) < 0) return -1; /* vLLM's and llama-server's */
     if (got) base->ignore_eos = b;
-    if (parse_logit_bias(c, root, base) || cf_api_parse_seed(c, root, base)) return -1;
+    if (parse_logit_bias(c, root, base) || cf_api_parse_seed(c, root, base) || cf_api_parse_speculative(c, root, base)) return -1;
     return cf_api_parse_stop(c, root, "stop", 1, base);
 }
 

@@ -193,6 +193,14 @@ void cf_api_total_usage(const cf_api_writer *w, int32_t *prompt, int32_t *cached
     for (int i = 0; i < w->n; i++) *completion += w->ch[i].usage.completion_tokens;
 }
 
+void cf_api_total_drafts(const cf_api_writer *w, int32_t *drafted, int32_t *accepted) {
+    *drafted = *accepted = 0;
+    for (int i = 0; i < w->n; i++) {
+        *drafted += w->ch[i].usage.draft_tokens;
+        *accepted += w->ch[i].usage.accepted_tokens;
+    }
+}
+
 static char *dup_or_empty(const char *s) {
     return strdup(s ? s : "");
 }

@@ -73,6 +73,8 @@ void cf_api_record_result(cf_api_writer *w, int choice, const cinfer_result *res
 
 /* The usage of the whole response: prompts counted once per prompt (not per choice), completions summed. */
 void cf_api_total_usage(const cf_api_writer *w, int32_t *prompt, int32_t *cached, int32_t *completion);
+/* Speculative decoding over every choice: tokens drafted and, of them, accepted. */
+void cf_api_total_drafts(const cf_api_writer *w, int32_t *drafted, int32_t *accepted);
 
 /* Per-API writers. */
 cinfer_status cf_api_openai_begin(cf_api_writer *w, cf_buf *out);

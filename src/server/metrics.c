@@ -52,6 +52,14 @@ void cf_metrics_generation(cf_metrics *m, cf_gen_outcome o, int32_t prompt_token
     pthread_mutex_unlock(&m->mu);
 }
 
+void cf_metrics_drafts(cf_metrics *m, int32_t drafted, int32_t accepted) {
+    if (drafted <= 0) return;
+    pthread_mutex_lock(&m->mu);
+    m->draft_tokens += (uint64_t)drafted;
+    m->accepted_tokens += (uint64_t)(accepted > 0 ? accepted : 0);
+    pthread_mutex_unlock(&m->mu);
+}
+
 void cf_metrics_tokens(cf_metrics *m, int n) {
     pthread_mutex_lock(&m->mu);
     m->generated_tokens += (uint64_t)n;
@@ -125,6 +133,8 @@ int cf_metrics_render(cf_metrics *m, cinfer_engine *e, int model_loaded, cf_buf 
     bad |= counter(out, "cinfer_prompt_tokens_total", "Prompt tokens of finished generations.", s.prompt_tokens);
     bad |= counter(out, "cinfer_prompt_tokens_cached_total", "Prompt tokens served from the prefix cache.", s.cached_tokens);
     bad |= counter(out, "cinfer_generated_tokens_total", "Tokens generated.", s.generated_tokens);
+    bad |= counter(out, "cinfer_draft_tokens_total", "Speculative decoding: tokens drafted and verified.", s.draft_tokens);
+    bad |= counter(out, "cinfer_accepted_tokens_total", "Speculative decoding: drafted tokens the model accepted.", s.accepted_tokens);
     bad |= render_histogram(out, "cinfer_time_to_first_token_seconds", "From the request to its first generated token.",
                             &s.ttft);
     bad |= render_histogram(out, "cinfer_inter_token_latency_seconds", "Between consecutive tokens of one generation.",

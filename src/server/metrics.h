@@ -49,6 +49,7 @@ typedef struct cf_metrics {
     uint64_t requests[CF_ROUTE_COUNT][CF_METRICS_STATUSES];
     uint64_t generations[CF_GEN_OUTCOME_COUNT];
     uint64_t prompt_tokens, cached_tokens, generated_tokens;
+    uint64_t draft_tokens, accepted_tokens;   /* speculative decoding */
     cf_histogram ttft, itl;      /* seconds: time to first token, time between tokens */
     int64_t in_flight;           /* requests being answered */
 } cf_metrics;
@@ -59,6 +60,8 @@ void cf_metrics_request(cf_metrics *m, cf_route r, int status);
 void cf_metrics_in_flight(cf_metrics *m, int delta);
 void cf_metrics_generation(cf_metrics *m, cf_gen_outcome o, int32_t prompt_tokens, int32_t cached_tokens);
 void cf_metrics_tokens(cf_metrics *m, int n);
+/* A finished generation's speculative decoding: tokens drafted and accepted. */
+void cf_metrics_drafts(cf_metrics *m, int32_t drafted, int32_t accepted);
 void cf_metrics_ttft(cf_metrics *m, double seconds);
 void cf_metrics_itl(cf_metrics *m, double seconds);
 

@@ -102,6 +102,7 @@ static void account(cf_gen *g, const cinfer_result *res) {
                        : res->outcome == CINFER_OUTCOME_FAILED  ? CF_GEN_FAILED
                                                                 : CF_GEN_CANCELLED;
     cf_metrics_generation(m, o, res->usage.prompt_tokens, res->usage.cached_tokens);
+    cf_metrics_drafts(m, res->usage.draft_tokens, res->usage.accepted_tokens);
     if (o == CF_GEN_CANCELLED) g->stopped = 1;
 }
 

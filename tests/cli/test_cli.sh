@@ -163,6 +163,20 @@ PY
   if [[ "$out" == *'"decode_path":"host"'* && "$out" == *'"prefill_chunk":5,'* ]]; then pass=$((pass+1)); else echo "FAIL bench --decode host: $out"; fails=$((fails+1)); fi
   out=$("$bin" bench ${b% --json} --decode device)
   if [[ "$out" == *"decode       4 tokens (argmax on the device, op by op)"* && "$out" == *"12 tokens in passes of 12"* ]]; then pass=$((pass+1)); else echo "FAIL bench text: $out"; fails=$((fails+1)); fi
+  # speculative decoding: flags, and the same output with and without drafts
+  check "run --spec bogus" 2 "$bin" run --model "$model" --prompt-ids 5 --spec medusa
+  check "run --draft-max 0" 2 "$bin" run --model "$model" --prompt-ids 5 --spec ngram --draft-max 0
+  check "run --spec draft without a draft model" 2 "$bin" run --model "$model" --prompt-ids 5 --spec draft
+  check "bench --spec bogus" 2 "$bin" bench --model "$model" --spec medusa
+  check "bench --draft-max without --spec" 2 "$bin" bench --model "$model" --draft-max 4
+  check "bench --spec with --concurrency" 2 "$bin" bench --model "$model" --spec ngram --concurrency 1
+  plain=$("$bin" run --model "$model" --prompt-ids 5,6,7,5,6,7,5,6 --max-tokens 24 --output ids --ignore-eos 2>/dev/null)
+  spec=$("$bin" run --model "$model" --prompt-ids 5,6,7,5,6,7,5,6 --max-tokens 24 --output ids --ignore-eos --spec ngram --draft-max 3 2>/dev/null)
+  if [ -n "$plain" ] && [ "$plain" = "$spec" ]; then pass=$((pass+1)); else echo "FAIL run --spec ngram: '$spec' vs plain '$plain'"; fails=$((fails+1)); fi
+  out=$("$bin" bench --model "$model" --prompt 12 --gen 6 --reps 1 --threads 1 --spec ngram 2>&1)
+  if [[ "$out" == *"ngram tok/s"* && "$out" == *"copy-heavy"* ]]; then pass=$((pass+1)); else echo "FAIL bench --spec ngram: $out"; fails=$((fails+1)); fi
+  out=$("$bin" bench --model "$model" --prompt 12 --gen 6 --reps 1 --threads 1 --spec oracle --draft-max 2 2>&1)
+  if [[ "$out" == *"oracle tok/s"* && "$out" == *"cost vs plain"* ]]; then pass=$((pass+1)); else echo "FAIL bench --spec oracle: $out"; fails=$((fails+1)); fi
 fi
 echo "$pass passed, $fails failed"
 [ "$fails" = 0 ]

@@ -286,7 +286,10 @@ static void check_validation(void) {
     CASE("empty stop string", CINFER_E_INVALID_ARGUMENT, r.stop = empty_stop; r.n_stop = 1);
     CASE("two kinds of prompt", CINFER_E_INVALID_ARGUMENT, r.prompt_text = "hello");
     CASE("ids count without ids", CINFER_E_INVALID_ARGUMENT, r.prompt_ids = NULL);
-    CASE("draft source 'ngram'", CINFER_E_UNSUPPORTED, r.draft = "ngram");
+    CASE("draft source 'medusa' (unknown)", CINFER_E_UNSUPPORTED, r.draft = "medusa");
+    CASE("draft source 'draft' without a draft model", CINFER_E_UNSUPPORTED, r.draft = "draft");
+    CASE("draft_max 17", CINFER_E_INVALID_ARGUMENT, r.draft_max = 17);
+    CASE("draft_max -1", CINFER_E_INVALID_ARGUMENT, r.draft_max = -1);
     CASE("struct_size 0", CINFER_E_INVALID_ARGUMENT, r.struct_size = 0);
 #undef CASE
     expect_invalid("NULL request", NULL, CINFER_E_INVALID_ARGUMENT);

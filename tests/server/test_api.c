@@ -514,6 +514,33 @@ static void errors(void) {
     CHECK(e.status == 500, "device failure");
 }
 
+/* Speculative decoding: the "speculative" object and llama-server's flat keys. */
+static void speculative(void) {
+    cf_api_request *r = parse(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+                                           "\"speculative\":{\"source\":\"ngram\",\"n_max\":8,\"n_min\":2}}");
+    CHECK(r && r->reqs[0].draft && !strcmp(r->reqs[0].draft, "ngram") && r->reqs[0].draft_max == 8, "speculative object");
+    cf_api_request_free(r);
+    r = parse(CF_API_COMPLETIONS, "{\"prompt\":\"a\",\"n\":2,\"speculative.n_max\":32,\"speculative.n_min\":0}");
+    CHECK(r && !r->reqs[0].draft && r->reqs[0].draft_max == 16 && r->reqs[1].draft_max == 16, "flat n_max 32 capped at 16");
+    cf_api_request_free(r);
+    r = parse(CF_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+                               "\"speculative\":{\"source\":\"none\"}}");
+    CHECK(r && r->reqs[0].draft && !strcmp(r->reqs[0].draft, "none") && r->reqs[0].draft_max == 0, "messages: source none");
+    cf_api_request_free(r);
+    r = parse(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"speculative\":null}");
+    CHECK(r && !r->reqs[0].draft, "speculative null");
+    cf_api_request_free(r);
+    refused(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"speculative\":{\"source\":\"medusa\"}}", 400,
+            "speculative.source", "ngram");
+    refused(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"speculative\":\"ngram\"}", 400, "speculative",
+            "object");
+    refused(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"speculative\":{\"n_max\":-1}}", 400,
+            "speculative.n_max", NULL);
+    refused(CF_API_COMPLETIONS, "{\"prompt\":\"a\",\"speculative.n_max\":1.5}", 400, "speculative.n_max", NULL);
+    refused(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"speculative\":{\"source\":3}}", 400,
+            "speculative.source", "string");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_api TMP_DIR\n");
@@ -534,6 +561,7 @@ int main(int argc, char **argv) {
     malformed();
     mutations();
     errors();
+    speculative();
     cinfer_model_free(model);
     printf("%d checks, %d failures\n", checks, failures);
     return failures != 0;

@@ -47,6 +47,7 @@ typedef struct reply {
     cinfer_outcome outcome;
     const char *spelled;         /* what the tokens spell when it differs from the text (a stop string) */
     int prompt_tokens, cached_tokens;
+    int draft_tokens, accepted_tokens;   /* speculative decoding */
 } reply;
 
 typedef struct built {
@@ -79,7 +80,8 @@ static void build(const reply *rp, built *b) {
                              .n_tokens = b->n,
                              .logprobs = rp->logprobs ? b->lp : NULL,
                              .usage = {.prompt_tokens = rp->prompt_tokens, .cached_tokens = rp->cached_tokens,
-                                       .completion_tokens = (int32_t)b->n}};
+                                       .completion_tokens = (int32_t)b->n, .draft_tokens = rp->draft_tokens,
+                                       .accepted_tokens = rp->accepted_tokens}};
     if (b->res.outcome == CINFER_OUTCOME_FAILED) snprintf(b->res.error.message, sizeof b->res.error.message, "the device fell over");
 }
 
@@ -244,6 +246,15 @@ static void chat_body(void) {
                 "{\"token\":\"a\",\"logprob\":-0.25,\"bytes\":[97],\"top_logprobs\":[]},{\"token\":\"b\",\"logprob\":-0.5,\"bytes\":[98],"
                 "\"top_logprobs\":[]}]},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,"
                 "\"total_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":1}}}");
+
+    /* speculative decoding: drafts in OpenAI's Predicted Outputs fields */
+    respond(CF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+            &(reply){.pieces = {"a", "b"}, .prompt_tokens = 3, .draft_tokens = 7, .accepted_tokens = 5}, &out);
+    expect("chat body with speculative decoding", &out,
+           BODY "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"ab\"},\"logprobs\":null,"
+                "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5,"
+                "\"prompt_tokens_details\":{\"cached_tokens\":0},\"completion_tokens_details\":{\"accepted_prediction_tokens\":5,"
+                "\"rejected_prediction_tokens\":2}}}");
 
     /* a tool call and no text: content is null */
     snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"w\"}],%s}", TOOLS);
