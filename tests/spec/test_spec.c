@@ -213,7 +213,7 @@ typedef struct out {
     size_t text_len;
     cinfer_logprobs lp[256];
     int has_lp;
-    int drafted, accepted;
+    int drafted, accepted, cached;
     char plan[48];
 } out;
 
@@ -229,6 +229,7 @@ static void keep(const cinfer_result *r, out *o) {
     if (r->logprobs) memcpy(o->lp, r->logprobs, (size_t)o->n * sizeof *o->lp);
     o->drafted = r->usage.draft_tokens;
     o->accepted = r->usage.accepted_tokens;
+    o->cached = r->usage.cached_tokens;
     snprintf(o->plan, sizeof o->plan, "%s", r->plan);
     if (r->outcome == CINFER_OUTCOME_FAILED) fprintf(stderr, "  (failed: %s)\n", r->error.message);
 }
@@ -412,6 +413,22 @@ static void check_greedy(void) {
     for (int i = 0; i < NQ; i++) qs[i].draft = "ngram";
     run_all(e, qs, NQ, 1, ng);
     check_blocks(e, "greedy ngram");
+    /* the prefix cache after verifications (blocks filled by drafts, some rejected, then truncated): a prompt
+     * continuing request 2's output takes cached blocks and goes on as the plain run did */
+    req cont = qs[2];
+    const int keep = plain[2].n / 2;
+    if (cont.np + keep <= (int)(sizeof cont.prompt / sizeof cont.prompt[0])) {
+        memcpy(cont.prompt + cont.np, plain[2].tokens, (size_t)keep * sizeof *cont.prompt);
+        cont.np += keep;
+        cont.max_tokens = plain[2].n - keep;
+        out co;
+        run_all(e, &cont, 1, 0, &co);
+        CHECK(co.n == cont.max_tokens && !memcmp(co.tokens, plain[2].tokens + keep, (size_t)co.n * sizeof *co.tokens),
+              "a prompt continuing a speculative run differs from the plain run's continuation");
+        CHECK(co.cached > 0, "the continuation took no cached blocks");
+        printf("  a prompt continuing a speculative run: %d of %d prompt tokens from the prefix cache, output as plain\n", co.cached,
+               cont.np);
+    }
     cinfer_engine_free(e);
     SPEC_ALWAYS = 0;   /* the shipped policy: whatever it drafts, the output is the same */
     e = engine_with(4, 0, NULL, NULL);
