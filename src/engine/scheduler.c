@@ -17,7 +17,13 @@
  * otherwise the step returns the row's logits and the host sampler runs its processors and
  * log-probabilities. Both draw with the sampler's seeded uniform (cf_sampler_uniform), so a seed repeats its
  * output, and on the CPU both paths give the same tokens. CINFER_DEVICE_SAMPLING=0 in the environment keeps
- * every request on the host path. */
+ * every request on the host path.
+ *
+ * Speculative decoding (plans text:spec-<source>) happens inside the same step: before it, the speculating
+ * sessions' sources draft (cf_draft_many, batched per provider); a generating session's item is then its pending
+ * token followed by its drafts, with the logits of every row, which verify() samples in order with the session's
+ * host sampler and commits while the samples equal the drafts, truncating the sequence back to what was committed.
+ * How many drafts, and whether at all, is the policy's ("speculative decoding: the policy" below). */
 #include "engine/engine.h"
 #include "base/status.h"
 #include "spec/draft_model.h"
