@@ -93,8 +93,9 @@ static const char *bench_help =
     "  --json            print one JSON object instead of a table\n"
     "  --spec ngram|oracle\n"
     "                    instead: speculative decoding against plain decoding through the engine, side by\n"
-    "                    side (greedy, one session; outputs checked identical). ngram: a copy-heavy and an\n"
-    "                    open-ended prompt, tokens/s, speedup and acceptance. oracle: drafts replaying the\n"
+    "                    side (one session; outputs compared: identical on the CPU). ngram: a copy-heavy and\n"
+    "                    an open-ended prompt, greedy, and the open-ended one sampled at temperature 1:\n"
+    "                    tokens/s, speedup and acceptance. oracle (greedy): drafts replaying the\n"
     "                    model's own output (all accepted): for k = 1, 2, 4, 8, 16 drafts a step, tokens/s,\n"
     "                    the cost of a verify step against a plain step, and the speedup\n"
     "  --draft-max K     with --spec: drafts per step at most, 1..16 (oracle: only that k)\n";
