@@ -220,8 +220,9 @@ typedef struct cinfer_request {
     int ignore_eos;              /* do not end at the model's end-of-sequence ids */
     int logprobs;                /* report the log-probability of each generated token */
     int32_t top_logprobs;        /* and the most likely alternatives, [0, CINFER_MAX_TOP_LOGPROBS] */
-    /* Speculative decoding (lossless: the output is the one plain decoding gives, token for token, for the
-     * same seed). draft: the source of drafted tokens: "ngram" (prompt lookup: what followed the context's
+    /* Speculative decoding (lossless: on the CPU the output is the one plain decoding gives, token for token,
+     * for the same seed; on CUDA verification rows go through the GEMM path and plain decoding through the
+     * decode kernels, so a near-tie may resolve differently, as batching can). draft: the source of drafted tokens: "ngram" (prompt lookup: what followed the context's
      * longest recent suffix earlier in it), "draft" (the engine's draft model), "none" (plain decoding), or
      * NULL / "" for the engine's default_draft. Plan "text:spec-ngram", "text:spec-draft". */
     const char *draft;

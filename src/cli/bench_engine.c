@@ -51,6 +51,8 @@ typedef struct run_result {
 } run_result;
 
 /* One run of c sessions; fills r. Returns 0, or 1 after printing why. */
+static const char *run_draft;   /* the sessions' draft source, or NULL */
+
 static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen, uint64_t seed, run_result *r) {
     client *cl = calloc((size_t)c, sizeof *cl);
     cinfer_session **ss = calloc((size_t)c, sizeof *ss);
@@ -73,6 +75,7 @@ static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen,
         q.temperature = 0.0f;
         q.ignore_eos = 1;
         q.ids_only = 1;
+        q.draft = run_draft;
         cinfer_session_params sp = cinfer_session_default_params();
         sp.output = CINFER_OUTPUT_CALLBACK;
         sp.on_event = on_event;
@@ -143,6 +146,7 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
         cinfer_model_free(m);
         return 1;
     }
+    run_draft = a->draft;
     run_result *runs = calloc((size_t)a->n_concurrency, sizeof *runs);
     run_result warm = {0};
     int rc = !runs || run_once(e, vocab, 1, a->n_prompt, a->n_gen < 8 ? a->n_gen : 8, 7, &warm);

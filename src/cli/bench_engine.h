@@ -17,6 +17,7 @@ typedef struct bench_engine_args {
     int max_batch;            /* engine parameters; 0 = the engine's defaults */
     int64_t kv_memory;
     const char *label, *device;
+    const char *draft;        /* the sessions' draft source (--spec ngram); NULL = plain */
 } bench_engine_args;
 
 /* Runs the engine on model (taking ownership of it) at each concurrency and prints one table or one JSON

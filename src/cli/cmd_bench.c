@@ -93,11 +93,14 @@ static const char *bench_help =
     "  --json            print one JSON object instead of a table\n"
     "  --spec ngram|oracle\n"
     "                    instead: speculative decoding against plain decoding through the engine, side by\n"
-    "                    side (greedy, one session; outputs checked identical). ngram: a copy-heavy and an\n"
-    "                    open-ended prompt, tokens/s, speedup and acceptance. oracle: drafts replaying the\n"
+    "                    side (one session; outputs compared: identical on the CPU). ngram: a copy-heavy and\n"
+    "                    an open-ended prompt, greedy, and the open-ended one sampled at temperature 1:\n"
+    "                    tokens/s, speedup and acceptance. oracle (greedy): drafts replaying the\n"
     "                    model's own output (all accepted): for k = 1, 2, 4, 8, 16 drafts a step, tokens/s,\n"
     "                    the cost of a verify step against a plain step, and the speedup\n"
-    "  --draft-max K     with --spec: drafts per step at most, 1..16 (oracle: only that k)\n";
+    "  --draft-max K     with --spec: drafts per step at most, 1..16 (oracle: only that k)\n"
+    "                    --spec ngram with --concurrency: the engine benchmark with n-gram drafts (the plan\n"
+    "                    column says text:spec-ngram)\n";
 
 int cf_cmd_bench(int argc, char **argv) {
     const char *verb = "bench";
@@ -157,7 +160,9 @@ int cf_cmd_bench(int argc, char **argv) {
     if (max_batch > 2048) return cf_usage_error(verb, "--max-batch must be at most 2048");
     if ((max_batch || kv_mib) && !conc_opt) return cf_usage_error(verb, "--max-batch and --kv-memory go with --concurrency");
     if (draft_max && !spec_opt) return cf_usage_error(verb, "--draft-max goes with --spec");
-    if (spec_opt && conc_opt) return cf_usage_error(verb, "--spec and --concurrency are separate benchmarks; give one");
+    if (spec_opt && conc_opt && strcmp(spec_opt, "ngram"))
+        return cf_usage_error(verb, "--concurrency takes --spec ngram only (the oracle is a single-session benchmark)");
+    if (draft_max && conc_opt) return cf_usage_error(verb, "--draft-max goes with --spec alone, not --concurrency");
 
     int32_t *conc = NULL;
     int n_conc = 0;
@@ -174,7 +179,7 @@ int cf_cmd_bench(int argc, char **argv) {
         }
     }
 
-    if (spec_opt && !random_cfg) {   /* the folder's tokenizer gives text prompts */
+    if (spec_opt && !conc_opt && !random_cfg) {   /* the folder's tokenizer gives text prompts */
         free(conc);
         const bench_spec_args sa = {.source = spec_opt, .draft_max = (int)draft_max, .n_prompt = (int)n_prompt, .n_gen = (int)n_gen,
                                     .reps = (int)reps, .label = o.model, .dir = o.model,
@@ -219,7 +224,7 @@ int cf_cmd_bench(int argc, char **argv) {
     /* the GEMM rate at the row count of the longest prefill pass, which the prefill rate is compared with */
     const long pass = chunk ? chunk : cf_model_prefill_chunk(m);
     const int gemm_rows = (int)(n_prompt < pass ? n_prompt : pass);
-    if (spec_opt) {
+    if (spec_opt && !conc_opt) {
         const bench_spec_args sa = {.source = spec_opt, .draft_max = (int)draft_max, .n_prompt = (int)n_prompt, .n_gen = (int)n_gen,
                                     .reps = (int)reps, .label = random_cfg ? random_cfg : o.model, .device = m->be->ops->name};
         return cf_bench_spec(m, &sa);
@@ -233,7 +238,8 @@ int cf_cmd_bench(int argc, char **argv) {
         const bench_engine_args a = {.concurrency = conc, .n_concurrency = n_conc, .n_prompt = (int)n_prompt,
                                      .n_gen = (int)n_gen, .bandwidth_gbs = bw, .json = json, .max_batch = (int)max_batch,
                                      .kv_memory = (int64_t)kv_mib << 20,
-                                     .label = random_cfg ? random_cfg : o.model, .device = m->be->ops->name};
+                                     .label = random_cfg ? random_cfg : o.model, .device = m->be->ops->name,
+                                     .draft = spec_opt};
         rc = cf_bench_concurrency(m, &a);
         free(conc);
         return rc;

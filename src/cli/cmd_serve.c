@@ -38,8 +38,8 @@ static const char *serve_help =
     "  --kv-memory MIB          KV cache memory in MiB (default: room for max-batch full contexts)\n"
     "  --spec ngram|draft|none  speculative decoding for requests that name no draft source (default none;\n"
     "                           --draft-model implies draft); a request's \"speculative\" field overrides it\n"
-    "  --draft-model DIR        a draft model for \"draft\" (default with the embedded model: its draft,\n"
-    "                           models/cinfer-tiny-draft); its tokenizer must agree with the model's\n"
+    "  --draft-model DIR        a draft model for \"draft\" (with --spec draft and the embedded model, by\n"
+    "                           default models/cinfer-tiny-draft); its tokenizer must agree with the model's\n"
     "  --device cpu|cuda        compute device (default cpu)\n"
     "  --threads N              CPU threads (default: all cores)\n";
 

@@ -17,7 +17,13 @@
  * otherwise the step returns the row's logits and the host sampler runs its processors and
  * log-probabilities. Both draw with the sampler's seeded uniform (cf_sampler_uniform), so a seed repeats its
  * output, and on the CPU both paths give the same tokens. CINFER_DEVICE_SAMPLING=0 in the environment keeps
- * every request on the host path. */
+ * every request on the host path.
+ *
+ * Speculative decoding (plans text:spec-<source>) happens inside the same step: before it, the speculating
+ * sessions' sources draft (cf_draft_many, batched per provider); a generating session's item is then its pending
+ * token followed by its drafts, with the logits of every row, which verify() samples in order with the session's
+ * host sampler and commits while the samples equal the drafts, truncating the sequence back to what was committed.
+ * How many drafts, and whether at all, is the policy's ("speculative decoding: the policy" below). */
 #include "engine/engine.h"
 #include "base/status.h"
 #include "spec/draft_model.h"
@@ -39,6 +45,11 @@
 #define CF_SPEC_MAX_PAUSE 256
 #define CF_SPEC_DECAY 0.8       /* of the acceptance averages, per verification */
 #define CF_COST_DECAY 0.98      /* of the step cost fit, per step */
+#define CF_GUARD_DECAY 0.95     /* of the guard's throughput sums, per step */
+#define CF_GUARD_MIN 12.0       /* decayed steps of each kind before the guard compares */
+#define CF_GUARD_MARGIN 0.97     /* with drafts slower than this share of without: pause */
+#define CF_GUARD_MIN_PAUSE 64
+#define CF_GUARD_MAX_PAUSE 1024
 
 
 struct cinfer_engine {
@@ -79,6 +90,10 @@ struct cinfer_engine {
     double c_fixed, c_row;        /* its last well-conditioned solution; c_row < 0: none yet */
     long spec_steps;
     int spec_always;              /* tests: theta 0 (draft whenever a source proposes) */
+    /* the guard: tokens and seconds of decode-only steps with drafts [1] and without [0], decayed sums */
+    double g_tok[2], g_time[2], g_n[2];
+    int g_off, g_backoff;         /* steps left without drafts for anyone; the next pause's length */
+    int step_tokens;              /* tokens committed by the current step */
     /* published under mu at the end of each turn, for cinfer_engine_get_stats */
     int pub_running, pub_blocks_available, pub_blocks_cached;
     long pub_steps;
@@ -290,6 +305,7 @@ static int consumer_idle(cinfer_session *s) {
  * not end generation is the sequence's next input. Returns 1 when generation is over (*end says how). */
 static int commit(cinfer_engine *e, cinfer_session *s, const cf_sample_result *sr, step_end *end) {
     cinfer_error *err = &end->err;
+    e->step_tokens++;
     double now = s->now(s->now_user);
     if (s->n_sampled++ == 0) s->t_first = now;
     s->t_last = now;
@@ -494,6 +510,10 @@ static int build_step(cinfer_engine *e, int drafts) {
  * drafts, fewer while the last one does not pay. The adaptive length starts at draft_max or 4, grows by half
  * (at least 1) when every draft was accepted and moves halfway down to accepted + 1 on a miss.
  *
+ * Guard. The fit is linear and the real cost is not (a matmul tile more past 16 rows on the CPU, a step leaving
+ * the recorded decode graph on CUDA), so the measured throughput of decode-only steps with drafts is compared with
+ * that of steps without, and speculation pauses for everyone while it loses (guard_allows).
+ *
  * Pause. A session whose first draft does not pay (alpha <= theta) pauses speculation for a number of steps
  * (16, doubling up to 256 while it keeps not paying, back to 16 once a probe is accepted), then probes with one
  * draft to measure alpha again (its averages keep their history). Sources that propose nothing (an n-gram without
@@ -526,6 +546,40 @@ static double spec_theta(const cinfer_engine *e, int rows) {
     if (e->c_row < 0) return 0;
     const double var = e->c_row * rows, all = e->c_fixed + var;
     return all > 0 ? var / all : 0;
+}
+
+/* The guard: a decode-only step with (drafts = 1) or without drafts committed tokens tokens in t seconds. */
+static void guard_record(cinfer_engine *e, int drafts, int tokens, double t) {
+    const double l = CF_GUARD_DECAY;
+    e->g_tok[drafts] = e->g_tok[drafts] * l + tokens;
+    e->g_time[drafts] = e->g_time[drafts] * l + t;
+    e->g_n[drafts] = e->g_n[drafts] * l + 1;
+}
+
+/* Whether anyone may draft this step: not while the guard pauses speculation. The guard compares the measured
+ * throughput (tokens committed per second) of decode-only steps with drafts against those without; when the
+ * steps with drafts are slower (the cost fit is linear, the real cost is not: a matmul tile more, a recorded
+ * graph left for the general path) it pauses speculation for everyone (64 steps, doubling up to 1024 while it
+ * keeps losing, back to 64 once it wins), forgets the measurements with drafts, and lets the next steps with
+ * drafts measure again. */
+static int guard_allows(cinfer_engine *e) {
+    if (e->spec_always) return 1;
+    if (e->g_off > 0) {
+        e->g_off--;
+        return 0;
+    }
+    if (e->g_n[0] < CF_GUARD_MIN || e->g_n[1] < CF_GUARD_MIN) return 1;
+    const double with = e->g_tok[1] / e->g_time[1], without = e->g_tok[0] / e->g_time[0];
+    if (!e->g_backoff) e->g_backoff = CF_GUARD_MIN_PAUSE;
+    if (with >= CF_GUARD_MARGIN * without) {
+        e->g_backoff = CF_GUARD_MIN_PAUSE;
+        return 1;
+    }
+    e->g_off = e->g_backoff;
+    e->g_backoff = e->g_backoff * 2 < CF_GUARD_MAX_PAUSE ? e->g_backoff * 2 : CF_GUARD_MAX_PAUSE;
+    e->g_tok[1] = e->g_time[1] = e->g_n[1] = 0;
+    elog(e, "speculation paused for %d steps: steps with drafts gave %.1f tokens/s, steps without %.1f", e->g_off, with, without);
+    return 0;
 }
 
 /* The measured acceptance per draft (the averages start from an optimistic prior, spec_open). */
@@ -604,7 +658,7 @@ static int draft_phase(cinfer_engine *e) {
             prefilling = 1;
         }
     }
-    if (!speculating) return 0;
+    if (!speculating || !guard_allows(e)) return 0;
     const double theta = e->spec_always ? 0 : spec_theta(e, rows);
     /* drafts come before prompt chunks but leave them half the budget */
     int rows_left = e->budget - rows, logits_left = e->logit_rows - e->n_run;
@@ -709,6 +763,7 @@ static void iterate(cinfer_engine *e) {
 
     const double t0 = mono_now();
     int drafts = draft_phase(e) > 0;
+    e->step_tokens = 0;
     cinfer_error err = {0};
     cinfer_status st;
     int n;
@@ -779,7 +834,11 @@ static void iterate(cinfer_engine *e) {
             settle(e, s, &end);
         }
     }
-    if (decode_only && n) cost_record(e, rows, mono_now() - t0);
+    if (decode_only && n) {
+        const double t = mono_now() - t0;
+        cost_record(e, rows, t);
+        guard_record(e, drafts, e->step_tokens, t);
+    }
 }
 
 

@@ -169,7 +169,7 @@ PY
   check "run --spec draft without a draft model" 2 "$bin" run --model "$model" --prompt-ids 5 --spec draft
   check "bench --spec bogus" 2 "$bin" bench --model "$model" --spec medusa
   check "bench --draft-max without --spec" 2 "$bin" bench --model "$model" --draft-max 4
-  check "bench --spec with --concurrency" 2 "$bin" bench --model "$model" --spec ngram --concurrency 1
+  check "bench --spec oracle with --concurrency" 2 "$bin" bench --model "$model" --spec oracle --concurrency 1
   plain=$("$bin" run --model "$model" --prompt-ids 5,6,7,5,6,7,5,6 --max-tokens 24 --output ids --ignore-eos 2>/dev/null)
   spec=$("$bin" run --model "$model" --prompt-ids 5,6,7,5,6,7,5,6 --max-tokens 24 --output ids --ignore-eos --spec ngram --draft-max 3 2>/dev/null)
   if [ -n "$plain" ] && [ "$plain" = "$spec" ]; then pass=$((pass+1)); else echo "FAIL run --spec ngram: '$spec' vs plain '$plain'"; fails=$((fails+1)); fi
