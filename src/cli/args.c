@@ -42,6 +42,18 @@ int cf_flag_value(const char *verb, int argc, char **argv, int *i, const char *f
     return 1;
 }
 
+int cf_spec_flag(const char *verb, int argc, char **argv, int *i, const char **spec) {
+    const char *v;
+    int r = cf_flag_value(verb, argc, argv, i, "--spec", &v);
+    if (r <= 0) return r;
+    if (strcmp(v, "ngram") && strcmp(v, "draft") && strcmp(v, "none")) {
+        cf_usage_error(verb, "--spec must be ngram, draft or none, got '%s'", v);
+        return -1;
+    }
+    *spec = v;
+    return 1;
+}
+
 /* strtol and strtof also take leading spaces, a '+', hex, "inf" and "nan": a flag value is plain decimal. */
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 

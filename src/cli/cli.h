@@ -30,6 +30,8 @@ int cf_report(const char *verb, const cinfer_error *err);
 /* Matches argv[*i] against a flag taking a value ("--flag V" or "--flag=V"). Returns 1 and sets *val
  * (advancing *i) on a match, 0 on no match, -1 (after printing the reason) if the value is missing. */
 int cf_flag_value(const char *verb, int argc, char **argv, int *i, const char *flag, const char **val);
+/* --spec ngram|draft|none at argv[*i]; same return convention as cf_flag_value. */
+int cf_spec_flag(const char *verb, int argc, char **argv, int *i, const char **spec);
 int cf_is_help(const char *arg);
 
 /* Strict number parsing: plain decimal, nothing before or after, in [lo, hi] (finite for floats). 0 on

@@ -136,15 +136,7 @@ int cf_gen_flag(const char *verb, int argc, char **argv, int *i, cf_gen_opts *o)
         o->stats = 1;
         return 1;
     }
-    if ((r = cf_flag_value(verb, argc, argv, i, "--spec", &v)) != 0) {
-        if (r < 0) return r;
-        if (strcmp(v, "ngram") && strcmp(v, "draft") && strcmp(v, "none")) {
-            cf_usage_error(verb, "--spec must be ngram, draft or none, got '%s'", v);
-            return -1;
-        }
-        o->spec = v;
-        return 1;
-    }
+    if ((r = cf_spec_flag(verb, argc, argv, i, &o->spec)) != 0) return r;
     if ((r = cf_flag_value(verb, argc, argv, i, "--draft-model", &o->draft_dir)) != 0) return r;
     if ((r = int_flag(verb, argc, argv, i, "--draft-max", 1, 16, &n)) != 0) {
         if (r > 0) q->draft_max = (int32_t)n;

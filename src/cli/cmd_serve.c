@@ -132,16 +132,7 @@ static int serve_flag(const char *verb, int argc, char **argv, int *i, serve_opt
     if ((r = long_flag(verb, argc, argv, i, "--max-batch", 1, 2048, &o->max_batch)) != 0) return r;
     if ((r = long_flag(verb, argc, argv, i, "--kv-memory", 1, 1L << 30, &o->kv_mib)) != 0) return r;
     if ((r = long_flag(verb, argc, argv, i, "--max-queued", 0, 1 << 24, &o->max_queued)) != 0) return r;
-    const char *v;
-    if ((r = cf_flag_value(verb, argc, argv, i, "--spec", &v)) != 0) {
-        if (r < 0) return r;
-        if (strcmp(v, "ngram") && strcmp(v, "draft") && strcmp(v, "none")) {
-            cf_usage_error(verb, "--spec must be ngram, draft or none, got '%s'", v);
-            return -1;
-        }
-        o->spec = v;
-        return 1;
-    }
+    if ((r = cf_spec_flag(verb, argc, argv, i, &o->spec)) != 0) return r;
     if ((r = cf_flag_value(verb, argc, argv, i, "--draft-model", &o->draft_dir)) != 0) return r;
     if (!strcmp(argv[*i], "--log-prompts")) return sp->log_prompts = 1;
     if (!strcmp(argv[*i], "--quiet")) return (sp->log_requests = 0), 1;
