@@ -15,7 +15,9 @@
  *   whose data points to a backend-owned cf_qweight (rows, cols as the logical matrix; stride = cols). Only
  *   matmul (as w, also inside the fused qkv, matmul_glu, matmul_gated) and embed (as table: the looked-up
  *   rows are dequantized) take a CF_Q tensor; no other op, and no view (cf_rows, cf_cols) of one, is valid.
- *   CUDA dequantizes to bf16 at upload (no quantized CUDA kernels yet) and returns a plain BF16 tensor.
+ *   CUDA keeps 4- and 8-bit weights packed in device memory and returns a CF_Q tensor too (its cf_qweight
+ *   points to device memory: backend/cuda/cuda_internal.h); it dequantizes 2-, 3-, 5- and 6-bit weights to bf16
+ *   at upload and returns a plain BF16 tensor for those.
  * - Activations: the model allocates them with act_dtype (CPU: F32; CUDA: its choice). Integer inputs
  *   (token ids, positions) are CF_I32 tensors filled with write().
  * - Operations are enqueued in order on the backend's single stream and return nothing: the first
@@ -273,6 +275,11 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *   paged_sm_blocks   CINFER_PAGED_SM_BLOCKS    4: blocks per SM the paged decode kernel sizes its key splits for
  *   attn_paged_d512   CINFER_ATTN_PAGED_D512    1: decode attention_pos at head size 512 runs the paged decode kernel; 0: the
  *                                               generic split kernel
+ *   qmma_max_rows     CINFER_QMMA_MAX_ROWS      128: CUDA matmuls with 4/8-bit weights and more rows than gemv_max_rows (at most
+ *                                               8) up to this many run the tensor-core kernel on the packed weights; more
+ *                                               rows dequantize the weight to bf16 scratch and use cuBLAS
+ *   qgemv_warps       CINFER_QGEMV_WARPS        24: warps per SM the quantized GEMV aims for when it splits a unit of 4 weight
+ *                                               rows over 2 or 4 warps (few rows or long ones)
  * The measurements behind the CUDA defaults are noted where cuda_backend.c applies them. */
 typedef struct cf_tuning {
     int fused_ops, decode_graphs;
@@ -280,6 +287,7 @@ typedef struct cf_tuning {
     int gemv_unroll, gemv_max_rows, gemv_warps, gemv_block_warps;
     int attn_bc, attn_hpb, attn_group, attn_group_splits;
     int paged_mma_group, paged_sm_blocks, attn_paged_d512;
+    int qmma_max_rows, qgemv_warps;
 } cf_tuning;
 
 cf_tuning cf_tuning_defaults(void);

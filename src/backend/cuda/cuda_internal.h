@@ -28,6 +28,9 @@ typedef struct cfk_config {
     int attn_group_splits;   /* its key splits per (query, KV head) at most: 1 to 64 (paged decode too) */
     int paged_mma_group;     /* paged decode on tensor cores for GQA groups of at least this many query heads (0: never, the default) */
     int paged_sm_blocks;     /* blocks per SM a paged decode launch aims for before splitting keys further */
+    int qmma_max_rows;       /* quantized matmuls with more activation rows than gemv_max_rows and at most this many use the
+                                tensor-core kernel of k_quant.cu; more: dequantize to bf16 scratch and cuBLAS */
+    int qgemv_warps;         /* warps per SM the quantized GEMV aims for when it splits its units over warps */
     int n_sm;
 } cfk_config;
 extern cfk_config cfk_cfg;
@@ -97,6 +100,35 @@ typedef struct cfk_gemv_job {
 /* whether x and w suit the vectorized kernel (the only one that fuses) */
 int cfk_gemv_vec_ok(cf_tensor x, cf_tensor w);
 cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *job);
+
+/* Quantized weights kept packed on the device (k_quant.cu; MLX affine, 4 and 8 bits, groups 32, 64, 128). A CF_Q
+ * tensor of the CUDA backend points to a host cf_qweight (backend-owned) whose q is the device copy of the packed
+ * words (rows of cols * bits / 32 words, each row 16-byte aligned) and whose scales points to (scale, bias) pairs
+ * interleaved in device memory ([rows, cols / group] pairs of sb_dtype: F32, BF16 or F16); biases is NULL.
+ * A job: up to CFK_QMAX_SEG products out[s] = x . w[s]^T (+ bias[s]) sharing x (q, k, v), or two products of equal
+ * rows finished by the GLU (glu_out = act(x w0^T) * (x w1^T); out[] unused), or one times act() of a gate
+ * (out = act(x w^T) * mul). x: F32 or BF16, rows 16-byte aligned. */
+#define CFK_QMAX_SEG 3
+typedef struct cfk_qjob {
+    cf_tensor x;
+    int n_seg;
+    const cf_qweight *w[CFK_QMAX_SEG];
+    cf_tensor out[CFK_QMAX_SEG], bias[CFK_QMAX_SEG];
+    cf_tensor glu_out, mul;   /* data NULL: none */
+    cf_act act;
+} cfk_qjob;
+/* whether the kernels take the job as it is (same bits, 4 or 8, for every product; x F32/BF16 and aligned; k a
+ * multiple of 32; shapes of the GLU / gate forms) */
+int cfk_qjob_ok(const cfk_qjob *j);
+/* few rows (any count; 8 a launch): the GEMV */
+cudaError_t cfk_qgemv(cudaStream_t st, const cfk_qjob *j);
+/* more rows: the tensor-core kernel; partial: cfk_qmma_scratch(j) bytes of scratch (0: none needed) */
+size_t cfk_qmma_scratch(const cfk_qjob *j);
+cudaError_t cfk_qmma(cudaStream_t st, const cfk_qjob *j, void *partial);
+/* rows [r0, r0 + nr) of w dequantized to bf16 at out ([nr, cols], 16-byte aligned) */
+cudaError_t cfk_qdequant(cudaStream_t st, const cf_qweight *w, int64_t r0, int64_t nr, void *out);
+/* out[i] = dequantized row ids[i] of table * scale (zeros for ids outside the table) */
+cudaError_t cfk_qembed(cudaStream_t st, cf_tensor out, const cf_qweight *table, cf_tensor ids, float scale);
 
 /* attention (k_attention.cu). pos_dev: when non-NULL, pos0 is read from it on the device. partial: scratch
  * of cfk_attention_scratch() bytes; counters: CFK_ATTN_COUNTERS zeroed ints, left zeroed (the last block

@@ -1,0 +1,619 @@
+/* k_quant.cu: the kernels for MLX affine-quantized weights kept packed on the GPU (4 and 8 bits, groups 32, 64,
+ * 128; the device layout is cuda_internal.h's cfk_qjob comment): the decode GEMV (few activation rows), the
+ * tensor-core GEMM for batched decode (weight tiles dequantized to bf16 in shared memory, wmma with f32
+ * accumulation, split-k partials summed by an epilogue kernel), the whole-matrix dequantizer for the cuBLAS
+ * path of long prefills, and the embedding gather from a quantized table.
+ *
+ * Values: w = scale * q + bias per group of `group` values along a row; value c of a row is bits [c * bits,
+ * (c + 1) * bits) of the row's little-endian word stream (base/qweight.h). A 16-byte chunk of a row holds 128 / bits
+ * values (32 or 16), always inside one group (groups are 32, 64, 128 values and chunks start at multiples of 16
+ * bytes). */
+#include "backend/cuda/k_gemv.cuh"
+#include "backend/cuda/k_quant.cuh"
+
+#include <mma.h>
+
+/* ---- common ---- */
+
+/* One product of a job as the kernels see it: packed rows of wpr words, (scale, bias) pairs of dtype sbt, G pairs
+ * a row. block0: the first block of this product in the launch. */
+struct QSeg {
+    const uint32_t *q;
+    const void *sb;
+    int sbt, group, gsh;   /* gsh = log2(group) */
+    int64_t d, wpr, G, block0;
+    TV out, bias;
+};
+
+struct QArgs {
+    const void *x;
+    int64_t xstride, k;
+    int n, ks, nseg, act;
+    QSeg s0, s1, s2;
+    TV glu, mul;   /* .p NULL: none */
+    /* the tensor-core kernel only */
+    int splits, ksteps;
+    float *part;          /* split-k partial sums: product s at part + poff[s], [splits][n][d] */
+    int64_t poff0, poff1, poff2;
+};
+
+/* (scale, bias) pair i of a row-major pair array of dtype t */
+__device__ __forceinline__ float2 ld_sb(const void *sb, int t, int64_t i) {
+    if (t == CF_BF16) {
+        const uint32_t u = __ldg((const unsigned int *)sb + i);
+        return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+    }
+    if (t == CF_F16) {
+        const uint32_t u = __ldg((const unsigned int *)sb + i);
+        __half2 h;
+        memcpy(&h, &u, 4);
+        return __half22float2(h);
+    }
+    return __ldg((const float2 *)sb + i);
+}
+
+template <int V>
+__device__ __forceinline__ void load_x(const float *p, float (&f)[V]) {
+#pragma unroll
+    for (int i = 0; i < V / 8; i++) {
+        float t[8];
+        load8(p + 8 * i, t);
+#pragma unroll
+        for (int e = 0; e < 8; e++) f[8 * i + e] = t[e];
+    }
+}
+template <int V>
+__device__ __forceinline__ void load_x(const __nv_bfloat16 *p, float (&f)[V]) {
+#pragma unroll
+    for (int i = 0; i < V / 8; i++) {
+        float t[8];
+        load8(p + 8 * i, t);
+#pragma unroll
+        for (int e = 0; e < 8; e++) f[8 * i + e] = t[e];
+    }
+}
+
+/* ---- GEMV: few activation rows ---- */
+
+/* Each warp takes a unit of QR = 4 weight rows (four neighbours of one product; for the GLU, rows 2u, 2u + 1 of gate
+ * and of up), or ks warps of one block split a unit's chunks. Lane l of sub-warp s reads chunks s * 32 + l +
+ * i * 32 * ks of each of the unit's rows with 16-byte streaming loads, two chunks a row in flight; for each
+ * activation row r it loads the chunk's x values once for the four weight rows and adds
+ * scale * sum(x q) + bias * sum(x) (the bias folded per chunk). f32 throughout. The 4 x NX sums are then reduced
+ * over the warp (and the ks warps through shared memory), and lane r * 4 + s finishes row s for activation row r. */
+constexpr int QR = 4;
+
+template <int NX, int BITS, typename XT>
+__global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
+    constexpr int V = 128 / BITS;   /* values a chunk */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int upb = 4 / g.ks, t = warp / g.ks, sub = warp % g.ks;
+    const bool glu = g.glu.p != nullptr;
+    const int si = glu ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
+    const QSeg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
+    const int64_t unit = ((int64_t)blockIdx.x - S.block0) * upb + t;
+
+    /* slots 0, 1 of a GLU unit are gate rows (S), 2, 3 up rows (g.s1); otherwise every slot is a row of S */
+    const QSeg &UP = glu ? g.s1 : S;
+    const uint32_t *wrow[QR];
+    int64_t sbrow[QR];
+    bool ok[QR];
+#pragma unroll
+    for (int s = 0; s < QR; s++) {
+        const bool up = s >= 2;
+        const int64_t row = glu ? unit * 2 + (s & 1) : unit * QR + s;
+        ok[s] = row < (up ? UP.d : S.d);
+        const int64_t rr = ok[s] ? row : 0;
+        wrow[s] = (up ? UP.q : S.q) + rr * (up ? UP.wpr : S.wpr);
+        sbrow[s] = rr * (up ? UP.G : S.G);
+    }
+    const void *const sbpA = S.sb, *const sbpB = UP.sb;
+    const int sbtA = S.sbt, sbtB = UP.sbt, gshA = S.gsh, gshB = UP.gsh;
+    float acc[NX][QR];
+#pragma unroll
+    for (int r = 0; r < NX; r++)
+#pragma unroll
+        for (int s = 0; s < QR; s++) acc[r][s] = 0.0f;
+
+    const XT *x = (const XT *)g.x;
+    const int64_t nch = g.k * BITS / 128, step = 32 * (int64_t)g.ks;
+
+    auto use = [&](int64_t c, const uint4 (&wv)[QR], const float2 (&sb)[QR]) {
+#pragma unroll
+        for (int r = 0; r < NX; r++) {
+            if (r >= g.n) break;
+            float xf[V];
+            load_x<V>(x + r * g.xstride + c * V, xf);
+            float sx = 0.0f;
+#pragma unroll
+            for (int e = 0; e < V; e++) sx += xf[e];
+#pragma unroll
+            for (int s = 0; s < QR; s++) {
+                float dq;
+                if constexpr (BITS == 4) dq = dot_q4(wv[s], xf);
+                else dq = dot_q8(wv[s], xf);
+                acc[r][s] = fmaf(sb[s].x, dq, fmaf(sb[s].y, sx, acc[r][s]));
+            }
+        }
+    };
+    /* chunks c and c + step of each row (two in flight), with their (scale, bias) pairs */
+    uint4 w1[QR], w2[QR];
+    float2 sb1[QR], sb2[QR];
+    auto fetch = [&](int64_t c) {
+        const int64_t c2 = c + step;
+        const bool has1 = c < nch, has2 = c2 < nch;
+#pragma unroll
+        for (int s = 0; s < QR; s++) {
+            w1[s] = ok[s] && has1 ? ld_stream(reinterpret_cast<const uint4 *>(wrow[s]) + c) : make_uint4(0, 0, 0, 0);
+            w2[s] = ok[s] && has2 ? ld_stream(reinterpret_cast<const uint4 *>(wrow[s]) + c2) : make_uint4(0, 0, 0, 0);
+            const void *sbp = s >= 2 ? sbpB : sbpA;
+            const int sbt = s >= 2 ? sbtB : sbtA, gsh = s >= 2 ? gshB : gshA;
+            sb1[s] = ok[s] && has1 ? ld_sb(sbp, sbt, sbrow[s] + ((c * V) >> gsh)) : make_float2(0.0f, 0.0f);
+            sb2[s] = ok[s] && has2 ? ld_sb(sbp, sbt, sbrow[s] + ((c2 * V) >> gsh)) : make_float2(0.0f, 0.0f);
+        }
+    };
+    /* the first weights before waiting for the kernel ahead (weights are never written by it: k_gemv.cuh), so their
+     * latency overlaps its tail; x only after */
+    const int64_t c0 = sub * 32 + lane;
+    fetch(c0);
+    pdl_wait();
+    pdl_launch_next();
+    for (int64_t c = c0; c < nch; c += 2 * step) {
+        if (c != c0) fetch(c);
+        use(c, w1, sb1);
+        if (c + step < nch) use(c + step, w2, sb2);
+    }
+
+    /* lane r * QR + s keeps sum (r, s) */
+    float val = 0.0f;
+#pragma unroll
+    for (int r = 0; r < NX; r++)
+#pragma unroll
+        for (int s = 0; s < QR; s++) {
+            const float v = warp_sum(acc[r][s]);
+            if (lane == r * QR + s) val = v;
+        }
+    if (g.ks > 1) {
+        __shared__ float red[4][32];
+        red[warp][lane] = val;
+        __syncthreads();
+        if (sub != 0) return;
+        val = 0.0f;
+        for (int i = 0; i < g.ks; i++) val += red[warp + i][lane];
+    }
+    const float up_val = __shfl_down_sync(0xffffffffu, val, 2);   /* glu: up row s of lane r * QR + s (s < 2) */
+    const int r = lane / QR, s = lane % QR;
+    if (r >= NX || r >= g.n) return;
+    if (glu) {
+        const int64_t j = unit * 2 + s;
+        if (s >= 2 || j >= S.d) return;
+        st(g.glu, r, j, act_fn(g.act, val) * up_val);
+        return;
+    }
+    const int64_t j = unit * QR + s;
+    if (j >= S.d) return;
+    float v = val + (S.bias.p ? ld(S.bias, 0, j) : 0.0f);
+    if (g.mul.p) v = act_fn(g.act, v) * ld(g.mul, r, j);
+    st(S.out, r, j, v);
+}
+
+/* ---- tensor-core GEMM: more activation rows ---- */
+
+/* Block tile: MB activation rows x NB weight rows (for the GLU, NB / 2 gate rows and the same up rows), KT values
+ * of k a stage, 8 warps as 2 x 4, each 32 x 32 (2 x 2 wmma 16x16x16 bf16 fragments, f32 accumulators). A stage's
+ * x tile and dequantized weight tile (w = fmaf(scale, q, bias) rounded to bf16) sit in shared memory, two buffers:
+ * the next stage's global loads are issued into registers before the current stage's MMAs and stored after them,
+ * one barrier a stage. Split k (blockIdx.z) over `splits` ranges of stages when the tiles are too few to fill the GPU:
+ * then each split writes f32 partial sums and qmma_epilogue adds them. */
+constexpr int MB = 64, NB = 128, KT = 32, LDS = KT + 8, LDC = NB + 4;
+constexpr int QM_THREADS = 256;
+constexpr size_t QM_TILE_BYTES = (size_t)2 * (MB + NB) * LDS * 2;
+constexpr size_t QM_C_BYTES = (size_t)MB * LDC * 4;
+constexpr size_t QM_SMEM = QM_TILE_BYTES > QM_C_BYTES ? QM_TILE_BYTES : QM_C_BYTES;
+
+template <typename XT>
+struct XRegs;
+template <>
+struct XRegs<__nv_bfloat16> {
+    uint4 v;
+    __device__ __forceinline__ void load(const __nv_bfloat16 *p, bool ok) { v = ok ? *reinterpret_cast<const uint4 *>(p) : make_uint4(0, 0, 0, 0); }
+    __device__ __forceinline__ uint4 packed() const { return v; }
+};
+template <>
+struct XRegs<float> {
+    float4 a, b;
+    __device__ __forceinline__ void load(const float *p, bool ok) {
+        a = ok ? *reinterpret_cast<const float4 *>(p) : make_float4(0, 0, 0, 0);
+        b = ok ? *reinterpret_cast<const float4 *>(p + 4) : make_float4(0, 0, 0, 0);
+    }
+    __device__ __forceinline__ uint4 packed() const {
+        return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+    }
+};
+
+template <int BITS, typename XT>
+__global__ void __launch_bounds__(QM_THREADS) qmma_kernel(QArgs g) {
+    using namespace nvcuda;
+    __shared__ __align__(128) unsigned char smem[QM_SMEM];
+    __nv_bfloat16 *As = reinterpret_cast<__nv_bfloat16 *>(smem);   /* [2][MB][LDS] */
+    __nv_bfloat16 *Bs = As + 2 * MB * LDS;                            /* [2][NB][LDS] */
+    float *Cs = reinterpret_cast<float *>(smem);                      /* [MB][LDC], after the main loop */
+
+    const int tid = threadIdx.x, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
+    const bool glu = g.glu.p != nullptr;
+    const int si = glu ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
+    const QSeg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
+    const int64_t jt0 = ((int64_t)blockIdx.x - S.block0) * (glu ? NB / 2 : NB);   /* first output column of the tile */
+    const int64_t m0 = (int64_t)blockIdx.y * MB;
+    const int z = blockIdx.z;
+    const int kb = (int)((int64_t)z * g.ksteps / g.splits), ke = (int)((int64_t)(z + 1) * g.ksteps / g.splits);
+
+    /* this thread's x piece: row xr, values xc .. xc + 7 of the stage */
+    const int xr = tid >> 2, xc = (tid & 3) * 8;
+    const bool xok = m0 + xr < g.n;
+    const XT *xrow = (const XT *)g.x + (xok ? m0 + xr : 0) * g.xstride + xc;
+    /* this thread's weight piece: tile row wr, values 16 * half .. + 15 of the stage */
+    const int wr = tid >> 1, half = tid & 1;
+    const bool up = glu && wr >= NB / 2;
+    const int64_t wrow_i = jt0 + (up ? wr - NB / 2 : wr);
+    const int64_t wd = up ? g.s1.d : S.d;
+    const bool wok = wrow_i < wd;
+    const int64_t rr = wok ? wrow_i : 0;
+    const uint32_t *wq = (up ? g.s1.q : S.q) + rr * (up ? g.s1.wpr : S.wpr);
+    const void *wsb = up ? g.s1.sb : S.sb;
+    const int64_t wsbrow = rr * (up ? g.s1.G : S.G);
+    const int wsbt = up ? g.s1.sbt : S.sbt, wgsh = up ? g.s1.gsh : S.gsh;
+
+    XRegs<XT> xreg;
+    uint32_t wreg[BITS == 4 ? 2 : 4];
+    float2 sbreg;
+    auto load_regs = [&](int kstep) {
+        const int64_t k0 = (int64_t)kstep * KT;
+        xreg.load(xrow + k0, xok);
+        const int64_t c0 = k0 + 16 * half;   /* first value of the piece */
+        if constexpr (BITS == 4) {
+            const uint2 v = wok ? __ldg(reinterpret_cast<const uint2 *>(wq + c0 / 8)) : make_uint2(0, 0);
+            wreg[0] = v.x;
+            wreg[1] = v.y;
+        } else {
+            const uint4 v = wok ? ld_stream(reinterpret_cast<const uint4 *>(wq + c0 / 4)) : make_uint4(0, 0, 0, 0);
+            wreg[0] = v.x;
+            wreg[1] = v.y;
+            wreg[2] = v.z;
+            wreg[3] = v.w;
+        }
+        sbreg = wok ? ld_sb(wsb, wsbt, wsbrow + (c0 >> wgsh)) : make_float2(0.0f, 0.0f);
+    };
+    auto store_smem = [&](int buf) {
+        *reinterpret_cast<uint4 *>(As + (buf * MB + xr) * LDS + xc) = xreg.packed();
+        uint32_t p[8];
+        dequant16<BITS>(wreg, sbreg.x, sbreg.y, p);
+        uint4 *dst = reinterpret_cast<uint4 *>(Bs + (buf * NB + wr) * LDS + 16 * half);
+        dst[0] = make_uint4(p[0], p[1], p[2], p[3]);
+        dst[1] = make_uint4(p[4], p[5], p[6], p[7]);
+    };
+
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+
+    pdl_wait();
+    pdl_launch_next();
+    if (kb < ke) {
+        load_regs(kb);
+        store_smem(0);
+        __syncthreads();
+        for (int ks = kb; ks < ke; ks++) {
+            const int buf = (ks - kb) & 1;
+            const bool more = ks + 1 < ke;
+            if (more) load_regs(ks + 1);
+#pragma unroll
+            for (int kk = 0; kk < KT; kk += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[2];
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b[2];
+#pragma unroll
+                for (int i = 0; i < 2; i++) wmma::load_matrix_sync(a[i], As + (buf * MB + wm * 32 + i * 16) * LDS + kk, LDS);
+#pragma unroll
+                for (int j = 0; j < 2; j++) wmma::load_matrix_sync(b[j], Bs + (buf * NB + wn * 32 + j * 16) * LDS + kk, LDS);
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+            }
+            if (more) store_smem(buf ^ 1);
+            __syncthreads();
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+            wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * LDC + wn * 32 + j * 16, acc[i][j], LDC, wmma::mem_row_major);
+    __syncthreads();
+
+    const int64_t poff = si == 0 ? g.poff0 : si == 1 ? g.poff1 : g.poff2;
+    for (int idx = tid; idx < MB * NB; idx += QM_THREADS) {
+        const int r = idx / NB, i = idx % NB;
+        const int64_t m = m0 + r;
+        if (m >= g.n) continue;
+        const float c = Cs[r * LDC + i];
+        if (glu) {
+            const bool is_up = i >= NB / 2;
+            const int64_t j = jt0 + (is_up ? i - NB / 2 : i);
+            if (j >= S.d) continue;
+            if (g.splits > 1) {
+                g.part[(is_up ? g.poff1 : g.poff0) + ((int64_t)z * g.n + m) * S.d + j] = c;
+            } else if (!is_up) {
+                st(g.glu, m, j, act_fn(g.act, c) * Cs[r * LDC + i + NB / 2]);
+            }
+            continue;
+        }
+        const int64_t j = jt0 + i;
+        if (j >= S.d) continue;
+        if (g.splits > 1) {
+            g.part[poff + ((int64_t)z * g.n + m) * S.d + j] = c;
+            continue;
+        }
+        float v = c + (S.bias.p ? ld(S.bias, 0, j) : 0.0f);
+        if (g.mul.p) v = act_fn(g.act, v) * ld(g.mul, m, j);
+        st(S.out, m, j, v);
+    }
+}
+
+/* The split-k sums of qmma_kernel and its epilogue: blockIdx.y = product (for the GLU one, reading both partials) */
+__global__ void qmma_epilogue(QArgs g) {
+    pdl_wait();
+    pdl_launch_next();
+    const bool glu = g.glu.p != nullptr;
+    const int si = blockIdx.y;
+    const QSeg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
+    const int64_t poff = si == 0 ? g.poff0 : si == 1 ? g.poff1 : g.poff2;
+    const int64_t total = (int64_t)g.n * S.d, plane = total;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t m = e / S.d, j = e % S.d;
+        float v = 0.0f;
+        for (int z = 0; z < g.splits; z++) v += g.part[poff + z * plane + e];
+        if (glu) {
+            float u = 0.0f;
+            for (int z = 0; z < g.splits; z++) u += g.part[g.poff1 + z * plane + e];
+            st(g.glu, m, j, act_fn(g.act, v) * u);
+            continue;
+        }
+        v += S.bias.p ? ld(S.bias, 0, j) : 0.0f;
+        if (g.mul.p) v = act_fn(g.act, v) * ld(g.mul, m, j);
+        st(S.out, m, j, v);
+    }
+}
+
+/* ---- dequantize rows to bf16 (the cuBLAS path) and the embedding gather ---- */
+
+/* rows [r0, r0 + nr) of a weight into out [nr, k] bf16: one thread a packed word */
+template <int BITS>
+__global__ void qdequant_kernel(QSeg S, int64_t k, int64_t r0, int64_t nr, __nv_bfloat16 *out) {
+    pdl_wait();
+    pdl_launch_next();
+    constexpr int VPW = 32 / BITS;
+    const int64_t words = nr * S.wpr;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / S.wpr, wc = i % S.wpr, c0 = wc * VPW;
+        const uint32_t u = S.q[(r0 + r) * S.wpr + wc];
+        const float2 sb = ld_sb(S.sb, S.sbt, (r0 + r) * S.G + c0 / S.group);
+        uint32_t p[VPW / 2];
+#pragma unroll
+        for (int e = 0; e < VPW; e += 2)
+            p[e / 2] = pack_bf16(fmaf(sb.x, (float)((u >> (BITS * e)) & ((1u << BITS) - 1u)), sb.y),
+                                 fmaf(sb.x, (float)((u >> (BITS * (e + 1))) & ((1u << BITS) - 1u)), sb.y));
+        __nv_bfloat16 *o = out + r * k + c0;
+        if constexpr (BITS == 4) *reinterpret_cast<uint4 *>(o) = make_uint4(p[0], p[1], p[2], p[3]);
+        else *reinterpret_cast<uint2 *>(o) = make_uint2(p[0], p[1]);
+    }
+}
+
+/* out[i] = dequantized table row ids[i] * scale (fmaf(scale, q, bias), then the product, as the CPU); ids outside
+ * the table give zeros */
+__global__ void qembed_kernel(TV out, QSeg S, int bits, TV ids, int64_t cols, float scale) {
+    pdl_wait();
+    pdl_launch_next();
+    const int64_t i = blockIdx.x;
+    const int64_t id = ((const int32_t *)ids.p)[i * ids.stride];
+    const bool valid = id >= 0 && id < S.d;
+    for (int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; c < cols; c += (int64_t)gridDim.y * blockDim.x) {
+        float v = 0.0f;
+        if (valid) {
+            const int64_t bit = c * bits;
+            const uint32_t q = (S.q[id * S.wpr + (bit >> 5)] >> (bit & 31)) & ((1u << bits) - 1u);   /* 4, 8 bits: never straddles */
+            const float2 sb = ld_sb(S.sb, S.sbt, id * S.G + c / S.group);
+            v = fmaf(sb.x, (float)q, sb.y) * scale;
+        }
+        st(out, i, c, v);
+    }
+}
+
+/* ---- host side ---- */
+
+static QSeg qseg(const cf_qweight *w, cf_tensor out, cf_tensor bias, int64_t block0) {
+    QSeg s;
+    s.q = w->q;
+    s.sb = w->scales;
+    s.sbt = (int)w->sb_dtype;
+    s.group = w->group;
+    s.gsh = w->group == 32 ? 5 : w->group == 64 ? 6 : 7;
+    s.d = w->rows;
+    s.wpr = cf_qweight_words_per_row(w->bits, w->cols);
+    s.G = w->cols / w->group;
+    s.block0 = block0;
+    s.out = out.data ? tv(out) : TV{};
+    s.bias = bias.data ? tv(bias) : TV{};
+    return s;
+}
+
+static bool al16(const void *p, int64_t stride_bytes) { return ((uintptr_t)p % 16) == 0 && stride_bytes % 16 == 0; }
+
+extern "C" int cfk_qjob_ok(const cfk_qjob *j) {
+    if (j->n_seg < 1 || j->n_seg > CFK_QMAX_SEG) return 0;
+    const cf_tensor x = j->x;
+    if (x.dtype != CF_F32 && x.dtype != CF_BF16) return 0;
+    if (!al16(x.data, x.stride * (int64_t)cf_dtype_size(x.dtype))) return 0;
+    const int bits = j->w[0]->bits;
+    for (int s = 0; s < j->n_seg; s++) {
+        const cf_qweight *w = j->w[s];
+        if (w->bits != bits || (bits != 4 && bits != 8) || !cf_qweight_group_ok(w->group) || w->cols != x.cols || x.cols % 32 || w->cols % w->group) return 0;
+        if (w->sb_dtype != CF_F32 && w->sb_dtype != CF_BF16 && w->sb_dtype != CF_F16) return 0;
+        if (!j->glu_out.data && !j->out[s].data) return 0;
+    }
+    if (j->glu_out.data && (j->n_seg != 2 || j->w[0]->rows != j->w[1]->rows || j->mul.data)) return 0;
+    if (j->mul.data && j->n_seg != 1) return 0;
+    return 1;
+}
+
+static QArgs qargs(const cfk_qjob *j) {
+    QArgs g = {};
+    g.x = j->x.data;
+    g.xstride = j->x.stride;
+    g.k = j->x.cols;
+    g.n = (int)j->x.rows;
+    g.nseg = j->n_seg;
+    g.act = (int)j->act;
+    const cf_tensor none = {};
+    QSeg *segs[3] = {&g.s0, &g.s1, &g.s2};
+    for (int s = 0; s < j->n_seg; s++) *segs[s] = qseg(j->w[s], j->glu_out.data ? none : j->out[s], j->bias[s], 0);
+    if (j->glu_out.data) g.glu = tv(j->glu_out);
+    if (j->mul.data) g.mul = tv(j->mul);
+    return g;
+}
+
+template <int NX, int BITS>
+static cudaError_t qgemv_pick_x(cudaStream_t st, const QArgs &g, int64_t blocks, cf_dtype xdt) {
+    if (xdt == CF_F32) return launch(qgemv_kernel<NX, BITS, float>, dim3((unsigned)blocks), dim3(128), 0, st, g);
+    return launch(qgemv_kernel<NX, BITS, __nv_bfloat16>, dim3((unsigned)blocks), dim3(128), 0, st, g);
+}
+
+template <int BITS>
+static cudaError_t qgemv_pick_n(cudaStream_t st, const QArgs &g, int64_t blocks, cf_dtype xdt) {
+    if (g.n == 1) return qgemv_pick_x<1, BITS>(st, g, blocks, xdt);
+    if (g.n == 2) return qgemv_pick_x<2, BITS>(st, g, blocks, xdt);
+    if (g.n <= 4) return qgemv_pick_x<4, BITS>(st, g, blocks, xdt);
+    return qgemv_pick_x<8, BITS>(st, g, blocks, xdt);
+}
+
+extern "C" cudaError_t cfk_qgemv(cudaStream_t st, const cfk_qjob *j) {
+    if (!cfk_qjob_ok(j)) return cudaErrorInvalidValue;
+    const bool glu = j->glu_out.data != NULL;
+    const int bits = j->w[0]->bits;
+    const int64_t nch = j->x.cols * bits / 128;   /* 16-byte chunks a row */
+    int64_t units[CFK_QMAX_SEG], n_units = 0;
+    for (int s = 0; s < j->n_seg; s++) {
+        units[s] = glu ? ceil_div(j->w[s]->rows, 2) : ceil_div(j->w[s]->rows, QR);
+        n_units += glu && s ? 0 : units[s];
+    }
+    /* split a unit's chunks over 2 or 4 warps while the warps stay within cfk_cfg.qgemv_warps (24) per SM and each
+     * lane keeps at least two chunks a row (Llama-3-8B at 24: q, k, v and o 2 warps a unit, gate/up 1, down 2) */
+    int ks = 1;
+    while (ks < 4 && n_units * ks * 2 <= (int64_t)cfk_cfg.n_sm * cfk_cfg.qgemv_warps && nch >= (int64_t)32 * ks * 2 * 2) ks *= 2;
+    const int upb = 4 / ks;
+    for (int64_t r0 = 0; r0 < j->x.rows; r0 += 8) {
+        const int n = (int)(j->x.rows - r0 < 8 ? j->x.rows - r0 : 8);
+        cfk_qjob jr = *j;
+        jr.x = cf_rows(j->x, r0, n);
+        for (int s = 0; s < j->n_seg; s++)
+            if (j->out[s].data) jr.out[s] = cf_rows(j->out[s], r0, n);
+        if (glu) jr.glu_out = cf_rows(j->glu_out, r0, n);
+        if (j->mul.data) jr.mul = cf_rows(j->mul, r0, n);
+        QArgs g = qargs(&jr);
+        g.ks = ks;
+        QSeg *segs[3] = {&g.s0, &g.s1, &g.s2};
+        int64_t blocks = 0;
+        for (int s = 0; s < j->n_seg; s++) {
+            segs[s]->block0 = blocks;
+            if (!glu) blocks += ceil_div(units[s], upb);
+        }
+        if (glu) blocks = ceil_div(units[0], upb);
+        cudaError_t e = bits == 4 ? qgemv_pick_n<4>(st, g, blocks, j->x.dtype) : qgemv_pick_n<8>(st, g, blocks, j->x.dtype);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+/* the tiles of a job and its split count: splits while the tiles are fewer than two per SM, each split at least
+ * four stages (Llama-3-8B at 64 rows: q/k/v 6, o 9, gate/up 1, down 9) */
+static void qmma_plan(const cfk_qjob *j, int64_t *col_tiles, int64_t *m_tiles, int *splits) {
+    const bool glu = j->glu_out.data != NULL;
+    int64_t ct = 0;
+    for (int s = 0; s < j->n_seg; s++)
+        if (!glu || s == 0) ct += ceil_div(j->w[s]->rows, glu ? NB / 2 : NB);
+    const int64_t mt = ceil_div(j->x.rows, MB), base = ct * mt, ksteps = j->x.cols / KT;
+    int64_t sp = 1;
+    if (base < 2 * (int64_t)cfk_cfg.n_sm) sp = ceil_div(2 * (int64_t)cfk_cfg.n_sm, base);
+    if (sp > ksteps / 4) sp = ksteps / 4;
+    if (sp > 16) sp = 16;
+    if (sp < 1) sp = 1;
+    *col_tiles = ct;
+    *m_tiles = mt;
+    *splits = (int)sp;
+}
+
+extern "C" size_t cfk_qmma_scratch(const cfk_qjob *j) {
+    int64_t ct, mt;
+    int sp;
+    qmma_plan(j, &ct, &mt, &sp);
+    if (sp == 1) return 0;
+    size_t floats = 0;
+    for (int s = 0; s < j->n_seg; s++) floats += (size_t)sp * (size_t)j->x.rows * (size_t)j->w[s]->rows;
+    return floats * sizeof(float);
+}
+
+extern "C" cudaError_t cfk_qmma(cudaStream_t st, const cfk_qjob *j, void *partial) {
+    if (!cfk_qjob_ok(j)) return cudaErrorInvalidValue;
+    const bool glu = j->glu_out.data != NULL;
+    int64_t ct, mt;
+    int sp;
+    qmma_plan(j, &ct, &mt, &sp);
+    if (sp > 1 && !partial) return cudaErrorInvalidValue;
+    if (mt > 65535) return cudaErrorInvalidValue;
+    QArgs g = qargs(j);
+    g.ks = 1;
+    g.splits = sp;
+    g.ksteps = (int)(j->x.cols / KT);
+    g.part = (float *)partial;
+    QSeg *segs[3] = {&g.s0, &g.s1, &g.s2};
+    int64_t *poffs[3] = {&g.poff0, &g.poff1, &g.poff2};
+    int64_t blocks = 0, off = 0;
+    for (int s = 0; s < j->n_seg; s++) {
+        segs[s]->block0 = blocks;
+        if (!glu || s == 0) blocks += ceil_div(j->w[s]->rows, glu ? NB / 2 : NB);
+        *poffs[s] = off;
+        off += (int64_t)sp * j->x.rows * j->w[s]->rows;
+    }
+    const int bits = j->w[0]->bits;
+    const dim3 grid((unsigned)blocks, (unsigned)mt, (unsigned)sp), block(QM_THREADS);
+    cudaError_t e;
+    if (bits == 4) e = j->x.dtype == CF_F32 ? launch(qmma_kernel<4, float>, grid, block, 0, st, g) : launch(qmma_kernel<4, __nv_bfloat16>, grid, block, 0, st, g);
+    else e = j->x.dtype == CF_F32 ? launch(qmma_kernel<8, float>, grid, block, 0, st, g) : launch(qmma_kernel<8, __nv_bfloat16>, grid, block, 0, st, g);
+    if (e != cudaSuccess || sp == 1) return e;
+    int64_t most = 0;
+    for (int s = 0; s < j->n_seg; s++) most = j->x.rows * j->w[s]->rows > most ? j->x.rows * j->w[s]->rows : most;
+    int64_t eb = ceil_div(most, 256);
+    if (eb > 4 * (int64_t)cfk_cfg.n_sm) eb = 4 * (int64_t)cfk_cfg.n_sm;
+    return launch(qmma_epilogue, dim3((unsigned)eb, glu ? 1u : (unsigned)j->n_seg), dim3(256), 0, st, g);
+}
+
+extern "C" cudaError_t cfk_qdequant(cudaStream_t st, const cf_qweight *w, int64_t r0, int64_t nr, void *out) {
+    if ((w->bits != 4 && w->bits != 8) || w->cols % 32 || ((uintptr_t)out % 16)) return cudaErrorInvalidValue;
+    const cf_tensor none = {};
+    const QSeg s = qseg(w, none, none, 0);
+    int64_t blocks = ceil_div(nr * s.wpr, 256);
+    if (blocks > 16 * (int64_t)cfk_cfg.n_sm) blocks = 16 * (int64_t)cfk_cfg.n_sm;
+    if (w->bits == 4) return launch(qdequant_kernel<4>, dim3((unsigned)blocks), dim3(256), 0, st, s, w->cols, r0, nr, (__nv_bfloat16 *)out);
+    return launch(qdequant_kernel<8>, dim3((unsigned)blocks), dim3(256), 0, st, s, w->cols, r0, nr, (__nv_bfloat16 *)out);
+}
+
+extern "C" cudaError_t cfk_qembed(cudaStream_t st, cf_tensor out, const cf_qweight *table, cf_tensor ids, float scale) {
+    if (table->bits != 4 && table->bits != 8) return cudaErrorInvalidValue;
+    const cf_tensor none = {};
+    const QSeg s = qseg(table, none, none, 0);
+    int64_t yb = ceil_div(out.cols, 256);
+    if (yb > 32) yb = 32;
+    return launch(qembed_kernel, dim3((unsigned)out.rows, (unsigned)yb), dim3(256), 0, st, tv(out), s, table->bits, tv(ids), out.cols, scale);
+}

@@ -1,0 +1,111 @@
+/* k_quant.cuh: the value arithmetic of k_quant.cu's kernels, host and device alike, so that a host test
+ * (tests/quant/test_qkernel_host.cu) checks the bit tricks and the index math against the reference dequantizer
+ * without a GPU: values of a 16-byte chunk dotted with x (the GEMV), and a thread's 16 values of a weight tile
+ * dequantized to bf16 (the tensor-core kernel). */
+#ifndef CF_BACKEND_CUDA_K_QUANT_CUH
+#define CF_BACKEND_CUDA_K_QUANT_CUH
+
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+#include <vector_types.h>
+#include <string.h>
+
+/* unrolled on the device; the host compiler knows no such pragma */
+#ifdef __CUDA_ARCH__
+#define QK_UNROLL _Pragma("unroll")
+#else
+#define QK_UNROLL
+#endif
+
+__host__ __device__ __forceinline__ float q_as_float(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+
+/* CUDA's __byte_perm: byte n of the result is byte (s >> 4n) & 7 of the 8 bytes {x (0-3), y (4-7)} */
+__host__ __device__ __forceinline__ uint32_t q_byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#ifdef __CUDA_ARCH__
+    return __byte_perm(x, y, s);
+#else
+    const uint64_t v = ((uint64_t)y << 32) | x;
+    uint32_t r = 0;
+    for (int n = 0; n < 4; n++) r |= (uint32_t)((v >> (8 * ((s >> (4 * n)) & 7))) & 0xFF) << (8 * n);
+    return r;
+#endif
+}
+
+/* 2^23 + m as a float (m < 2^23) minus 2^23: m exactly, with one LOP3 / PRMT and one FADD (no I2F) */
+__host__ __device__ __forceinline__ float magic(uint32_t m) { return q_as_float(m | 0x4B000000u) - 8388608.0f; }
+
+/* sum_e x[e] * q[e] over the 32 4-bit values of a chunk. Nibble i of a word (value 8m + i) is taken in place,
+ * times 16^(i % 4) (the high half shifted down once), into accumulator i % 4, which is scaled back by 16^-(i % 4)
+ * at the end: exact powers of two, so the products round as x * q would. */
+__host__ __device__ __forceinline__ float dot_q4(uint4 w, const float (&x)[32]) {
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+QK_UNROLL
+    for (int m = 0; m < 4; m++) {
+        const uint32_t lo = u[m], hi = u[m] >> 16;
+        a0 = fmaf(x[8 * m + 0], magic(lo & 0xFu), a0);
+        a1 = fmaf(x[8 * m + 1], magic(lo & 0xF0u), a1);
+        a2 = fmaf(x[8 * m + 2], magic(lo & 0xF00u), a2);
+        a3 = fmaf(x[8 * m + 3], magic(lo & 0xF000u), a3);
+        a0 = fmaf(x[8 * m + 4], magic(hi & 0xFu), a0);
+        a1 = fmaf(x[8 * m + 5], magic(hi & 0xF0u), a1);
+        a2 = fmaf(x[8 * m + 6], magic(hi & 0xF00u), a2);
+        a3 = fmaf(x[8 * m + 7], magic(hi & 0xF000u), a3);
+    }
+    return fmaf(a3, 1.0f / 4096.0f, fmaf(a2, 1.0f / 256.0f, fmaf(a1, 1.0f / 16.0f, a0)));
+}
+
+/* byte i of u as a float: PRMT builds 0x4B0000bb */
+__host__ __device__ __forceinline__ float q8(uint32_t u, int i) { return q_as_float(q_byte_perm(u, 0x4B000000u, 0x7440 + i)) - 8388608.0f; }
+
+/* sum_e x[e] * q[e] over the 16 8-bit values of a chunk */
+__host__ __device__ __forceinline__ float dot_q8(uint4 w, const float (&x)[16]) {
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+    float a = 0.0f, b = 0.0f;
+QK_UNROLL
+    for (int m = 0; m < 4; m++) {
+        a = fmaf(x[4 * m + 0], q8(u[m], 0), a);
+        b = fmaf(x[4 * m + 1], q8(u[m], 1), b);
+        a = fmaf(x[4 * m + 2], q8(u[m], 2), a);
+        b = fmaf(x[4 * m + 3], q8(u[m], 3), b);
+    }
+    return a + b;
+}
+
+/* bf16 pair (a in the low half), rounded to nearest even */
+__host__ __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);   /* .x = a in the low half */
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
+
+/* the 16 values of a tensor-core tile piece (value c0 .. c0 + 15 of a row, c0 a multiple of 16: words c0 / 8 and
+ * c0 / 8 + 1 at 4 bits, c0 / 4 .. c0 / 4 + 3 at 8 bits, in w) as bf16 pairs fmaf(scale, q, bias), value 2i in the low
+ * half of p[i] */
+template <int BITS>
+__host__ __device__ __forceinline__ void dequant16(const uint32_t *w, float scale, float bias, uint32_t (&p)[8]) {
+QK_UNROLL
+    for (int e = 0; e < 16; e += 2) {
+        uint32_t q0, q1;
+        if (BITS == 4) {
+            q0 = (w[e / 8] >> (4 * (e % 8))) & 0xFu;
+            q1 = (w[(e + 1) / 8] >> (4 * ((e + 1) % 8))) & 0xFu;
+        } else {
+            q0 = (w[e / 4] >> (8 * (e % 4))) & 0xFFu;
+            q1 = (w[(e + 1) / 4] >> (8 * ((e + 1) % 4))) & 0xFFu;
+        }
+        p[e / 2] = pack_bf16(fmaf(scale, magic(q0), bias), fmaf(scale, magic(q1), bias));   /* magic: no quarter-rate I2F */
+    }
+}
+
+#endif
