@@ -6,7 +6,7 @@
 #include <string.h>
 
 cf_tuning cf_tuning_defaults(void) {
-    return (cf_tuning){.fused_ops = 1, .decode_graphs = 1, .cuda_direct_alloc = 0, .cuda_f32_act = 0, .pdl = 1,
+    return (cf_tuning){.fused_ops = 1, .decode_graphs = 1, .device_sampling = 1, .cuda_direct_alloc = 0, .cuda_f32_act = 0, .pdl = 1,
                        .gemv_unroll = 0, .gemv_max_rows = 8, .gemv_warps = 8, .gemv_block_warps = 4,
                        .attn_bc = 32, .attn_hpb = 2, .attn_group = 1, .attn_group_splits = 64, .paged_mma_group = 0,
                        .paged_sm_blocks = 4, .attn_paged_d512 = 1, .qmma_max_rows = 128, .qgemv_warps = 24};
@@ -21,6 +21,7 @@ cf_tuning cf_tuning_from_env(void) {
     cf_tuning t = cf_tuning_defaults();
     env_int("CINFER_FUSED_OPS", &t.fused_ops);
     env_int("CINFER_DECODE_GRAPHS", &t.decode_graphs);
+    env_int("CINFER_DEVICE_SAMPLING", &t.device_sampling);
     env_int("CINFER_CUDA_DIRECT_ALLOC", &t.cuda_direct_alloc);
     env_int("CINFER_CUDA_F32_ACT", &t.cuda_f32_act);
     env_int("CINFER_CUDA_PDL", &t.pdl);

@@ -260,6 +260,8 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *   fused_ops         CINFER_FUSED_OPS          1: backends offer their fused ops (qkv, matmul_glu, ...); 0: the model
  *                                               runs the plain op sequence (A/B and tests)
  *   decode_graphs     CINFER_DECODE_GRAPHS      1: decode steps are recorded and replayed as graphs where the backend can
+ *   device_sampling   CINFER_DEVICE_SAMPLING    1: the engine picks tokens on the device where a request allows; 0: always
+ *                                               on the host (the logits come back)
  *   cuda_direct_alloc CINFER_CUDA_DIRECT_ALLOC  0: one device pool; 1: one cudaMalloc a tensor (compute-sanitizer)
  *   cuda_f32_act      CINFER_CUDA_F32_ACT       0: bf16 activations; 1: f32
  *   pdl               CINFER_CUDA_PDL           1: programmatic dependent launch
@@ -282,7 +284,7 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *                                               rows over 2 or 4 warps (few rows or long ones)
  * The measurements behind the CUDA defaults are noted where cuda_backend.c applies them. */
 typedef struct cf_tuning {
-    int fused_ops, decode_graphs;
+    int fused_ops, decode_graphs, device_sampling;
     int cuda_direct_alloc, cuda_f32_act, pdl;
     int gemv_unroll, gemv_max_rows, gemv_warps, gemv_block_warps;
     int attn_bc, attn_hpb, attn_group, attn_group_splits;

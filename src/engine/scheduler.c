@@ -16,8 +16,8 @@
  * back) when the request needs nothing but temperature, top-k, top-p and min-p and the backend has the op;
  * otherwise the step returns the row's logits and the host sampler runs its processors and
  * log-probabilities. Both draw with the sampler's seeded uniform (cf_sampler_uniform), so a seed repeats its
- * output, and on the CPU both paths give the same tokens. CINFER_DEVICE_SAMPLING=0 in the environment keeps
- * every request on the host path.
+ * output, and on the CPU both paths give the same tokens. tuning.device_sampling 0 (CINFER_DEVICE_SAMPLING=0
+ * when the model loads) keeps every request on the host path.
  *
  * Speculative decoding (plans text:spec-<source>) happens inside the same step: before it, the speculating
  * sessions' sources draft (cf_draft_many, batched per provider); a generating session's item is then its pending
@@ -164,8 +164,7 @@ static uint64_t mix64(uint64_t z) {
 static int device_pick_ok(const cf_model *m, const cf_request *q, cf_sample_args *sa) {
     const cf_sampling_params *p = &q->sp;
     *sa = (cf_sample_args){.temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p, .min_p = p->min_p};
-    const char *env = getenv("CINFER_DEVICE_SAMPLING");
-    if (env && !strcmp(env, "0")) return 0;
+    if (!m->device_sampling) return 0;
     if (p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f || p->n_logit_bias > 0 ||
         p->logprobs || p->top_logprobs > 0)
         return 0;

@@ -397,6 +397,7 @@ static cinfer_status model_new(const cf_model_params *p, cf_model **out, cinfer_
     const cf_backend_params *bp = p ? &p->backend : &dp.backend;
     cinfer_status st = cf_backend_create(bp, &m->be, err);
     if (st != CINFER_OK) { free(m); return st; }
+    m->device_sampling = bp->tuning.device_sampling;
     m->decode_graphs = bp->tuning.decode_graphs;   /* wanted; finish_load keeps it where the backend and model allow */
     *out = m;
     return CINFER_OK;

@@ -37,6 +37,7 @@ typedef struct cf_model {
     int64_t weight_bytes;     /* bytes of all weights as stored on the backend */
     int64_t decode_bytes;     /* weight bytes read per decoded token (embedding rows excluded) */
     int decode_graphs;        /* decode steps are recorded and replayed (see cf_model_decode_step) */
+    int device_sampling;      /* the engine may pick tokens on the device (tuning.device_sampling) */
     char dtype_summary[64];   /* e.g. "BF16" or "F32+BF16" */
 } cf_model;
 

@@ -32,6 +32,7 @@ static cinfer_engine *E;
 static cf_model *REF;   /* the same folder loaded directly, for reference outputs */
 static int V, CTX;
 static int THREADS = 2;
+static const char *MODEL_DIR;
 
 /* ---- helpers ---- */
 
@@ -571,7 +572,7 @@ static void pick_counts(int *device, int *host) {
 }
 
 /* Requests with nothing but temperature and truncation pick their tokens on the device; a logit bias of 0
- * (a processor that changes nothing), log-probabilities or CINFER_DEVICE_SAMPLING=0 keep them on the
+ * (a processor that changes nothing), log-probabilities or CINFER_DEVICE_SAMPLING=0 (at model load) keep them on the
  * host. Both paths give the same tokens for a seed (on the CPU, exactly). */
 static void check_pick_paths(void) {
     enum { N = 20 };
@@ -611,10 +612,25 @@ static void check_pick_paths(void) {
     run(&r, &s);
     cinfer_session_free(s);
     r.logprobs = 0;
+    /* the knob is tuning, read once when a model loads: a second model and engine with it off */
     setenv("CINFER_DEVICE_SAMPLING", "0", 1);
-    run(&r, &s);
-    cinfer_session_free(s);
+    cinfer_error err = {0};
+    cinfer_model *m2 = NULL;
+    cinfer_engine *e2 = NULL;
+    cinfer_model_params mp = cinfer_model_default_params();
+    mp.n_threads = THREADS;
+    cinfer_engine_params ep = cinfer_engine_default_params();
+    ep.log = log_cb;
+    CHECK(cinfer_model_load(MODEL_DIR, &mp, &m2, &err) == CINFER_OK, "load with CINFER_DEVICE_SAMPLING=0: %s", err.message);
     unsetenv("CINFER_DEVICE_SAMPLING");
+    if (m2 && cinfer_engine_create(m2, &ep, &e2, &err) == CINFER_OK) {
+        const cinfer_result *res = NULL;
+        s = NULL;
+        CHECK(cinfer_session_open(e2, &r, NULL, &s, &err) == CINFER_OK && cinfer_session_wait(s, -1, &res, &err) == CINFER_OK,
+              "run with CINFER_DEVICE_SAMPLING=0: %s", err.message);
+        cinfer_session_free(s);
+    }
+    cinfer_model_free(m2);
     pick_counts(&dev, &host);
     CHECK(dev == dev0 && host == host0 + 2, "logprobs or CINFER_DEVICE_SAMPLING=0 picked on the device");
 }
@@ -1164,6 +1180,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     main_thread = pthread_self();
+    MODEL_DIR = dir;
     const char *nt = getenv("CINFER_TEST_THREADS");
     if (nt && atoi(nt) > 0) THREADS = atoi(nt);
     cinfer_error err = {0};
