@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "model/model.h"
 #include "tiny_model.h"
+#include "gate.h"
 #include "../check.h"
 
 #include <pthread.h>
@@ -191,51 +192,21 @@ static int on_event(const cinfer_event *ev, void *user) {
     return ev->kind == CINFER_EVENT_TOKEN && c->cancel_at > 0 && ev->index == c->cancel_at;
 }
 
-/* A session that holds the engine's thread in its first event until gate_open(): what is opened meanwhile
- * waits, and joins the batch in one turn. */
-static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
-static int gate_entered, gate_released;
-
-static int gate_cb(const cinfer_event *ev, void *user) {
-    pthread_mutex_lock(&gate_mu);
-    gate_entered = 1;
-    pthread_cond_broadcast(&gate_cv);
-    while (!gate_released) pthread_cond_wait(&gate_cv, &gate_mu);
-    pthread_mutex_unlock(&gate_mu);
-    return 0;
-}
-
-static cinfer_session *gate_close(cinfer_engine *e) {
-    pthread_mutex_lock(&gate_mu);
-    gate_entered = gate_released = 0;
-    pthread_mutex_unlock(&gate_mu);
+/* The gate (gate.h) with a short request of this file's kind. */
+static cinfer_session *gate_close_batch(cinfer_engine *e) {
     spec g = make_spec(2, 2, 999);
     const char *stops[1];
     cinfer_request r = request_of(&g, stops);
-    cinfer_session_params c = cinfer_session_default_params();
-    c.output = CINFER_OUTPUT_CALLBACK;
-    c.on_event = gate_cb;
     cinfer_session *s = NULL;
     cinfer_error err = {0};
-    CHECK(cinfer_session_open(e, &r, &c, &s, &err) == CINFER_OK, "gate: %s", err.message);
-    pthread_mutex_lock(&gate_mu);
-    while (s && !gate_entered) pthread_cond_wait(&gate_cv, &gate_mu);
-    pthread_mutex_unlock(&gate_mu);
+    CHECK(gate_close(e, &r, &s, &err) == CINFER_OK, "gate: %s", err.message);
     return s;
-}
-
-static void gate_open(void) {
-    pthread_mutex_lock(&gate_mu);
-    gate_released = 1;
-    pthread_cond_broadcast(&gate_cv);
-    pthread_mutex_unlock(&gate_mu);
 }
 
 /* Opens the n requests at once (behind a gate, so that they start in the same turn when gated) and keeps
  * their outputs. */
 static void run_all(cinfer_engine *e, const spec *sp, int n, int gated, output *out) {
-    cinfer_session *gate = gated ? gate_close(e) : NULL;
+    cinfer_session *gate = gated ? gate_close_batch(e) : NULL;
     cinfer_session **ss = calloc((size_t)n, sizeof *ss);
     client *cl = calloc((size_t)n, sizeof *cl);
     for (int i = 0; i < n; i++) {

@@ -15,6 +15,7 @@
 #include "cinfer.h"
 #include "model/model.h"
 #include "tiny_model.h"
+#include "gate.h"
 #include "../check.h"
 
 #include <ctype.h>
@@ -96,43 +97,13 @@ static double log_sum_exp(const float *v, int n) {
     return mx + log(s);
 }
 
-/* A session that holds the scheduler inside its first callback until gate_open(): what is queued
- * behind it stays queued. */
-static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
-static int gate_entered, gate_released;
-
-static int gate_cb(const cinfer_event *ev, void *user) {
-    pthread_mutex_lock(&gate_mu);
-    gate_entered = 1;
-    pthread_cond_broadcast(&gate_cv);
-    while (!gate_released) pthread_cond_wait(&gate_cv, &gate_mu);
-    pthread_mutex_unlock(&gate_mu);
-    return 0;
-}
-
-static cinfer_session *gate_close(void) {
-    pthread_mutex_lock(&gate_mu);
-    gate_entered = gate_released = 0;
-    pthread_mutex_unlock(&gate_mu);
+/* The gate (gate.h) with a short greedy request: what is queued behind it stays queued. */
+static cinfer_session *gate_close_engine(void) {
     cinfer_request r = greedy_request(2);
-    cinfer_session_params c = cinfer_session_default_params();
-    c.output = CINFER_OUTPUT_CALLBACK;
-    c.on_event = gate_cb;
     cinfer_session *s = NULL;
     cinfer_error err = {0};
-    CHECK(cinfer_session_open(E, &r, &c, &s, &err) == CINFER_OK, "gate: %s", err.message);
-    pthread_mutex_lock(&gate_mu);
-    while (!gate_entered) pthread_cond_wait(&gate_cv, &gate_mu);
-    pthread_mutex_unlock(&gate_mu);
+    CHECK(gate_close(E, &r, &s, &err) == CINFER_OK, "gate: %s", err.message);
     return s;
-}
-
-static void gate_open(void) {
-    pthread_mutex_lock(&gate_mu);
-    gate_released = 1;
-    pthread_cond_broadcast(&gate_cv);
-    pthread_mutex_unlock(&gate_mu);
 }
 
 /* ---- checks that hold for any model ---- */
@@ -351,7 +322,7 @@ static void check_copy_at_open(void) {
     }
     cinfer_session_free(s);
 
-    cinfer_session *gate = gate_close();
+    cinfer_session *gate = gate_close_engine();
     int32_t *ids = malloc(sizeof PROMPT);
     memcpy(ids, PROMPT, sizeof PROMPT);
     cinfer_logit_bias *bias = malloc(sizeof *bias);
@@ -509,7 +480,7 @@ static void check_modes(void) {
     cinfer_session_free(s);
 
     /* a timeout on an empty queue */
-    cinfer_session *gate = gate_close();
+    cinfer_session *gate = gate_close_engine();
     CHECK(cinfer_session_open(E, &r, &p, &s, &err) == CINFER_OK, "open: %s", err.message);
     CHECK(cinfer_session_next(s, &ev, 0.01, &err) == CINFER_E_TIMEOUT, "next times out while queued");
     CHECK(cinfer_session_wait(s, 0, &res, &err) == CINFER_E_TIMEOUT && res == NULL, "wait(0) on a live session");
@@ -685,7 +656,7 @@ static void check_cancel(void) {
     p = cinfer_session_default_params();
     p.output = CINFER_OUTPUT_PULL;
     r = greedy_request(CTX - NP);
-    cinfer_session *s, *gate = gate_close();
+    cinfer_session *s, *gate = gate_close_engine();
     CHECK(cinfer_session_open(E, &r, &p, &s, &err) == CINFER_OK, "open: %s", err.message);
     pthread_t t;
     pthread_create(&t, NULL, wait_cancel_open, s);
@@ -700,7 +671,7 @@ static void check_cancel(void) {
     cinfer_session_free(gate);
 
     /* a queued session cancelled while another runs ends without running */
-    gate = gate_close();
+    gate = gate_close_engine();
     r = greedy_request(4);
     CHECK(cinfer_session_open(E, &r, NULL, &s, &err) == CINFER_OK, "open: %s", err.message);
     cinfer_session_cancel(s);
@@ -712,7 +683,7 @@ static void check_cancel(void) {
     cinfer_session_free(gate);
 
     /* freeing a live session cancels it (consumer closed), as the engine's log says */
-    gate = gate_close();
+    gate = gate_close_engine();
     CHECK(cinfer_session_open(E, &r, NULL, &s, &err) == CINFER_OK, "open: %s", err.message);
     gate_open();
     cinfer_session_free(s);
@@ -786,7 +757,7 @@ static void check_idle(void) {
     ep = cinfer_engine_default_params();
     ep.max_queued = 1;
     CHECK(cinfer_engine_create(M, &ep, &E, &err) == CINFER_OK, "engine: %s", err.message);
-    cinfer_session *gate = gate_close(), *q1 = NULL, *q2 = NULL;
+    cinfer_session *gate = gate_close_engine(), *q1 = NULL, *q2 = NULL;
     r = greedy_request(2);
     CHECK(cinfer_session_open(E, &r, NULL, &q1, &err) == CINFER_OK, "first queued: %s", err.message);
     CHECK(cinfer_session_open(E, &r, NULL, &q2, &err) == CINFER_E_BUSY && !q2, "second queued: %s", err.message);

@@ -11,6 +11,7 @@
 #include "sample/select.h"
 
 #include "../check.h"
+#include "../stats.h"
 
 /* Test-side generator for logits, unrelated to the sampler's. */
 static uint64_t tstate = 88172645463325252ull;
@@ -494,52 +495,6 @@ static void test_kernels(void) {
 
 /* ---- chi-square goodness of fit ---- */
 
-/* Regularized upper incomplete gamma Q(a, x): series below a + 1, Lentz continued fraction above. */
-static double gamma_q(double a, double x) {
-    if (x <= 0) return 1;
-    double lg = a * log(x) - x - lgamma(a);
-    if (x < a + 1) {
-        double term = 1 / a, sum = term;
-        for (int n = 1; n < 1000; n++) {
-            term *= x / (a + n);
-            sum += term;
-            if (term < sum * 1e-15) break;
-        }
-        return 1 - sum * exp(lg);
-    }
-    double b = x + 1 - a, c = 1 / 1e-300, d = 1 / b, h = d;
-    for (int i = 1; i < 1000; i++) {
-        double an = -i * (i - a);
-        b += 2;
-        d = an * d + b;
-        if (fabs(d) < 1e-300) d = 1e-300;
-        c = b + an / c;
-        if (fabs(c) < 1e-300) c = 1e-300;
-        d = 1 / d;
-        double del = d * c;
-        h *= del;
-        if (fabs(del - 1) < 1e-15) break;
-    }
-    return exp(lg) * h;
-}
-
-/* p-value of observed counts against expected probabilities; 0 when a token with probability 0 was
- * drawn. */
-static double chi_square_p(const long *count, const double *prob, int n, long draws) {
-    double chi = 0;
-    int cells = 0;
-    for (int i = 0; i < n; i++) {
-        if (prob[i] == 0) {
-            if (count[i]) return 0;
-            continue;
-        }
-        double e = prob[i] * (double)draws;
-        chi += (count[i] - e) * (count[i] - e) / e;
-        cells++;
-    }
-    return cells < 2 ? 1 : gamma_q((cells - 1) / 2.0, chi / 2);
-}
-
 enum { DRAWS = 200000, SMALL_V = 10, SPREAD_V = 600 };
 static const float small_logits[SMALL_V] = {2.0f, 1.5f, 1.4f, 0.3f, -0.2f, 1.5f, -1.0f, -3.0f, 0.9f, 0.0f};
 
@@ -613,7 +568,7 @@ static void test_distribution(void) {
         cf_sampling_params p = truncation(1000 + c, cases[c].t, cases[c].top_k, cases[c].top_p, cases[c].min_p);
         expected(cases[c].l, cases[c].v, &p, prob);
         draw_counts(cases[c].l, cases[c].v, &p, count);
-        double pv = chi_square_p(count, prob, cases[c].v, DRAWS);
+        double pv = stats_chi_square_p(count, prob, cases[c].v, DRAWS);
         CHECK(pv > alpha, "case %zu (V %d T %g top_k %d top_p %g min_p %g): p-value %g", c, cases[c].v, cases[c].t,
               cases[c].top_k, cases[c].top_p, cases[c].min_p, pv);
     }
@@ -626,20 +581,20 @@ static void test_distribution(void) {
     draw_counts(small_logits, SMALL_V, &p, count);
     p.temperature = 0.8f;
     expected(small_logits, SMALL_V, &p, prob);
-    double pv = chi_square_p(count, prob, SMALL_V, DRAWS);
+    double pv = stats_chi_square_p(count, prob, SMALL_V, DRAWS);
     CHECK(pv < alpha, "T 0.7 samples pass as T 0.8 (p-value %g)", pv);
     p.temperature = 1.0f;
     draw_counts(small_logits, SMALL_V, &p, count);
     expected(small_logits, SMALL_V, &p, prob);
-    CHECK(chi_square_p(count, prob, SMALL_V, DRAWS) > alpha, "T 1 samples fail against T 1");
+    CHECK(stats_chi_square_p(count, prob, SMALL_V, DRAWS) > alpha, "T 1 samples fail against T 1");
     prob[0] *= 1.03;
     prob[1] = 1 - (prob[0] + prob[2] + prob[3] + prob[4] + prob[5] + prob[6] + prob[7] + prob[8] + prob[9]);
-    pv = chi_square_p(count, prob, SMALL_V, DRAWS);
+    pv = stats_chi_square_p(count, prob, SMALL_V, DRAWS);
     CHECK(pv < alpha, "a 3%% shift of mass from token 1 to token 0 goes unnoticed (p-value %g)", pv);
     /* Drawing a token the expected distribution excludes fails outright. */
     p.top_k = 2;
     expected(small_logits, SMALL_V, &p, prob);
-    CHECK(chi_square_p(count, prob, SMALL_V, DRAWS) == 0, "draws outside the support pass");
+    CHECK(stats_chi_square_p(count, prob, SMALL_V, DRAWS) == 0, "draws outside the support pass");
 }
 
 /* Truncation on a larger vocabulary: every draw lies inside the set computed from a full sort (with

@@ -26,6 +26,7 @@
 #include "spec/replay.h"
 #include "../engine/tiny_model.h"
 #include "../check.h"
+#include "../stats.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -663,57 +664,6 @@ static void check_cancel_thread(void) {
 
 /* ---- chi-square: verification rows sample the target's distribution ---- */
 
-static double gamma_q(double a, double x) {
-    if (x <= 0) return 1;
-    double lg = a * log(x) - x - lgamma(a);
-    if (x < a + 1) {
-        double term = 1 / a, sum = term;
-        for (int n = 1; n < 1000; n++) {
-            term *= x / (a + n);
-            sum += term;
-            if (term < sum * 1e-15) break;
-        }
-        return 1 - sum * exp(lg);
-    }
-    double b = x + 1 - a, c = 1 / 1e-300, d = 1 / b, h = d;
-    for (int i = 1; i < 1000; i++) {
-        double an = -i * (i - a);
-        b += 2;
-        d = an * d + b;
-        if (fabs(d) < 1e-300) d = 1e-300;
-        c = b + an / c;
-        if (fabs(c) < 1e-300) c = 1e-300;
-        d = 1 / d;
-        double del = d * c;
-        h *= del;
-        if (fabs(del - 1) < 1e-15) break;
-    }
-    return exp(lg) * h;
-}
-
-/* p-value of counts against probabilities, cells with fewer than 5 expected draws pooled into one. */
-static double chi_square_p(const long *count, const double *prob, int n, long draws) {
-    double chi = 0, pool_e = 0;
-    long pool_c = 0;
-    int cells = 0;
-    for (int i = 0; i < n; i++) {
-        const double e = prob[i] * (double)draws;
-        if (e < 5) {
-            pool_e += e;
-            pool_c += count[i];
-            continue;
-        }
-        chi += (count[i] - e) * (count[i] - e) / e;
-        cells++;
-    }
-    if (pool_e > 0) {
-        if (pool_e < 1e-9) return pool_c ? 0 : 1;
-        chi += (pool_c - pool_e) * (pool_c - pool_e) / pool_e;
-        cells++;
-    }
-    return cells < 2 ? 1 : gamma_q((cells - 1) / 2.0, chi / 2);
-}
-
 /* The softmax of logits with a bias on one token, at temperature T. */
 static void target_probs(const float *lg, int32_t biased, float bias, float T, double *p) {
     double mx = -INFINITY, sum = 0;
@@ -793,11 +743,11 @@ static void check_chi_square(void) {
         }
     }
     cinfer_engine_free(e);
-    const double pv1 = chi_square_p(c1, p1, V, n1), pv2 = chi_square_p(c2, p2, V, n2);
+    const double pv1 = stats_chi_square_p(c1, p1, V, n1), pv2 = stats_chi_square_p(c2, p2, V, n2);
     CHECK(pv1 > 1e-4 && pv2 > 1e-4, "chi-square: row 0 p = %.3g (%ld draws), row 1 p = %.3g (%ld draws)", pv1, n1, pv2, n2);
     CHECK(drafted > 0 && n2 > 300, "too few verified draws: %ld drafted, %ld from row 1", drafted, n2);
     /* the test rejects a wrong distribution: row 1's counts against row 0's probabilities */
-    CHECK(chi_square_p(c2, p1, V, n2) < 1e-4, "chi-square does not tell row 1 from row 0");
+    CHECK(stats_chi_square_p(c2, p1, V, n2) < 1e-4, "chi-square does not tell row 1 from row 0");
     printf("  chi-square over %d runs: verification row 0 (%ld draws) p = %.3f, row 1 (%ld draws) p = %.3f\n", RUNS, n1, pv1, n2,
            pv2);
     free(l1);

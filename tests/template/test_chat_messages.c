@@ -9,25 +9,13 @@
 #include "engine/chat.h"
 #include "text/template.h"
 #include "../check.h"
+#include "base/file.h"
 #include "../engine/tiny_model.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
 
 static void write_file(const char *dir, const char *name, const char *text) {
     char p[4096];
@@ -72,7 +60,7 @@ static void free_built(built *b) {
 static void check_goldens(const char *fixtures, const char *work) {
     char path[4096];
     snprintf(path, sizeof path, "%s/templates/chat_goldens.json", fixtures);
-    char *text = read_file(path);
+    char *text = cf_read_file(path, NULL);
     cJSON *g = text ? cJSON_Parse(text) : NULL;
     free(text);
     CHECK(g != NULL, "cannot read %s", path);
@@ -89,7 +77,7 @@ static void check_goldens(const char *fixtures, const char *work) {
         mkdir(work, 0755);
         mkdir(dir, 0755);
         snprintf(src, sizeof src, "%s/templates/%s.jinja", fixtures, tr->string);
-        char *jinja = read_file(src);
+        char *jinja = cf_read_file(src, NULL);
         char *cfg = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(special, tr->string));
         CHECK(jinja && cfg, "template %s", tr->string);
         if (jinja) write_file(dir, "chat_template.jinja", jinja);
@@ -355,7 +343,7 @@ static void check_model(const char *work) {
 static void replace_in_file(const char *dir, const char *name, const char *from, const char *to) {
     char p[4096];
     snprintf(p, sizeof p, "%s/%s", dir, name);
-    char *text = read_file(p);
+    char *text = cf_read_file(p, NULL);
     CHECK(text != NULL, "cannot read %s", p);
     if (!text) return;
     size_t n = strlen(text), fl = strlen(from), tl = strlen(to), k = 0;

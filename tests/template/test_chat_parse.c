@@ -7,6 +7,7 @@
  * Usage: test_chat_parse FIXTURES_DIR | test_chat_parse --real TOKENIZERS_DIR TEMPLATES_DIR */
 #include "text/chat_parse.h"
 #include "text/template.h"
+#include "base/file.h"
 #include "../check.h"
 
 #include <stdlib.h>
@@ -287,19 +288,10 @@ static void check_cancel(void) {
     cinfer_chat_parser_free(p);
 }
 
-static char *read_file(const char *dir, const char *name) {
+static char *read_template(const char *dir, const char *name) {
     char path[4096];
     snprintf(path, sizeof path, "%s/templates/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
+    return cf_read_file(path, NULL);
 }
 
 static void check_detect(const char *fixtures) {
@@ -309,7 +301,7 @@ static void check_detect(const char *fixtures) {
         {"chatml.jinja", CF_REASONING_NONE, CF_TOOLS_NONE},
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char *src = read_file(fixtures, files[i].file);
+        char *src = read_template(fixtures, files[i].file);
         CHECK(src != NULL, "fixture %s", files[i].file);
         cf_chat_format f = cf_chat_format_detect(src, NULL);
         CHECK(f.reasoning == files[i].r && f.tools == files[i].t, "%s: reasoning %s, tools %s", files[i].file,

@@ -7,19 +7,7 @@
 #include <string.h>
 #include <time.h>
 #include "text/template.h"
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
-    if (b) b[n] = 0;
-    fclose(f);
-    return b;
-}
+#include "base/file.h"
 
 static int failures, checks;
 
@@ -66,11 +54,11 @@ static char *template_source(const char *fixtures, const char *cache, const cJSO
     const char *file = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(meta, "file"));
     if (file) {
         snprintf(path, sizeof path, "%s/%s", fixtures, file);
-        return slurp(path);
+        return cf_read_file(path, NULL);
     }
     const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(meta, "cache"));
     snprintf(path, sizeof path, "%s/%s/tokenizer_config.json", cache, name ? name : "?");
-    char *text = slurp(path);
+    char *text = cf_read_file(path, NULL);
     cJSON *cfg = text ? cJSON_Parse(text) : NULL;
     free(text);
     const char *src = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cfg, "chat_template"));
@@ -82,7 +70,7 @@ static char *template_source(const char *fixtures, const char *cache, const cJSO
 static int run_goldens(const char *fixtures, const char *cache) {
     char path[4096];
     snprintf(path, sizeof path, "%s/goldens.json", fixtures);
-    char *text = slurp(path);
+    char *text = cf_read_file(path, NULL);
     cJSON *g = text ? cJSON_Parse(text) : NULL;
     free(text);
     if (!g) { fprintf(stderr, "cannot read %s\n", path); return 1; }
@@ -134,7 +122,7 @@ static int run_goldens(const char *fixtures, const char *cache) {
 static int run_snippets(const char *fixtures) {
     char path[4096];
     snprintf(path, sizeof path, "%s/snippets.json", fixtures);
-    char *text = slurp(path);
+    char *text = cf_read_file(path, NULL);
     cJSON *g = text ? cJSON_Parse(text) : NULL;
     free(text);
     if (!g) { fprintf(stderr, "cannot read %s\n", path); return 1; }
