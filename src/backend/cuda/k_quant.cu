@@ -52,18 +52,9 @@ __device__ __forceinline__ float2 ld_sb(const void *sb, int t, int64_t i) {
     return __ldg((const float2 *)sb + i);
 }
 
-template <int V>
-__device__ __forceinline__ void load_x(const float *p, float (&f)[V]) {
-#pragma unroll
-    for (int i = 0; i < V / 8; i++) {
-        float t[8];
-        load8(p + 8 * i, t);
-#pragma unroll
-        for (int e = 0; e < 8; e++) f[8 * i + e] = t[e];
-    }
-}
-template <int V>
-__device__ __forceinline__ void load_x(const __nv_bfloat16 *p, float (&f)[V]) {
+/* V values of x (f32 or bf16) as floats */
+template <int V, typename XT>
+__device__ __forceinline__ void load_x(const XT *p, float (&f)[V]) {
 #pragma unroll
     for (int i = 0; i < V / 8; i++) {
         float t[8];
