@@ -135,12 +135,21 @@ static void test_taps(cinfer_model *model, const int32_t *prompt, int n, const f
     if (oracle_sdpa && softcap > 0) {
         printf("%s: hidden.f32 was made with SDPA attention, without the attention softcap of %g: the taps are compared with a run "
                "without it\n", dir, softcap);
-        cf_rseq *s = cache();
-        cf_target_out o;
-        model->m->hp.attn_softcap = 0;
-        if (fwd1(s, prompt, n, all, L, &o)) compare_taps(&o, all, L, gold, n, tol, "all layers, attention softcap off");
-        model->m->hp.attn_softcap = softcap;
-        cf_rseq_free(s);
+        /* on a target of its own: its KV blocks (published to its prefix cache) must not reach the real runs */
+        cf_target *real = t, *off = NULL;
+        cinfer_error err = {0};
+        CHECK(cf_target_create(model, cf_runner_params_of(cf_target_runner(t)), &off, &err) == CINFER_OK, "target: %s", err.message);
+        if (off) {
+            t = off;
+            cf_rseq *s = cache();
+            cf_target_out o;
+            model->m->hp.attn_softcap = 0;
+            if (fwd1(s, prompt, n, all, L, &o)) compare_taps(&o, all, L, gold, n, tol, "all layers, attention softcap off");
+            model->m->hp.attn_softcap = softcap;
+            cf_rseq_free(s);
+            cf_target_free(off);
+            t = real;
+        }
         tol = INFINITY;   /* the real run's taps differ from this oracle; its logits are checked against the eager goldens */
     }
     const char *vs = tol < INFINITY ? "" : " (softcap on: printed, not checked, against the SDPA oracle)";
@@ -174,6 +183,18 @@ static void test_taps(cinfer_model *model, const int32_t *prompt, int n, const f
             }
             cf_rseq_free(c);
         }
+        /* a decode-shaped call (one row per cache, where the runner would replay a recorded graph) taps as well:
+         * the last prompt token after the rest equals the full run's last row */
+        cf_rseq *dc = cache();
+        cf_target_out od;
+        if (n > 1 && fwd1(dc, prompt, n - 1, NULL, 0, &od) && fwd1(dc, prompt + n - 1, 1, all, L, &od)) {
+            double dd = 0;
+            for (int k = 0; k < L * D; k++) dd = fmax(dd, fabs((double)od.taps[k] - ta[(size_t)(n - 1) * L * D + k]));
+            CHECK(od.rows == 1 && !memcmp(od.taps, ta + (size_t)(n - 1) * L * D, (size_t)L * D * sizeof *ta) &&
+                      !memcmp(od.hidden, ha + (size_t)(n - 1) * D, (size_t)D * sizeof *ha),
+                  "a one-row call's taps differ from the full run's last row by up to %.3g", dd);
+        }
+        cf_rseq_free(dc);
         /* project_logits of the final hidden rows = the runner's logits */
         cf_target_out ho = {.rows = n, .hidden = ha};
         float *pl = projected(&ho), *rl = runner_logits(prompt, n);
