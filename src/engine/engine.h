@@ -13,6 +13,7 @@
 #include "model/runner.h"
 #include "sample/sampler.h"
 #include "spec/draft.h"
+#include "spec/target.h"
 
 typedef struct cf_tokenizer cf_tokenizer;
 typedef struct cf_chat_template cf_chat_template;
@@ -100,6 +101,7 @@ struct cinfer_session {
      * outlives a preemption: the sampler's history and seeded draws, the text held back, the tokens. */
     int prepared;               /* smp, detok, stop, logits and ids exist */
     cf_rseq *rs;                /* the sequence in the runner; NULL while waiting */
+    cf_target_txn *txn;         /* a verify step's rollback over rs (contract 6): bound before the step, ended by verify */
     cf_sampler *smp;            /* the history and the seeded uniforms, on either path */
     int device_pick;            /* tokens are picked on the device by the runner, not from host logits */
     cf_sample_args pick_args;

@@ -22,8 +22,9 @@
  * Speculative decoding (plans text:spec-<source>) happens inside the same step: before it, the speculating
  * sessions' sources draft (cf_draft_many, batched per provider); a generating session's item is then its pending
  * token followed by its drafts, with the logits of every row, which verify() samples in order with the session's
- * host sampler and commits while the samples equal the drafts, truncating the sequence back to what was committed.
- * How many drafts, and whether at all, is the policy's ("speculative decoding: the policy" below). */
+ * host sampler and commits while the samples equal the drafts. The drafts are appended inside a transaction of
+ * the target port (spec/target.h, bound before the step): verify() commits it keeping what was committed, a failed
+ * step aborts it to the exact prior state. How many drafts, and whether at all, is the policy's ("speculative decoding: the policy" below). */
 #include "engine/engine.h"
 #include "base/status.h"
 #include "spec/draft_model.h"
@@ -56,6 +57,7 @@ struct cinfer_engine {
     cinfer_model *model;
     cinfer_engine_params p;
     cf_runner *runner;
+    cf_target *target;          /* the verifier's port on the runner (contract 4): its transactions roll drafts back */
     int max_batch, budget;        /* sessions and rows per step */
     int block_size, blocks_total;
     int64_t block_bytes;
@@ -337,6 +339,9 @@ failed:
  * the outcome, and lets go of s. */
 static void settle(cinfer_engine *e, cinfer_session *s, step_end *end) {
     atomic_store(&s->state, CINFER_STATE_SETTLING);
+    cinfer_error ignored = {0};
+    cf_target_txn_abort(s->txn, &ignored);
+    s->txn = NULL;
     cf_draft_close(s->src);
     s->src = NULL;
     cf_rseq_free(s->rs);
@@ -713,6 +718,17 @@ static cinfer_status pick(cinfer_engine *e, cinfer_session *s, const cf_batch_it
  * the sample equals the draft the next row was computed with. Stop ids, stop strings, max_tokens and a
  * cancellation end it where plain decoding would. The sequence is then cut back to the committed tokens
  * (the last one pending, as always) and the source told. Returns 1 when generation is over (*end says how). */
+/* Ends the verify step's transaction keeping what was committed: the pending token and the accepted drafts
+ * (the session's tokens past the sequence's length before the step, the last one pending again). */
+static cinfer_status end_verify(cinfer_session *s, const cf_batch_item *it, cinfer_error *err) {
+    const int len0 = cf_rseq_len(s->rs) - it->n;
+    int keep = s->n_ids - 1 - len0;
+    if (keep > it->n) keep = it->n;
+    cinfer_status st = cf_target_txn_commit(s->txn, &keep, err);
+    s->txn = NULL;
+    return st;
+}
+
 static int verify(cinfer_engine *e, cinfer_session *s, const cf_batch_item *it, step_end *end) {
     const int k = it->n - 1, V = e->model->m->hp.vocab;
     int a = 0;
@@ -727,6 +743,8 @@ static int verify(cinfer_engine *e, cinfer_session *s, const cf_batch_item *it, 
         if (commit(e, s, &sr, end)) {
             s->draft_tokens += k;
             s->accepted_tokens += a;
+            cinfer_error ignored = {0};
+            end_verify(s, it, &ignored);   /* the session ends: its sequence goes next */
             return 1;
         }
         const int hit = r < k && sr.token == s->draft[r];
@@ -736,13 +754,34 @@ static int verify(cinfer_engine *e, cinfer_session *s, const cf_batch_item *it, 
     s->draft_tokens += k;
     s->accepted_tokens += a;
     e->spec_steps++;
-    if (cf_rseq_truncate(s->rs, s->n_ids - 1, &end->err) != CINFER_OK) {
+    if (end_verify(s, it, &end->err) != CINFER_OK) {
         end->outcome = CINFER_OUTCOME_FAILED;
         return 1;
     }
     spec_update(s, k, a);
     spec_commit(e, s, a);
     return 0;
+}
+
+/* The transactions of a step's verify items (those with every row's logits), one per sequence, all or none. */
+static cinfer_status bind_verify(cinfer_engine *e, int n, cinfer_error *err) {
+    for (int i = 0; i < n; i++) {
+        if (e->items[i].logits != CF_LOGITS_ALL) continue;
+        cinfer_session *s = e->item_s[i];
+        cinfer_status st = cf_target_bind_rollback(e->target, &s->rs, 1, &s->txn, err);
+        if (st != CINFER_OK) return st;
+    }
+    return CINFER_OK;
+}
+
+/* After a failed step (or bind): every verify item's sequence back to its length before it. */
+static void abort_verify(cinfer_engine *e, int n) {
+    for (int i = 0; i < n; i++) {
+        cinfer_session *s = e->item_s[i];
+        cinfer_error ignored = {0};
+        cf_target_txn_abort(s->txn, &ignored);
+        s->txn = NULL;
+    }
 }
 
 /* One turn: settles what was cancelled, asks for drafts, runs one step over the batch (dropping the drafts,
@@ -779,7 +818,9 @@ static void iterate(cinfer_engine *e) {
             preempt_newest(e, need, avail);
             continue;
         }
-        st = cf_runner_step(e->runner, e->items, n, &err);
+        st = bind_verify(e, n, &err);
+        if (st == CINFER_OK) st = cf_runner_step(e->runner, e->items, n, &err);
+        if (st != CINFER_OK) abort_verify(e, n);
         e->n_steps++;
         if (n > e->peak_batch) e->peak_batch = n;
         if (st == CINFER_E_OUT_OF_MEMORY && drafts) {
@@ -941,6 +982,7 @@ static void engine_destroy(cinfer_engine *e) {
     free(e->d_want);
     free(e->d_got);
     free(e->d_out);
+    cf_target_free(e->target);
     cf_runner_free(e->runner);
     free(e->run);
     free(e->items);
@@ -1028,9 +1070,10 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
     e->p.default_draft = NULL;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    /* the draft providers: n-gram always, the draft model when one is given */
+    /* the verifier's target port; the draft providers: n-gram always, the draft model when one is given */
     cf_draft_provider *prov = NULL;
-    st = cf_ngram_provider_create(0, 0, &prov, err);
+    st = cf_target_create_over_runner(runner, &e->target, err);
+    if (st == CINFER_OK) st = cf_ngram_provider_create(0, 0, &prov, err);
     if (st == CINFER_OK) st = cf_engine_add_draft_provider(e, "ngram", prov, err);
     if (st == CINFER_OK && p->draft_model) {
         st = cf_draft_model_provider_create(m, p->draft_model, rq->max_seqs, &prov, err);
