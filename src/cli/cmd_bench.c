@@ -1,12 +1,14 @@
 /* cmd_bench.c: `cinfer bench`: prefill and decode speed of one sequence, the memory bandwidth and GEMM
  * rate of the same backend measured in the same run, and decode as a fraction of the bandwidth roofline
- * (tokens/s <= bandwidth / bytes read per token). Decoding is greedy, with the token picked on the device
+ * (tokens/s <= bandwidth / bytes read per token; on the CPU the read bandwidth of a multi-threaded vector sum,
+ * the copy figure printed beside it; on CUDA a device copy). Decoding is greedy, with the token picked on the device
  * (cf_model_decode_run: replayed as a graph, one step ahead of the host, where the backend records steps)
  * when the backend can, else from logits read back to the host; the output names the path. The first
  * decode step (which records the graph) is not timed. */
 #include "cli/cli.h"
 #include "cli/bench_engine.h"
 #include "cli/bench_spec.h"
+#include "backend/cpu/cpu_bandwidth.h"
 #include "model/model.h"
 #include "base/status.h"
 
@@ -45,6 +47,16 @@ static cinfer_status measure_bandwidth(cf_backend *be, size_t bytes, double *gbs
     return st;
 }
 
+/* The bandwidth of the roofline: on the CPU a read-only pass with the backend's thread count (decode reads
+ * weights; a copy also writes and understates the fraction), else the copy figure. */
+static cinfer_status roofline_bandwidth(cf_backend *be, int cpu, double copy_gbs, double *gbs, cinfer_error *err) {
+    if (!cpu) {
+        *gbs = copy_gbs;
+        return CINFER_OK;
+    }
+    return cf_cpu_read_bandwidth((size_t)1 << 30, be->n_threads, 7, gbs, err);
+}
+
 /* GEMM rate of the backend's matmul on an [n, k] x [d, k]^T product with the model's weight dtype. */
 static cinfer_status measure_gemm(cf_model *m, int n, double *gflops, cinfer_error *err) {
     cf_backend *be = m->be;
@@ -72,7 +84,9 @@ static cinfer_status measure_gemm(cf_model *m, int n, double *gflops, cinfer_err
 static const char *bench_help =
     "usage: cinfer bench (--model DIR | --random-weights CONFIG.json) [options]\n"
     "Measures prefill and decode tokens/s of one sequence and decode as a fraction of the memory-bandwidth\n"
-    "roofline, with the bandwidth (a copy loop) and the GEMM rate measured in the same run.\n"
+    "roofline, with the bandwidth (CPU: a multi-threaded read-only pass, the copy figure beside it; CUDA: a copy)\n"
+    "and the GEMM rate measured in the same run. Prefill GFLOP/s count the output projection for the one row\n"
+    "whose logits are computed, not for every prompt row.\n"
     "  --prompt N        prompt tokens (default 128)\n"
     "  --gen N           decoded tokens (default 128)\n"
     "  --reps N          repetitions; medians are reported (default 3)\n"
@@ -219,7 +233,8 @@ int cf_cmd_bench(int argc, char **argv) {
                                                : "argmax on the device, op by op";
     int used_chunk = 0;
     int rc = 0;
-    double bw = 0, gemm = 0;
+    double bw = 0, copy_bw = 0, gemm = 0;
+    const int cpu = !strcmp(m->be->ops->name, "cpu");
     size_t bw_bytes = o.device == CF_DEVICE_CUDA ? (size_t)2 << 30 : (size_t)512 << 20;
     /* the GEMM rate at the row count of the longest prefill pass, which the prefill rate is compared with */
     const long pass = chunk ? chunk : cf_model_prefill_chunk(m);
@@ -230,7 +245,7 @@ int cf_cmd_bench(int argc, char **argv) {
         return cf_bench_spec(m, &sa);
     }
     if (conc) {
-        if (measure_bandwidth(m->be, bw_bytes, &bw, &err) != CINFER_OK) {
+        if (measure_bandwidth(m->be, bw_bytes, &copy_bw, &err) != CINFER_OK || roofline_bandwidth(m->be, cpu, copy_bw, &bw, &err) != CINFER_OK) {
             free(conc);
             cf_model_free(m);
             return cf_report(verb, &err);
@@ -244,7 +259,8 @@ int cf_cmd_bench(int argc, char **argv) {
         free(conc);
         return rc;
     }
-    if (measure_bandwidth(m->be, bw_bytes, &bw, &err) != CINFER_OK || measure_gemm(m, gemm_rows, &gemm, &err) != CINFER_OK) {
+    if (measure_bandwidth(m->be, bw_bytes, &copy_bw, &err) != CINFER_OK || roofline_bandwidth(m->be, cpu, copy_bw, &bw, &err) != CINFER_OK ||
+        measure_gemm(m, gemm_rows, &gemm, &err) != CINFER_OK) {
         rc = cf_report(verb, &err);
         cf_model_free(m);
         return rc;
@@ -302,23 +318,28 @@ int cf_cmd_bench(int argc, char **argv) {
         double kv_avg = (double)cf_hparams_kv_read_bytes(hp, n_prompt + 1 + n_gen / 2, cf_dtype_size(m->be->act_dtype));
         double bytes = (double)m->decode_bytes + kv_avg;
         double roof = bw * 1e9 / bytes;
-        /* 2 flops per weight used per token: everything but the embedding gather */
-        double used_params = (double)cf_hparams_active_params(hp);
-        double prefill_gflops = prefill * 2.0 * used_params / 1e9;
+        /* 2 flops per weight used per token: everything but the embedding gather, and the output projection
+         * only for the one row whose logits the prompt's evaluation computes */
+        double used_params = (double)cf_hparams_active_params(hp), head = (double)hp->vocab * hp->dim;
+        double prefill_gflops = prefill * 2.0 * (used_params - head + head / (double)n_prompt) / 1e9;
         if (json) {
             printf("{\"model\":\"%s\",\"arch\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"params\":%lld,\"weight_dtype\":\"%s\","
                    "\"weight_bytes\":%lld,\"decode_bytes_per_token\":%.0f,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"reps\":%ld,"
                    "\"load_s\":%.3f,\"bandwidth_gb_s\":%.2f,\"gemm_gflop_s\":%.1f,\"gemm_rows\":%d,\"prefill_tokens_per_s\":%.2f,"
                    "\"prefill_gflop_s\":%.1f,\"prefill_fraction_of_gemm\":%.4f,\"prefill_chunk\":%d,\"decode_path\":\"%s\","
-                   "\"decode_tokens_per_s\":%.3f,\"roofline_tokens_per_s\":%.3f,\"roofline_fraction\":%.4f}\n",
+                   "\"decode_tokens_per_s\":%.3f,\"roofline_tokens_per_s\":%.3f,\"roofline_fraction\":%.4f,"
+                   "\"bandwidth_kind\":\"%s\",\"copy_bandwidth_gb_s\":%.2f}\n",
                    random_cfg ? random_cfg : o.model, hp->arch_name, m->be->ops->name, m->be->n_threads,
                    (long long)cf_hparams_n_params(hp), m->dtype_summary, (long long)m->weight_bytes, bytes, n_prompt, n_gen, reps,
-                   load_s, bw, gemm, gemm_rows, prefill, prefill_gflops, prefill_gflops / gemm, used_chunk, path, decode, roof, decode / roof);
+                   load_s, bw, gemm, gemm_rows, prefill, prefill_gflops, prefill_gflops / gemm, used_chunk, path, decode, roof, decode / roof,
+                   cpu ? "read" : "copy", copy_bw);
         } else {
             printf("model        %s (%s, %.1f M params, %s)\n", random_cfg ? random_cfg : o.model, hp->arch_name,
                    cf_hparams_n_params(hp) / 1e6, m->dtype_summary);
             printf("device       %s, %d threads; load %.2f s\n", m->be->ops->name, m->be->n_threads, load_s);
-            printf("bandwidth    %.1f GB/s (copy, read+write)   GEMM %.1f GFLOP/s (%d x %lld x %lld)\n", bw, gemm, gemm_rows,
+            if (cpu) printf("bandwidth    %.1f GB/s (read; copy %.1f GB/s read+write)   ", bw, copy_bw);
+            else printf("bandwidth    %.1f GB/s (copy, read+write)   ", bw);
+            printf("GEMM %.1f GFLOP/s (%d x %lld x %lld)\n", gemm, gemm_rows,
                    (long long)m->lw[0].w_up.cols, (long long)m->lw[0].w_up.rows);
             printf("prefill      %ld tokens in passes of %d: %.1f tokens/s (%.1f GFLOP/s, %.0f%% of GEMM)\n", n_prompt, used_chunk,
                    prefill, prefill_gflops, 100 * prefill_gflops / gemm);

@@ -1,10 +1,11 @@
 /* cpu_backend.c: the reference backend. Float32 activations, weights used in place from the mmapped
- * files (f32, bf16, f16, and MLX affine-quantized: matmul through cf_cpu_qgemm), OpenMP over output rows. Every operation is written out plainly: this file is
+ * files (f32, bf16, f16, and MLX affine-quantized: matmul through cf_cpu_qgemm), OpenMP over output rows. Every operation but attention (cpu_attention.c) is written out plainly: this file is
  * the definition of what each op in backend.h computes. Its memory is host memory, so the *_pos ops read
  * their positions directly and sample runs the host sampler (sample/sampler.h); there are no graph ops.
  * The only op that can fail is sample: its failure is kept and reported (then forgotten) by the next
  * read or sync. */
 #include "backend/backend.h"
+#include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_quant.h"
 #include "base/status.h"
@@ -27,8 +28,8 @@ typedef struct cpu_backend {
     int64_t smp_vocab;
     float read_vals[2][16];   /* read_begin's slots (ops run when enqueued: the values are read at once) */
     int read_n[2];
-    float **attn_buf;         /* attention_paged: a score buffer per thread, grown as needed */
-    int64_t *attn_cap;
+    cf_attn_scratch attn;     /* the attention's work space, grown as needed and kept */
+    cf_cpu_isa_level isa;     /* the attention kernels' instruction set */
     cf_qweight **qw;          /* the descriptors of the quantized weights uploaded (CF_Q tensors point at them) */
     int n_qw;
 } cpu_backend;
@@ -56,9 +57,7 @@ static float *row(cf_tensor t, int64_t r) { return (float *)t.data + r * t.strid
 
 static void cpu_destroy(cf_backend *be) {
     cf_sampler_free(CPU(be)->smp);
-    for (int t = 0; CPU(be)->attn_buf && t < be->n_threads; t++) free(CPU(be)->attn_buf[t]);
-    free(CPU(be)->attn_buf);
-    free(CPU(be)->attn_cap);
+    free(CPU(be)->attn.buf);
     for (int i = 0; i < CPU(be)->n_qw; i++) free(CPU(be)->qw[i]);
     free(CPU(be)->qw);
     free(be);
@@ -306,46 +305,18 @@ static void cpu_kv_store(cf_backend *be, cf_tensor cache, cf_tensor src, int pos
         memcpy(row(cache, (pos0 + i) % cap), row(src, i), (size_t)src.cols * sizeof(float));
 }
 
-/* softmax(scale * q.k (softcapped)) . v over the visible keys of each query, per head */
+static void run_attention(cpu_backend *b, const cf_attn_call *c) {
+    cinfer_error e = {0};
+    if (cf_cpu_attention(c, b->base.n_threads, b->isa, &b->attn, &e) != CINFER_OK) fail(b, e.code, e.message);
+}
+
+/* softmax(scale * q.k (softcapped)) . v over the visible keys of each query, per head (cpu_attention.c) */
 static void cpu_attention(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor kc, cf_tensor vc, const cf_attn_args *a) {
-    const int group = a->n_heads / a->n_kv_heads;
-    const int last = a->pos0 + a->n_q - 1;
-    const int max_keys = a->window > 0 && a->window < last + 1 ? a->window : last + 1;
-    const int64_t work = (int64_t)a->n_q * a->n_heads * max_keys * a->head_dim;
-    #pragma omp parallel NT(be) if (work >= PAR_MIN_WORK)
-    {
-        float *sc = malloc((size_t)max_keys * sizeof *sc);
-        #pragma omp for collapse(2) schedule(static)
-        for (int i = 0; i < a->n_q; i++) {
-            for (int h = 0; h < a->n_heads; h++) {
-                if (!sc) continue;
-                const int p = a->pos0 + i;
-                const int lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
-                const int kvh = h / group;
-                const float *qv = row(q, i) + (int64_t)h * a->head_dim;
-                float mx = -INFINITY;
-                for (int k = lo; k <= p; k++) {
-                    const float *kv = row(kc, k % a->cap) + (int64_t)kvh * a->head_dim;
-                    float s = 0;
-                    for (int c = 0; c < a->head_dim; c++) s += qv[c] * kv[c];
-                    s *= a->scale;
-                    if (a->softcap > 0) s = a->softcap * tanhf(s / a->softcap);
-                    sc[k - lo] = s;
-                    if (s > mx) mx = s;
-                }
-                float sum = 0;
-                for (int k = lo; k <= p; k++) { sc[k - lo] = expf(sc[k - lo] - mx); sum += sc[k - lo]; }
-                float *o = row(out, i) + (int64_t)h * a->v_head_dim;
-                for (int c = 0; c < a->v_head_dim; c++) o[c] = 0;
-                for (int k = lo; k <= p; k++) {
-                    const float *vv = row(vc, k % a->cap) + (int64_t)kvh * a->v_head_dim;
-                    const float wgt = sc[k - lo] / sum;
-                    for (int c = 0; c < a->v_head_dim; c++) o[c] += wgt * vv[c];
-                }
-            }
-        }
-        free(sc);
-    }
+    const cf_attn_call c = {.q = q.data, .qs = q.stride, .out = out.data, .os = out.stride, .k = kc.data, .v = vc.data,
+                            .ks = kc.stride, .vs = vc.stride, .n_rows = a->n_q, .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads,
+                            .head_dim = a->head_dim, .v_head_dim = a->v_head_dim, .window = a->window, .scale = a->scale,
+                            .softcap = a->softcap, .pos0 = a->pos0, .cap = a->cap};
+    run_attention(CPU(be), &c);
 }
 
 /* ---- optional ops ---- */
@@ -374,83 +345,14 @@ static void cpu_kv_store_slots(cf_backend *be, cf_tensor cache, cf_tensor src, c
         memcpy(row(cache, pos_at(slot, i)), row(src, i), (size_t)src.cols * sizeof(float));
 }
 
-/* One (row, kv head) at a time: the group of query heads that share the kv head reads each key and value
- * row once; scores in the backend's per-thread buffers, grown as needed and kept for the next call. */
 static void cpu_attention_paged(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor kp, cf_tensor vp,
                                 const cf_paged_attn_args *a, const cf_batch_view *b) {
-    const int group = a->n_heads / a->n_kv_heads, B = a->block_size;
-    const int32_t *pos = b->pos.data, *rs = b->row_seq.data, *bt = b->block_table.data;
-    int64_t keys = 0;
-    for (int i = 0; i < b->n_rows; i++) keys += a->window > 0 && pos[i] + 1 > a->window ? a->window : pos[i] + 1;
-    const int64_t work = keys * a->n_heads * a->head_dim;
-    cpu_backend *cb = CPU(be);
-    if (!cb->attn_buf) {
-        cb->attn_buf = calloc((size_t)be->n_threads, sizeof *cb->attn_buf);
-        cb->attn_cap = calloc((size_t)be->n_threads, sizeof *cb->attn_cap);
-        if (!cb->attn_buf || !cb->attn_cap) {
-            free(cb->attn_buf);
-            free(cb->attn_cap);
-            cb->attn_buf = NULL;
-            cb->attn_cap = NULL;
-            fail(cb, CINFER_E_OUT_OF_MEMORY, "attention: out of memory for score buffers");
-            return;
-        }
-    }
-    #pragma omp parallel NT(be) if (work >= PAR_MIN_WORK)
-    {
-        float **sc_p = &cb->attn_buf[omp_get_thread_num()];
-        int64_t *cap_p = &cb->attn_cap[omp_get_thread_num()];
-        #pragma omp for collapse(2) schedule(dynamic, 1)
-        for (int i = 0; i < b->n_rows; i++) {
-            for (int kvh = 0; kvh < a->n_kv_heads; kvh++) {
-                const int p = pos[i];
-                const int lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
-                const int nk = p - lo + 1;
-                const int64_t need = (int64_t)(nk + 2) * group;
-                if (need > *cap_p) {
-                    float *ns = realloc(*sc_p, (size_t)need * sizeof *ns);
-                    if (!ns) {
-                        #pragma omp critical(cf_cpu_fail)
-                        fail(cb, CINFER_E_OUT_OF_MEMORY, "attention: out of memory for a score buffer");
-                        continue;
-                    }
-                    *sc_p = ns;
-                    *cap_p = need;
-                }
-                float *sc = *sc_p;
-                const int32_t *table = bt + (int64_t)rs[i] * b->block_table.stride;
-                float *mx = sc + (int64_t)nk * group, *sum = mx + group;
-                for (int g = 0; g < group; g++) mx[g] = -INFINITY;
-                for (int k = lo; k <= p; k++) {
-                    const float *kv = row(kp, (int64_t)table[k / B] * B + k % B) + (int64_t)kvh * a->head_dim;
-                    for (int g = 0; g < group; g++) {
-                        const float *qv = row(q, i) + (int64_t)(kvh * group + g) * a->head_dim;
-                        float s = 0;
-                        for (int c = 0; c < a->head_dim; c++) s += qv[c] * kv[c];
-                        s *= a->scale;
-                        if (a->softcap > 0) s = a->softcap * tanhf(s / a->softcap);
-                        sc[(int64_t)g * nk + (k - lo)] = s;
-                        if (s > mx[g]) mx[g] = s;
-                    }
-                }
-                for (int g = 0; g < group; g++) {
-                    float *sg = sc + (int64_t)g * nk, t = 0;
-                    for (int k = 0; k < nk; k++) { sg[k] = expf(sg[k] - mx[g]); t += sg[k]; }
-                    sum[g] = t;
-                    float *o = row(out, i) + (int64_t)(kvh * group + g) * a->v_head_dim;
-                    for (int c = 0; c < a->v_head_dim; c++) o[c] = 0;
-                }
-                for (int k = lo; k <= p; k++) {
-                    const float *vv = row(vp, (int64_t)table[k / B] * B + k % B) + (int64_t)kvh * a->v_head_dim;
-                    for (int g = 0; g < group; g++) {
-                        float *o = row(out, i) + (int64_t)(kvh * group + g) * a->v_head_dim;
-                        const float wgt = sc[(int64_t)g * nk + (k - lo)] / sum[g];
-                        for (int c = 0; c < a->v_head_dim; c++) o[c] += wgt * vv[c];
-                    }
-                }
-            }
-        }
-    }
+    const cf_attn_call c = {.q = q.data, .qs = q.stride, .out = out.data, .os = out.stride, .k = kp.data, .v = vp.data,
+                            .ks = kp.stride, .vs = vp.stride, .n_rows = b->n_rows, .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads,
+                            .head_dim = a->head_dim, .v_head_dim = a->v_head_dim, .window = a->window, .scale = a->scale,
+                            .softcap = a->softcap, .pos = b->pos.data, .table = b->block_table.data, .row_seq = b->row_seq.data,
+                            .table_stride = b->block_table.stride, .block = a->block_size};
+    run_attention(CPU(be), &c);
 }
 
 /* Largest value, ties to the lowest index; -1 for a row holding a NaN or +inf, as on CUDA. */
@@ -614,6 +516,7 @@ cinfer_status cf_cpu_backend_create(const cf_backend_params *p, cf_backend **out
     b->base.act_dtype = CF_F32;
     b->base.n_threads = p->n_threads > 0 ? p->n_threads : omp_get_num_procs();
     b->base.prefill_chunk = 256;
+    b->isa = cf_cpu_best_isa();
     *out = &b->base;
     return CINFER_OK;
 }

@@ -387,6 +387,8 @@ static cf_cpu_isa_level best_isa(void) {
 
 cf_gemm_fn cf_cpu_gemm_kernel(cf_dtype wdt) { return cf_cpu_gemm_kernel_isa(wdt, best_isa()); }
 
+cf_cpu_isa_level cf_cpu_best_isa(void) { return best_isa(); }
+
 const char *cf_cpu_isa(void) {
     static const char *names[] = {"portable C", "avx2+fma", "avx512"};
     return names[best_isa()];

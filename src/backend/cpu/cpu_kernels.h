@@ -25,6 +25,8 @@ cf_gemm_fn cf_cpu_gemm_kernel(cf_dtype wdt);
 /* The kernel of one instruction set, or NULL when this CPU (or build) lacks it: for tests. */
 cf_gemm_fn cf_cpu_gemm_kernel_isa(cf_dtype wdt, cf_cpu_isa_level isa);
 const char *cf_cpu_isa(void);
+/* The instruction set of the fastest kernels this CPU runs. */
+cf_cpu_isa_level cf_cpu_best_isa(void);
 /* Whether this CPU (and build) runs the kernels of one instruction set (CF_ISA_C always). */
 int cf_cpu_isa_available(cf_cpu_isa_level isa);
 

@@ -1,0 +1,428 @@
+/* cpu_attention.c: attention over f32 cache rows (cpu_attention.h), owning its kernels and thread split.
+ *
+ * A task is one query row, one kv head and one block of its keys. It walks the keys in tiles of up to KT
+ * (gathered across ring wraps and cache blocks as row pointers): the scores of all G query heads of the
+ * group against each key row, then per head the running max m, the rescale of the sum l and accumulator by
+ * exp(m_old - m_new), p = exp(score - m_new), and acc += p * v for each value row. With one block per
+ * (row, kv head) the accumulator is the output row itself, divided by l at the end; with several, each
+ * block keeps (m, l, acc) in the scratch and a second pass merges them: M = max m_b, L = sum l_b e^(m_b - M),
+ * out = sum acc_b e^(m_b - M) / L.
+ * The AVX2 and AVX-512 kernels use a polynomial exp (relative error ~1e-7) and tanh = 1 - 2 / (e^2x + 1);
+ * the portable C kernel uses expf and tanhf and is the reference the tests hold the others to. */
+#include "backend/cpu/cpu_attention.h"
+#include "base/status.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CF_X86 1
+#endif
+
+#define INL inline __attribute__((always_inline))
+#define KT 64                 /* keys per tile */
+#define SPLIT_MIN_KEYS 256    /* the fewest keys a block of a split row gets */
+#define PAR_MIN_WORK (1 << 18)
+
+/* The shape a kernel sees: G query heads (contiguous rows of hd) against key rows of hd, value rows of vhd. */
+typedef struct dims {
+    int G, hd, vhd;
+    float scale, softcap;
+} dims;
+
+/* One tile: nt key/value row pointers; m, l: G floats; acc: G rows of vhd; sc: G * KT floats of work space. */
+typedef void (*tile_fn)(const dims *d, const float *q, const float *const *kr, const float *const *vr, int nt, float *m,
+                        float *l, float *acc, float *sc);
+
+/* Per head after its scores are in sc[0..nt): the new max, the rescale of l and acc, and p in place of the
+ * scores; returns the sum of p. expf of -inf is 0, so the first tile starts from m = -inf, l = 0. */
+static INL void rescale(const dims *d, int g, float mt, float *m, float *l, float *acc, float *mnew) {
+    const float mn = mt > m[g] ? mt : m[g];
+    const float alpha = expf(m[g] - mn);
+    if (alpha != 1.0f) {
+        float *a = acc + (int64_t)g * d->vhd;
+        for (int c = 0; c < d->vhd; c++) a[c] *= alpha;
+        l[g] *= alpha;
+    }
+    m[g] = mn;
+    *mnew = mn;
+}
+
+/* ---- portable C: the reference ---- */
+
+static void tile_c(const dims *d, const float *q, const float *const *kr, const float *const *vr, int nt, float *m, float *l,
+                   float *acc, float *sc) {
+    for (int g = 0; g < d->G; g++) {
+        const float *qg = q + (int64_t)g * d->hd;
+        float *s = sc + g * KT, mt = -INFINITY;
+        for (int j = 0; j < nt; j++) {
+            float t = 0;
+            for (int c = 0; c < d->hd; c++) t += qg[c] * kr[j][c];
+            t *= d->scale;
+            if (d->softcap > 0) t = d->softcap * tanhf(t / d->softcap);
+            s[j] = t;
+            if (t > mt) mt = t;
+        }
+        float mn, sum = 0;
+        rescale(d, g, mt, m, l, acc, &mn);
+        for (int j = 0; j < nt; j++) {
+            s[j] = expf(s[j] - mn);
+            sum += s[j];
+        }
+        l[g] += sum;
+        float *a = acc + (int64_t)g * d->vhd;
+        for (int j = 0; j < nt; j++)
+            for (int c = 0; c < d->vhd; c++) a[c] += s[j] * vr[j][c];
+    }
+}
+
+#ifdef CF_X86
+
+/* ---- AVX-512 ---- */
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+
+AVX512 static INL __m512 exp16(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
+}
+
+static INL __mmask16 mask16(int rest) { return rest >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rest) - 1); }
+
+AVX512 static INL __m256 hi256(__m512 a) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)); }
+
+/* four 16-lane sums -> lanes 0..3 */
+AVX512 static INL __m128 sum4_512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    const __m256 b0 = _mm256_add_ps(_mm512_castps512_ps256(a0), hi256(a0));
+    const __m256 b1 = _mm256_add_ps(_mm512_castps512_ps256(a1), hi256(a1));
+    const __m256 b2 = _mm256_add_ps(_mm512_castps512_ps256(a2), hi256(a2));
+    const __m256 b3 = _mm256_add_ps(_mm512_castps512_ps256(a3), hi256(a3));
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(b0, b1), _mm256_hadd_ps(b2, b3));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* scores of heads g..g+3 (GN = 4) or g (GN = 1) against key rows 0..nt into sc[h * KT + j] */
+AVX512 static INL void scores512(const int GN, const dims *d, const float *q, const float *const *kr, int nt, int g, float *sc) {
+    const int hd = d->hd;
+    for (int j = 0; j < nt; j++) {
+        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int c = 0; c < hd; c += 16) {
+            const __mmask16 mk = mask16(hd - c);
+            const __m512 kv = _mm512_maskz_loadu_ps(mk, kr[j] + c);
+            for (int h = 0; h < GN; h++)
+                a[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q + (int64_t)(g + h) * hd + c), kv, a[h]);
+        }
+        if (GN == 4) {
+            float t[4];
+            _mm_storeu_ps(t, sum4_512(a[0], a[1], a[2], a[3]));
+            for (int h = 0; h < 4; h++) sc[(g + h) * KT + j] = t[h];
+        } else {
+            sc[g * KT + j] = _mm512_reduce_add_ps(a[0]);
+        }
+    }
+}
+
+/* acc[h] += sum_j p[h][j] * v[j] for heads g..g+GN */
+AVX512 static INL void values512(const int GN, const dims *d, const float *const *vr, int nt, int g, const float *sc, float *acc) {
+    const int vhd = d->vhd;
+    for (int c = 0; c < vhd; c += 16) {
+        const __mmask16 mk = mask16(vhd - c);
+        __m512 a[4];
+        for (int h = 0; h < GN; h++) a[h] = _mm512_maskz_loadu_ps(mk, acc + (int64_t)(g + h) * vhd + c);
+        for (int j = 0; j < nt; j++) {
+            const __m512 vv = _mm512_maskz_loadu_ps(mk, vr[j] + c);
+            for (int h = 0; h < GN; h++) a[h] = _mm512_fmadd_ps(_mm512_set1_ps(sc[(g + h) * KT + j]), vv, a[h]);
+        }
+        for (int h = 0; h < GN; h++) _mm512_mask_storeu_ps(acc + (int64_t)(g + h) * vhd + c, mk, a[h]);
+    }
+}
+
+/* scale, softcap and max of s[0..nt), then p = exp(s - m) in place; returns the sum of p */
+AVX512 static float softmax512(const dims *d, int g, float *s, int nt, float *m, float *l, float *acc) {
+    const __m512 sc = _mm512_set1_ps(d->scale), cap = _mm512_set1_ps(d->softcap), inv = _mm512_set1_ps(d->softcap > 0 ? 2.0f / d->softcap : 0);
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < nt; j += 16) {
+        const __mmask16 mk = mask16(nt - j);
+        __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, s + j), sc);
+        if (d->softcap > 0) {  /* cap * (1 - 2 / (e^(2t/cap) + 1)) */
+            const __m512 e = exp16(_mm512_mul_ps(t, inv));
+            t = _mm512_mul_ps(cap, _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f)))));
+        }
+        _mm512_mask_storeu_ps(s + j, mk, t);
+        mx = _mm512_mask_max_ps(mx, mk, mx, t);
+    }
+    float mn;
+    rescale(d, g, _mm512_reduce_max_ps(mx), m, l, acc, &mn);
+    const __m512 mv = _mm512_set1_ps(mn);
+    __m512 sum = _mm512_setzero_ps();
+    for (int j = 0; j < nt; j += 16) {
+        const __mmask16 mk = mask16(nt - j);
+        const __m512 p = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, s + j), mv));
+        _mm512_mask_storeu_ps(s + j, mk, p);
+        sum = _mm512_mask_add_ps(sum, mk, sum, p);
+    }
+    return _mm512_reduce_add_ps(sum);
+}
+
+AVX512 static void tile_avx512(const dims *d, const float *q, const float *const *kr, const float *const *vr, int nt, float *m,
+                               float *l, float *acc, float *sc) {
+    int g = 0;
+    for (; g + 4 <= d->G; g += 4) scores512(4, d, q, kr, nt, g, sc);
+    for (; g < d->G; g++) scores512(1, d, q, kr, nt, g, sc);
+    for (g = 0; g < d->G; g++) {
+        const float sum = softmax512(d, g, sc + g * KT, nt, m, l, acc);
+        l[g] += sum;
+    }
+    for (g = 0; g + 4 <= d->G; g += 4) values512(4, d, vr, nt, g, sc, acc);
+    for (; g < d->G; g++) values512(1, d, vr, nt, g, sc, acc);
+}
+
+/* ---- AVX2 + FMA ---- */
+#define AVX2 __attribute__((target("avx2,fma")))
+
+AVX2 static INL __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+}
+
+/* lanes 0..rest-1 all ones (rest < 8), as a mask for maskload/maskstore */
+AVX2 static INL __m256i mask8(int rest) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(rest), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+AVX2 static INL __m256 ld8m(const float *p, int rest) {
+    return rest >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mask8(rest));
+}
+
+AVX2 static INL void st8m(float *p, int rest, __m256 v) {
+    if (rest >= 8) _mm256_storeu_ps(p, v);
+    else _mm256_maskstore_ps(p, mask8(rest), v);
+}
+
+AVX2 static INL float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+AVX2 static INL float hmax8(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+AVX2 static INL void scores256(const int GN, const dims *d, const float *q, const float *const *kr, int nt, int g, float *sc) {
+    const int hd = d->hd;
+    for (int j = 0; j < nt; j++) {
+        __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int c = 0; c < hd; c += 8) {
+            const __m256 kv = ld8m(kr[j] + c, hd - c);
+            for (int h = 0; h < GN; h++) a[h] = _mm256_fmadd_ps(ld8m(q + (int64_t)(g + h) * hd + c, hd - c), kv, a[h]);
+        }
+        if (GN == 4) {
+            const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+            float t[4];
+            _mm_storeu_ps(t, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+            for (int k = 0; k < 4; k++) sc[(g + k) * KT + j] = t[k];
+        } else {
+            sc[g * KT + j] = hsum8(a[0]);
+        }
+    }
+}
+
+AVX2 static INL void values256(const int GN, const dims *d, const float *const *vr, int nt, int g, const float *sc, float *acc) {
+    const int vhd = d->vhd;
+    for (int c = 0; c < vhd; c += 8) {
+        __m256 a[4];
+        for (int h = 0; h < GN; h++) a[h] = ld8m(acc + (int64_t)(g + h) * vhd + c, vhd - c);
+        for (int j = 0; j < nt; j++) {
+            const __m256 vv = ld8m(vr[j] + c, vhd - c);
+            for (int h = 0; h < GN; h++) a[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + (g + h) * KT + j), vv, a[h]);
+        }
+        for (int h = 0; h < GN; h++) st8m(acc + (int64_t)(g + h) * vhd + c, vhd - c, a[h]);
+    }
+}
+
+AVX2 static float softmax256(const dims *d, int g, float *s, int nt, float *m, float *l, float *acc) {
+    const __m256 sc = _mm256_set1_ps(d->scale), cap = _mm256_set1_ps(d->softcap), inv = _mm256_set1_ps(d->softcap > 0 ? 2.0f / d->softcap : 0);
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 mx = ninf;
+    for (int j = 0; j < nt; j += 8) {
+        const int rest = nt - j;
+        __m256 t = _mm256_mul_ps(ld8m(s + j, rest), sc);
+        if (d->softcap > 0) {
+            const __m256 e = exp8(_mm256_mul_ps(t, inv));
+            t = _mm256_mul_ps(cap, _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f)))));
+        }
+        st8m(s + j, rest, t);
+        if (rest < 8) t = _mm256_blendv_ps(ninf, t, _mm256_castsi256_ps(mask8(rest)));
+        mx = _mm256_max_ps(mx, t);
+    }
+    float mn;
+    rescale(d, g, hmax8(mx), m, l, acc, &mn);
+    const __m256 mv = _mm256_set1_ps(mn);
+    __m256 sum = _mm256_setzero_ps();
+    for (int j = 0; j < nt; j += 8) {
+        const int rest = nt - j;
+        __m256 p = exp8(_mm256_sub_ps(ld8m(s + j, rest), mv));
+        if (rest < 8) p = _mm256_and_ps(p, _mm256_castsi256_ps(mask8(rest)));
+        st8m(s + j, rest, p);
+        sum = _mm256_add_ps(sum, p);
+    }
+    return hsum8(sum);
+}
+
+AVX2 static void tile_avx2(const dims *d, const float *q, const float *const *kr, const float *const *vr, int nt, float *m,
+                           float *l, float *acc, float *sc) {
+    int g = 0;
+    for (; g + 4 <= d->G; g += 4) scores256(4, d, q, kr, nt, g, sc);
+    for (; g < d->G; g++) scores256(1, d, q, kr, nt, g, sc);
+    for (g = 0; g < d->G; g++) {
+        const float sum = softmax256(d, g, sc + g * KT, nt, m, l, acc);
+        l[g] += sum;
+    }
+    for (g = 0; g + 4 <= d->G; g += 4) values256(4, d, vr, nt, g, sc, acc);
+    for (; g < d->G; g++) values256(1, d, vr, nt, g, sc, acc);
+}
+#endif
+
+static tile_fn tile_for(cf_cpu_isa_level isa) {
+#ifdef CF_X86
+    if (isa == CF_ISA_AVX512) return tile_avx512;
+    if (isa == CF_ISA_AVX2) return tile_avx2;
+#endif
+    return tile_c;
+}
+
+/* ---- the driver ---- */
+
+static int row_pos(const cf_attn_call *c, int i) { return c->pos ? c->pos[i] : c->pos0 + i; }
+static int row_lo(const cf_attn_call *c, int p) { return c->window > 0 && p - c->window + 1 > 0 ? p - c->window + 1 : 0; }
+
+static int64_t cache_row(const cf_attn_call *c, int i, int j) {
+    if (!c->table) return j % c->cap;
+    const int32_t *t = c->table + (int64_t)c->row_seq[i] * c->table_stride;
+    return (int64_t)t[j / c->block] * c->block + j % c->block;
+}
+
+/* keys a .. b-1 of row i for kv head h into (m, l, acc) */
+static void attend(const cf_attn_call *c, const dims *d, tile_fn tile, int i, int h, int a, int b, float *m, float *l, float *acc,
+                   float *sc) {
+    const float *kr[KT], *vr[KT];
+    const float *q = c->q + (int64_t)i * c->qs + (int64_t)h * d->G * d->hd;
+    for (int g = 0; g < d->G; g++) m[g] = -INFINITY, l[g] = 0;
+    memset(acc, 0, (size_t)d->G * (size_t)d->vhd * sizeof *acc);
+    for (int j0 = a; j0 < b; j0 += KT) {
+        const int nt = b - j0 < KT ? b - j0 : KT;
+        for (int j = 0; j < nt; j++) {
+            const int64_t r = cache_row(c, i, j0 + j);
+            kr[j] = c->k + r * c->ks + (int64_t)h * d->hd;
+            vr[j] = c->v + r * c->vs + (int64_t)h * d->vhd;
+        }
+        tile(d, q, kr, vr, nt, m, l, acc, sc);
+    }
+}
+
+cinfer_status cf_cpu_attention(const cf_attn_call *c, int n_threads, cf_cpu_isa_level isa, cf_attn_scratch *s, cinfer_error *err) {
+    const dims d = {.G = c->n_heads / c->n_kv_heads, .hd = c->head_dim, .vhd = c->v_head_dim, .scale = c->scale, .softcap = c->softcap};
+    const tile_fn tile = tile_for(isa);
+    int64_t keys = 0;
+    int max_keys = 0;
+    for (int i = 0; i < c->n_rows; i++) {
+        const int p = row_pos(c, i), nk = p - row_lo(c, p) + 1;
+        keys += nk;
+        if (nk > max_keys) max_keys = nk;
+    }
+    const int nt = keys * c->n_heads * (c->head_dim + c->v_head_dim) >= PAR_MIN_WORK && n_threads > 1 ? n_threads : 1;
+    const int64_t pairs = (int64_t)c->n_rows * c->n_kv_heads;
+    int split = 1;
+    if (pairs < nt && max_keys >= 2 * SPLIT_MIN_KEYS) {
+        split = (int)((nt + pairs - 1) / pairs);
+        if (split > max_keys / SPLIT_MIN_KEYS) split = max_keys / SPLIT_MIN_KEYS;
+    }
+    const size_t per_thread = (size_t)d.G * (KT + 2), part = (size_t)d.G * (size_t)(d.vhd + 2);
+    const size_t need = per_thread * (size_t)nt + (split > 1 ? part * (size_t)(pairs * split) : 0);
+    if (need > s->floats) {
+        float *nb = malloc(need * sizeof *nb);
+        if (!nb) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "attention: out of memory for %zu bytes of work space", need * sizeof *nb);
+        free(s->buf);
+        s->buf = nb;
+        s->floats = need;
+    }
+    float *const parts = s->buf + per_thread * (size_t)nt;
+    const int64_t tasks = pairs * split;
+    #pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        float *sc = s->buf + per_thread * (size_t)omp_get_thread_num(), *ml = sc + d.G * KT;
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < tasks; t++) {
+            const int i = (int)(t / split / c->n_kv_heads), h = (int)(t / split % c->n_kv_heads), b = (int)(t % split);
+            const int p = row_pos(c, i), lo = row_lo(c, p), n = p - lo + 1;
+            const int a0 = lo + (int)((int64_t)n * b / split), a1 = lo + (int)((int64_t)n * (b + 1) / split);
+            if (split == 1) {
+                float *o = c->out + (int64_t)i * c->os + (int64_t)h * d.G * d.vhd;
+                attend(c, &d, tile, i, h, a0, a1, ml, ml + d.G, o, sc);
+                for (int g = 0; g < d.G; g++) {
+                    const float inv = 1.0f / ml[d.G + g];
+                    for (int k = 0; k < d.vhd; k++) o[(int64_t)g * d.vhd + k] *= inv;
+                }
+            } else {
+                float *pa = parts + part * (size_t)t;
+                attend(c, &d, tile, i, h, a0, a1, pa + (size_t)d.G * d.vhd, pa + (size_t)d.G * d.vhd + d.G, pa, sc);
+            }
+        }
+        if (split > 1) {
+            #pragma omp for schedule(static)
+            for (int64_t pr = 0; pr < pairs; pr++) {
+                const int i = (int)(pr / c->n_kv_heads), h = (int)(pr % c->n_kv_heads);
+                float *o = c->out + (int64_t)i * c->os + (int64_t)h * d.G * d.vhd;
+                for (int g = 0; g < d.G; g++) {
+                    float M = -INFINITY, L = 0;
+                    for (int b = 0; b < split; b++) {
+                        const float mb = parts[part * (size_t)(pr * split + b) + (size_t)d.G * d.vhd + g];
+                        if (mb > M) M = mb;
+                    }
+                    float *og = o + (int64_t)g * d.vhd;
+                    memset(og, 0, (size_t)d.vhd * sizeof *og);
+                    for (int b = 0; b < split; b++) {
+                        const float *pa = parts + part * (size_t)(pr * split + b);
+                        const float mb = pa[(size_t)d.G * d.vhd + g], lb = pa[(size_t)d.G * d.vhd + d.G + g];
+                        if (lb == 0) continue;  /* an empty block */
+                        const float w = expf(mb - M);
+                        L += lb * w;
+                        for (int k = 0; k < d.vhd; k++) og[k] += w * pa[(int64_t)g * d.vhd + k];
+                    }
+                    const float inv = 1.0f / L;
+                    for (int k = 0; k < d.vhd; k++) og[k] *= inv;
+                }
+            }
+        }
+    }
+    return CINFER_OK;
+}

@@ -1,0 +1,48 @@
+/* cpu_attention.h: the CPU backend's attention (ring and paged caches of f32 rows): one pass over the keys
+ * with an online softmax, each K/V row read once for all the query heads of its GQA group, threads split
+ * over (row, kv head) and, where those leave threads idle, over blocks of keys merged exactly afterwards.
+ * Kernels for portable C (the reference), AVX2+FMA and AVX-512, chosen by the caller. The work space is the
+ * caller's (cf_attn_scratch, grown and kept between calls). */
+#ifndef CF_BACKEND_CPU_ATTENTION_H
+#define CF_BACKEND_CPU_ATTENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "cinfer.h"
+
+/* One attention call. Row i (query position p = pos ? pos[i] : pos0 + i) sees the keys at positions
+ * max(0, p - window + 1) .. p (window 0: from 0). Key position j lives in cache row j % cap (table NULL) or
+ * in row table[row_seq[i] * table_stride + j / block] * block + j % block. q: n_rows rows of n_heads *
+ * head_dim; out: n_rows rows of n_heads * v_head_dim; k, v: cache rows of n_kv_heads * head_dim (v_head_dim).
+ * Strides count floats. score = scale * q.k, then softcap * tanh(score / softcap) where softcap > 0. */
+typedef struct cf_attn_call {
+    const float *q;
+    int64_t qs;
+    float *out;
+    int64_t os;
+    const float *k, *v;
+    int64_t ks, vs;
+    int n_rows, n_heads, n_kv_heads, head_dim, v_head_dim, window;
+    float scale, softcap;
+    int pos0;
+    const int32_t *pos;
+    int cap;
+    const int32_t *table, *row_seq;
+    int64_t table_stride;
+    int block;
+} cf_attn_call;
+
+/* Work space of the attention: grown by cf_cpu_attention when a call needs more, freed by its owner. */
+typedef struct cf_attn_scratch {
+    float *buf;
+    size_t floats;
+} cf_attn_scratch;
+
+/* Runs one call on up to n_threads threads with the kernels of isa (which this CPU must run: see
+ * cf_cpu_isa_available). Fails only when the scratch cannot grow (nothing written then). */
+cinfer_status cf_cpu_attention(const cf_attn_call *c, int n_threads, cf_cpu_isa_level isa, cf_attn_scratch *s,
+                               cinfer_error *err);
+
+#endif
