@@ -5,6 +5,7 @@
  * the last token), output tokens/s over the whole run, time to first token and inter-token latency (p50,
  * p99), and the aggregate against its bandwidth roofline (c tokens a step read the weights once and c
  * sequences' KV: c x bandwidth / (weight bytes + c x KV bytes)). */
+#include "base/clock.h"
 #include "cli/bench_engine.h"
 #include "engine/engine.h"
 
@@ -14,12 +15,6 @@
 #include <string.h>
 #include <time.h>
 
-double cf_bench_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 typedef struct client {
     double *t;        /* [n_gen]: when each token event arrived */
     int n;
@@ -27,7 +22,7 @@ typedef struct client {
 
 static int on_event(const cinfer_event *ev, void *user) {
     client *c = user;
-    if (ev->kind == CINFER_EVENT_TOKEN && c->n >= 0) c->t[c->n++] = cf_bench_now();
+    if (ev->kind == CINFER_EVENT_TOKEN && c->n >= 0) c->t[c->n++] = cf_monotonic_seconds();
     return 0;
 }
 
@@ -62,7 +57,7 @@ static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen,
     for (int i = 0; !rc && i < c; i++) rc = !(cl[i].t = malloc((size_t)n_gen * sizeof(double)));
     if (rc) fprintf(stderr, "cinfer bench: out of memory for %d clients\n", c);
     uint64_t x = seed;
-    const double t0 = cf_bench_now();
+    const double t0 = cf_monotonic_seconds();
     for (int i = 0; !rc && i < c; i++) {
         for (int k = 0; k < n_prompt; k++) {
             x ^= x << 13; x ^= x >> 7; x ^= x << 17;

@@ -4,8 +4,7 @@
 
 #include "model/model.h"
 
-/* Seconds on the monotonic clock; a qsort comparator of doubles. Shared by both bench modes. */
-double cf_bench_now(void);
+/* A qsort comparator of doubles, shared by both bench modes. */
 int cf_bench_cmp_double(const void *a, const void *b);
 
 typedef struct bench_engine_args {

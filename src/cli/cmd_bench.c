@@ -5,6 +5,7 @@
  * (cf_model_decode_run: replayed as a graph, one step ahead of the host, where the backend records steps)
  * when the backend can, else from logits read back to the host; the output names the path. The first
  * decode step (which records the graph) is not timed. */
+#include "base/clock.h"
 #include "cli/cli.h"
 #include "cli/bench_engine.h"
 #include "cli/bench_spec.h"
@@ -36,10 +37,10 @@ static cinfer_status measure_bandwidth(cf_backend *be, size_t bytes, double *gbs
     st = be->ops->sync(be, err);
     double t[7];
     for (int r = 0; r < 7 && st == CINFER_OK; r++) {
-        double t0 = cf_bench_now();
+        double t0 = cf_monotonic_seconds();
         be->ops->copy(be, b, a);
         st = be->ops->sync(be, err);
-        t[r] = cf_bench_now() - t0;
+        t[r] = cf_monotonic_seconds() - t0;
     }
     if (st == CINFER_OK) *gbs = 2.0 * (double)(rows * cols * 4) / median(t, 7) / 1e9;
     be->ops->free_tensor(be, &a);
@@ -70,10 +71,10 @@ static cinfer_status measure_gemm(cf_model *m, int n, double *gflops, cinfer_err
     st = be->ops->sync(be, err);
     double t[5];
     for (int r = 0; r < 5 && st == CINFER_OK; r++) {
-        double t0 = cf_bench_now();
+        double t0 = cf_monotonic_seconds();
         be->ops->matmul(be, y, x, w, none);
         st = be->ops->sync(be, err);
-        t[r] = cf_bench_now() - t0;
+        t[r] = cf_monotonic_seconds() - t0;
     }
     if (st == CINFER_OK) *gflops = 2.0 * n * (double)w.rows * (double)w.cols / median(t, 5) / 1e9;
     be->ops->free_tensor(be, &x);
@@ -206,13 +207,13 @@ int cf_cmd_bench(int argc, char **argv) {
     p.backend.device = o.device;
     p.backend.n_threads = o.threads;
     p.random_qbits = !quant_opt ? 0 : !strcmp(quant_opt, "q4") ? 4 : 8;
-    double t0 = cf_bench_now();
+    double t0 = cf_monotonic_seconds();
     cinfer_status st = random_cfg ? cf_model_random(random_cfg, 1234, &p, &m, &err) : cf_model_load(o.model, &p, &m, &err);
     if (st != CINFER_OK) {
         free(conc);
         return cf_report(verb, &err);
     }
-    double load_s = cf_bench_now() - t0;
+    double load_s = cf_monotonic_seconds() - t0;
     const cf_hparams *hp = &m->hp;
     if (n_prompt + n_gen + 1 > hp->max_ctx) {
         const int max_ctx = hp->max_ctx;
@@ -278,23 +279,23 @@ int cf_cmd_bench(int argc, char **argv) {
         st = chunk ? cf_seq_create_chunked(m, ctx, (int)chunk, &s, &err) : cf_seq_create(m, ctx, &s, &err);
         if (st != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
         used_chunk = cf_seq_chunk(s) < n_prompt ? cf_seq_chunk(s) : (int)n_prompt;  /* positions in the longest pass */
-        double a = cf_bench_now();
+        double a = cf_monotonic_seconds();
         st = cf_model_eval(m, s, ids, (int)n_prompt, on_device ? NULL : logits, 0, &err);
-        double b = cf_bench_now(), d = b;  /* cf_model_eval syncs before it returns */
+        double b = cf_monotonic_seconds(), d = b;  /* cf_model_eval syncs before it returns */
         /* n_gen + 1 steps, the first untimed; each evaluates the last token and picks the next */
         int32_t next = 0;
         if (on_device) {
             st = cf_model_pick_last(m, s, &greedy, 0, &next, &err);
             if (st == CINFER_OK) st = cf_model_decode_step(m, s, next, &greedy, 0, &next, &err);
             if (st == CINFER_OK) st = m->be->ops->sync(m->be, &err);
-            d = cf_bench_now();
+            d = cf_monotonic_seconds();
             int done = 0;
             if (st == CINFER_OK && n_gen > 0) st = cf_model_decode_run(m, s, next, &greedy, NULL, (int)n_gen, keep_going, NULL, &done, &err);
         }
         for (long t = 0; !on_device && t <= n_gen && st == CINFER_OK; t++) {
             if (t == 1) {
                 st = m->be->ops->sync(m->be, &err);
-                d = cf_bench_now();
+                d = cf_monotonic_seconds();
             }
             next = 0;
             for (int k = 0; k < hp->vocab && st == CINFER_OK; k++) {
@@ -305,7 +306,7 @@ int cf_cmd_bench(int argc, char **argv) {
             }
             if (st == CINFER_OK) st = cf_model_eval(m, s, &next, 1, logits, 0, &err);
         }
-        double c = cf_bench_now();
+        double c = cf_monotonic_seconds();
         cf_seq_free(s);
         if (st != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
         if (r < 0) continue;

@@ -26,6 +26,7 @@
  * the target port (spec/target.h, bound before the step): verify() commits it keeping what was committed, a failed
  * step aborts it to the exact prior state. How many drafts, and whether at all, is the policy's ("speculative decoding: the policy" below). */
 #include "engine/engine.h"
+#include "base/clock.h"
 #include "base/status.h"
 #include "spec/draft_model.h"
 #include "spec/ngram.h"
@@ -102,9 +103,8 @@ struct cinfer_engine {
 };
 
 static double monotonic_now(void *user) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    (void)user;
+    return cf_monotonic_seconds();
 }
 
 static void elog(const cinfer_engine *e, const char *fmt, ...) CF_PRINTF(2, 3);

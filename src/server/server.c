@@ -16,12 +16,6 @@
 
 #include "base/status.h"
 
-double cf_server_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 cf_server_params cf_server_default_params(void) {
     return (cf_server_params){.host = "127.0.0.1",
                               .port = 8080,
@@ -126,7 +120,7 @@ static void set_phase(cf_server *s, cf_conn *c, cf_conn_phase ph) {
     if (!c) return;
     pthread_mutex_lock(&s->mu);
     c->phase = ph;
-    c->t_phase = cf_server_now();
+    c->t_phase = cf_monotonic_seconds();
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -183,7 +177,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         if (!r) return MHD_NO;
         r->srv = s;
         r->mc = mc;
-        r->t_start = cf_server_now();
+        r->t_start = cf_monotonic_seconds();
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->path, sizeof r->path, "%s", url);
         r->route = route_of(r->path, &r->model_id);
@@ -240,7 +234,7 @@ static void log_request(const cf_req *r, enum MHD_RequestTerminationCode toe) {
     pthread_mutex_lock(&log_mu);
     body[0] = 0;
     if (s->p.log_prompts && r->body.len) log_body(body, sizeof body, &r->body);
-    fprintf(stderr, "cinfer serve: %s %s %d%s %.3f s%s%s%s\n", r->method, r->path, r->status, tokens, cf_server_now() - r->t_start,
+    fprintf(stderr, "cinfer serve: %s %s %d%s %.3f s%s%s%s\n", r->method, r->path, r->status, tokens, cf_monotonic_seconds() - r->t_start,
             how, body[0] ? " body " : "", body);
     pthread_mutex_unlock(&log_mu);
 }
@@ -254,7 +248,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     if (r->conn) {
         r->conn->gen = NULL;
         r->conn->phase = CF_CONN_WAITING;
-        r->conn->t_mark = cf_server_now();
+        r->conn->t_mark = cf_monotonic_seconds();
         r->conn->kept_alive = 1;
     }
     pthread_mutex_unlock(&s->mu);

@@ -18,7 +18,7 @@ void cf_server_on_connection(void *cls, struct MHD_Connection *mc, void **socket
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
         c->fd = ci ? ci->connect_fd : -1;
         c->phase = CF_CONN_WAITING;
-        c->t_mark = c->t_phase = cf_server_now();
+        c->t_mark = c->t_phase = cf_monotonic_seconds();
         pthread_mutex_lock(&s->mu);
         c->next = s->conns;
         if (s->conns) s->conns->prev = c;
@@ -55,7 +55,7 @@ static void cancel_hung_up(struct pollfd *pf, cf_conn **pc, int n) {
 
 /* Under s->mu, so no connection closes its socket (and frees the number for reuse) meanwhile. */
 static void reap(cf_server *s) {
-    const double now = cf_server_now();
+    const double now = cf_monotonic_seconds();
     enum { BATCH = 64 };
     struct pollfd pf[BATCH];
     cf_conn *pc[BATCH];

@@ -193,7 +193,7 @@ static int on_event(const cinfer_event *ev, void *user) {
     cf_choice *c = user;
     cf_gen *g = c->g;
     cf_metrics *m = &g->srv->metrics;
-    const double now = cf_server_now();
+    const double now = cf_monotonic_seconds();
     pthread_mutex_lock(&g->mu);
     if (ev->kind == CINFER_EVENT_TOKEN) {
         cf_metrics_tokens(m, 1);

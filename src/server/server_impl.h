@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "base/clock.h"
 #include "server/api.h"
 #include "server/buf.h"
 #include "server/metrics.h"
@@ -131,7 +132,6 @@ struct cf_gen {
     struct cf_gen *prev, *next;  /* cf_server.gens */
 };
 
-double cf_server_now(void);
 /* Queues a response with a copy of body (NUL-terminated when len is (size_t)-1); records the status. */
 enum MHD_Result cf_respond(cf_req *r, int status, const char *content_type, const char *body, size_t len);
 /* An error in the route's API shape. */

@@ -2,6 +2,7 @@
  * is kept (returned through a volatile sink) so the loads cannot be dropped. */
 #include "backend/cpu/cpu_bandwidth.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "base/clock.h"
 #include "base/status.h"
 
 #include <omp.h>
@@ -51,12 +52,6 @@ __attribute__((target("avx512f"))) static float sum_avx512(const float *p, size_
 }
 #endif
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -86,10 +81,10 @@ cinfer_status cf_cpu_read_bandwidth(size_t bytes, int n_threads, int reps, doubl
 #endif
     for (int r = -1; r < reps; r++) {
         float total = 0;
-        const double t0 = now();
+        const double t0 = cf_monotonic_seconds();
         #pragma omp parallel for num_threads(n_threads) schedule(static) reduction(+ : total)
         for (int th = 0; th < n_threads; th++) total += sum(buf + (size_t)th * share, share);
-        if (r >= 0) t[r] = now() - t0;
+        if (r >= 0) t[r] = cf_monotonic_seconds() - t0;
         sink = total;
     }
     qsort(t, (size_t)reps, sizeof *t, cmp_double);
