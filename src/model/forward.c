@@ -11,6 +11,7 @@
  * fused ops (qkv, matmul_glu, matmul_gated, add_norm) the graph asks for them by name, and each block's last
  * residual update also computes the next block's input norm; else it runs the same math as plain ops. */
 #include "model/forward.h"
+#include "base/status.h"
 
 #include <math.h>
 
@@ -255,6 +256,26 @@ static void per_layer_input_block(cf_model *m, cf_scratch *s, int l, int n, cf_t
     residual(m, x, o, w->ple_norm, scale, cf_rows(s->h, 0, n), norm_next);
 }
 
+cinfer_status cf_check_taps(const cf_model *m, const int *taps, int n_taps, cinfer_error *err) {
+    const int L = m->hp.n_layers;
+    if (n_taps < 0 || n_taps > L || (n_taps && !taps))
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "%d tap layers asked of a model of %d layers", n_taps, L);
+    for (int j = 0; j < n_taps; j++) {
+        if (taps[j] < 0 || taps[j] >= L)
+            return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "tap %d names layer %d; the model's layers are 0 to %d", j, taps[j], L - 1);
+        for (int i = 0; i < j; i++)
+            if (taps[i] == taps[j]) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "taps %d and %d both name layer %d", i, j, taps[j]);
+    }
+    return CINFER_OK;
+}
+
+/* Copies layer l's output x into its tap column slices, if l is tapped. */
+static void tap(cf_model *m, const cf_pass *p, int l, cf_tensor x) {
+    const int64_t D = m->hp.dim;
+    for (int j = 0; j < p->n_taps; j++)
+        if (p->taps[j] == l) m->be->ops->copy(m->be, cf_cols(cf_rows(p->tap_out, 0, p->n), j * D, D), x);
+}
+
 cinfer_status cf_forward_layers(cf_model *m, const cf_pass *p, cinfer_error *err) {
     const cf_hparams *hp = &m->hp;
     cf_backend *be = m->be;
@@ -262,6 +283,13 @@ cinfer_status cf_forward_layers(cf_model *m, const cf_pass *p, cinfer_error *err
     cf_scratch *s = p->s;
     const int n = p->n;
     cf_tensor x = cf_rows(s->x, 0, n);
+    if (p->n_taps) {
+        CF_TRY(cf_check_taps(m, p->taps, p->n_taps, err));
+        if (p->tap_out.dtype != CF_F32 || p->tap_out.rows < n || p->tap_out.cols < (int64_t)p->n_taps * hp->dim)
+            return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "the tap output must be F32 [>= %d, >= %lld], not %s [%lld, %lld]", n,
+                           (long long)p->n_taps * hp->dim, cf_dtype_name(p->tap_out.dtype), (long long)p->tap_out.rows,
+                           (long long)p->tap_out.cols);
+    }
 
     op->embed(be, x, m->tok_embd, cf_rows(s->ids, 0, n), m->embed_scale);
     if (hp->ple_dim) per_layer_inputs(m, s, n, x);
@@ -274,6 +302,7 @@ cinfer_status cf_forward_layers(cf_model *m, const cf_pass *p, cinfer_error *err
         cinfer_status st = feed_forward_block(m, s, l, n, x, hp->ple_dim ? 1.0f : scale, hp->ple_dim ? none : next, err);
         if (st != CINFER_OK) return st;
         if (hp->ple_dim) per_layer_input_block(m, s, l, n, x, scale, next);
+        if (p->n_taps) tap(m, p, l, x);
     }
     return CINFER_OK;
 }

@@ -34,10 +34,18 @@ typedef struct cf_pass {
     const cf_kv_pool *pool;
     const cf_batch_view *bv;
     int max_keys;
+    /* taps (optional): after decoder layer taps[j] its output (the residual stream after the whole layer) is
+     * copied to columns [j*dim, (j+1)*dim) of tap_out's rows [0, n) (F32, at least n_taps*dim columns) */
+    const int *taps;
+    int n_taps;
+    cf_tensor tap_out;
 } cf_pass;
 
-/* Runs the layers: s->x rows [0, n) end as the final hidden states (before the output norm). Fails only
- * where it must read back from the device mid-pass (MoE routing). */
+/* Taps are layer indices in [0, n_layers), any order, none twice, at most n_layers of them. */
+cinfer_status cf_check_taps(const cf_model *m, const int *taps, int n_taps, cinfer_error *err);
+
+/* Runs the layers: s->x rows [0, n) end as the final hidden states (before the output norm). Fails on bad
+ * taps (before anything runs) and where it must read back from the device mid-pass (MoE routing). */
 cinfer_status cf_forward_layers(cf_model *m, const cf_pass *p, cinfer_error *err);
 /* logits rows [0, xl.rows) of s = norm(xl) Wout [softcap]; xl: F32 rows of hidden states (s->x or s->o rows). */
 void cf_forward_logits(cf_model *m, cf_scratch *s, cf_tensor xl);

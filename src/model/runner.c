@@ -33,6 +33,12 @@ struct cf_runner {
     cf_kv_lease *leases;
     int *out_first;              /* [max_seqs]: each item's first logits row */
     cf_graph *graph[N_BUCKETS];  /* decode steps of 2^i sequences */
+    /* taps (cf_runner_set_taps): the state, the room made for it (grows only) and the last step's outputs */
+    cf_runner_taps taps;
+    int tap_room;                /* tapped layers tap_dev and h_tapped have columns for */
+    cf_tensor tap_dev;           /* F32 [max_batch_tokens, tap_room * dim] */
+    float *h_hidden, *h_tapped;  /* [max_batch_tokens, dim], [max_batch_tokens, tap_room * dim] */
+    int hidden_rows;             /* rows of the last step in h_hidden; 0 = none */
 };
 
 struct cf_rseq {
@@ -64,7 +70,7 @@ void cf_runner_free(cf_runner *r) {
     cf_backend *be = r->m->be;
     for (int i = 0; i < N_BUCKETS; i++)
         if (r->graph[i]) be->ops->graph_free(be, r->graph[i]);
-    cf_tensor *bufs[] = {&r->meta, &r->u, &r->picks};
+    cf_tensor *bufs[] = {&r->meta, &r->u, &r->picks, &r->tap_dev};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->data) be->ops->free_tensor(be, bufs[i]);
     cf_scratch_free(r->m, &r->sc);
@@ -79,6 +85,8 @@ void cf_runner_free(cf_runner *r) {
     free(r->lease_rq);
     free(r->leases);
     free(r->out_first);
+    free(r->h_hidden);
+    free(r->h_tapped);
     free(r);
 }
 
@@ -398,6 +406,7 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
     cf_backend *be = m->be;
     const cf_backend_ops *op = be->ops;
     const int64_t V = m->hp.vocab;
+    r->hidden_rows = 0;
     for (int i = 0; i < n_items; i++) CF_TRY(tokens_reserve(it[i].seq, it[i].seq->t.n_tokens + it[i].n, err));
 
     /* blocks for every item, all or nothing */
@@ -418,7 +427,7 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
         decode &= it[i].n == 1 && it[i].logits != CF_LOGITS_ALL;
         if (it[i].n > max_rows) max_rows = it[i].n;
     }
-    const int graphs = decode && r->p.graphs && m->decode_graphs && op->graph_begin;
+    const int graphs = !r->taps.hidden && decode && r->p.graphs && m->decode_graphs && op->graph_begin;
     const int n_seqs = graphs ? 1 << bucket_of(n_items) : n_items;
     int out_rows = 0;
     const int rows = layout(r, it, n_items, graphs && n_seqs <= r->p.max_seqs ? n_seqs : n_items, &out_rows);
@@ -434,6 +443,7 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
         for (int i = 0; i < n_items; i++)
             if (it[i].seq->t.n_tokens + it[i].n > max_keys) max_keys = it[i].seq->t.n_tokens + it[i].n;
         cf_pass p = {.s = &r->sc, .n = rows, .pool = r->kv, .bv = &v, .max_keys = max_keys};
+        if (r->taps.hidden) p.taps = r->taps.layers, p.n_taps = r->taps.n, p.tap_out = r->tap_dev;
         st = cf_forward_layers(m, &p, err);
         if (st == CINFER_OK && out_rows) {
             /* gather the rows that need logits into o (f32, as x), unless they are x's rows as they are */
@@ -481,6 +491,11 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
         st = op->read(be, r->h_logits + (size_t)r->out_first[i] * V, cf_rows(r->sc.logits, r->out_first[i], end - r->out_first[i]), err);
         for (int k = i; k < j; k++) it[k].out = r->h_logits + (size_t)r->out_first[k] * V;
     }
+    if (st == CINFER_OK && r->taps.hidden) {
+        const int64_t D = m->hp.dim;
+        st = op->read(be, r->h_hidden, cf_rows(r->sc.x, 0, rows), err);
+        if (st == CINFER_OK && r->taps.n) st = op->read(be, r->h_tapped, cf_cols(cf_rows(r->tap_dev, 0, rows), 0, r->taps.n * D), err);
+    }
     if (st == CINFER_OK) st = op->sync(be, err);
     if (st != CINFER_OK) {
         for (int i = 0; i < n_items; i++) cf_block_table_truncate(r->kv->blocks, &it[i].seq->t, it[i].seq->t.n_tokens);
@@ -495,5 +510,63 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
         memcpy(s->tokens + s->t.n_tokens, it[i].ids, (size_t)it[i].n * sizeof *it[i].ids);
         cf_block_table_commit(r->kv->blocks, &s->t, s->tokens, it[i].n, 0);
     }
+    if (r->taps.hidden) r->hidden_rows = rows;
+    return CINFER_OK;
+}
+
+/* ---- hidden states and taps ---- */
+
+cf_runner_taps cf_runner_get_taps(const cf_runner *r) { return r->taps; }
+
+cinfer_status cf_runner_set_taps(cf_runner *r, const cf_runner_taps *t, cinfer_error *err) {
+    cf_backend *be = r->m->be;
+    const int64_t R = r->p.max_batch_tokens, D = r->m->hp.dim;
+    if (t->n > CF_RUNNER_MAX_TAPS)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "%d tap layers; a runner taps at most %d", t->n, CF_RUNNER_MAX_TAPS);
+    if (t->hidden) CF_TRY(cf_check_taps(r->m, t->layers, t->n, err));
+    else if (t->n) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "tap layers without hidden states");
+    if (t->hidden && !r->h_hidden) {
+        r->h_hidden = malloc((size_t)(R * D) * sizeof *r->h_hidden);
+        if (!r->h_hidden) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for %lld hidden-state rows", (long long)R);
+    }
+    if (t->hidden && t->n > r->tap_room) {
+        float *h = malloc((size_t)(R * D * t->n) * sizeof *h);
+        cf_tensor dev = {0};
+        cinfer_status st = h ? be->ops->alloc(be, CF_F32, R, D * t->n, &dev, err)
+                             : cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the outputs of %d tapped layers", t->n);
+        if (st != CINFER_OK) {
+            free(h);
+            return cf_wrap(err, st, "making room for %d tapped layers of %lld rows", t->n, (long long)R);
+        }
+        if (r->tap_dev.data) be->ops->free_tensor(be, &r->tap_dev);
+        free(r->h_tapped);
+        r->tap_dev = dev;
+        r->h_tapped = h;
+        r->tap_room = t->n;
+    }
+    r->taps = *t;
+    return CINFER_OK;
+}
+
+const float *cf_runner_hidden(const cf_runner *r, int *rows) {
+    *rows = r->hidden_rows;
+    return r->hidden_rows ? r->h_hidden : NULL;
+}
+
+const float *cf_runner_tapped(const cf_runner *r) { return r->hidden_rows && r->taps.n ? r->h_tapped : NULL; }
+
+cinfer_status cf_runner_project_logits(cf_runner *r, const float *hidden, int n, const float **logits, cinfer_error *err) {
+    cf_model *m = r->m;
+    cf_backend *be = m->be;
+    *logits = NULL;
+    const int max = r->p.max_batch_tokens < r->sc.logit_rows ? r->p.max_batch_tokens : r->sc.logit_rows;
+    if (n < 1 || n > max || !hidden)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "projecting %d hidden rows; the runner projects 1 to %d at once", n, max);
+    cf_tensor rows = cf_rows(r->sc.o, 0, n);
+    be->ops->write(be, rows, hidden);
+    cf_forward_logits(m, &r->sc, rows);
+    CF_TRY(be->ops->read(be, r->h_logits, cf_rows(r->sc.logits, 0, n), err));
+    CF_TRY(be->ops->sync(be, err));
+    *logits = r->h_logits;
     return CINFER_OK;
 }

@@ -86,4 +86,30 @@ typedef struct cf_batch_item {
  * sequences as before the step too (the KV rows past their length are not part of them). */
 cinfer_status cf_runner_step(cf_runner *r, cf_batch_item *items, int n_items, cinfer_error *err);
 
+/* ---- hidden states and taps (the speculative target port, spec/target.h) ---- */
+#define CF_RUNNER_MAX_TAPS 256
+
+/* With hidden set, every step also returns each row's final hidden state (before the output norm) and the
+ * outputs of the n tapped decoder layers (model/forward.h), and never runs as a recorded decode graph. The
+ * default state is off. */
+typedef struct cf_runner_taps {
+    int hidden;
+    int n;
+    int layers[CF_RUNNER_MAX_TAPS];
+} cf_runner_taps;
+
+cf_runner_taps cf_runner_get_taps(const cf_runner *r);
+/* Checks t's layers and makes room for their outputs; on failure nothing changes. Room only grows, so setting
+ * again a state this runner had before (the one cf_runner_get_taps gave) always succeeds. */
+cinfer_status cf_runner_set_taps(cf_runner *r, const cf_runner_taps *t, cinfer_error *err);
+/* After a successful step with hidden set: its rows in item order (item i's n rows after those of items before
+ * it): hidden [rows, dim] and taps [rows, n * dim] (tapped layer j in columns j*dim ..), valid until the next
+ * step. NULL (and *rows 0) when the last step had hidden off or failed. */
+const float *cf_runner_hidden(const cf_runner *r, int *rows);
+const float *cf_runner_tapped(const cf_runner *r);
+/* The logits [n, vocab] of n hidden rows (host f32, as cf_runner_hidden gives them): output norm, projection and
+ * softcap, the numbers a step's logits have. n in [1, min(max_batch_tokens, max(max_seqs, 256))]; *logits valid
+ * until the next step or projection (it reuses the steps' logits buffer). */
+cinfer_status cf_runner_project_logits(cf_runner *r, const float *hidden, int n, const float **logits, cinfer_error *err);
+
 #endif
