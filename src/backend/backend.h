@@ -282,6 +282,8 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *                                               rows dequantize the weight to bf16 scratch and use cuBLAS
  *   qgemv_warps       CINFER_QGEMV_WARPS        24: warps per SM the quantized GEMV aims for when it splits a unit of 4 weight
  *                                               rows over 2 or 4 warps (few rows or long ones)
+ *   qgemv_tc          CINFER_QGEMV_TC           1: CUDA decode with 4-bit weights and bf16 activations runs on the tensor
+ *                                               cores (k a multiple of 512); 0: the CUDA-core GEMV
  * The measurements behind the CUDA defaults are noted where cuda_backend.c applies them. */
 typedef struct cf_tuning {
     int fused_ops, decode_graphs, device_sampling;
@@ -289,7 +291,7 @@ typedef struct cf_tuning {
     int gemv_unroll, gemv_max_rows, gemv_warps, gemv_block_warps;
     int attn_bc, attn_hpb, attn_group, attn_group_splits;
     int paged_mma_group, paged_sm_blocks, attn_paged_d512;
-    int qmma_max_rows, qgemv_warps;
+    int qmma_max_rows, qgemv_warps, qgemv_tc;
 } cf_tuning;
 
 cf_tuning cf_tuning_defaults(void);

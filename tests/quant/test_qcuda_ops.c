@@ -177,14 +177,15 @@ static void test_matmul(cf_backend *be, int bits, int group, cf_dtype sb, int64_
 }
 
 /* matmul_glu (gate, up of bits_g, bits_u), matmul_gated and qkv (three products of bits_q, bits_k, bits_v) */
-static void test_fused(cf_backend *be, int bits_a, int bits_b) {
-    const int64_t k = 256, F = 203, Q = 96, KV = 32;
+/* group 0: mixed groups and (scale, bias) dtypes; else that group for every product, bf16 and f16 pairs */
+static void test_fused(cf_backend *be, int bits_a, int bits_b, int64_t k, int group) {
+    const int64_t F = 203, Q = 96, KV = 32;
     qbuf g, u, wq, wk, wv;
-    qbuf_make(&g, F, k, bits_a, 64, CF_BF16);
-    qbuf_make(&u, F, k, bits_b, 32, CF_F16);
-    qbuf_make(&wq, Q, k, bits_a, 128, CF_BF16);
-    qbuf_make(&wk, KV, k, bits_b, 64, CF_BF16);
-    qbuf_make(&wv, KV, k, bits_a, 64, CF_F32);
+    qbuf_make(&g, F, k, bits_a, group ? group : 64, CF_BF16);
+    qbuf_make(&u, F, k, bits_b, group ? group : 32, CF_F16);
+    qbuf_make(&wq, Q, k, bits_a, group ? group : 128, CF_BF16);
+    qbuf_make(&wk, KV, k, bits_b, group ? group : 64, group ? CF_F16 : CF_BF16);
+    qbuf_make(&wv, KV, k, bits_a, group ? group : 64, group ? CF_BF16 : CF_F32);
     cf_tensor tg, tu, tq, tk, tv;
     cinfer_error e = {0};
     CHECK(be->ops->upload_qweight(be, &g.w, &tg, &e) == CINFER_OK && be->ops->upload_qweight(be, &u.w, &tu, &e) == CINFER_OK &&
@@ -214,7 +215,7 @@ static void test_fused(cf_backend *be, int bits_a, int bits_b) {
                 /* |silu'| <= 1.1: the gate's error passes at most 1.1 times */
                 expect(o[i * F + r], silu(a) * c, 1.1 * b1 * fabs(c) + b2 * fabs(silu(a)) + b1 * b2 * 1.1, "matmul_glu");
             }
-        CHECK(!n_bad_out, "matmul_glu %d/%d bits, %d rows (qmma_max_rows %d): %lld values off", bits_a, bits_b, n, qmma_setting,
+        CHECK(!n_bad_out, "matmul_glu %d/%d bits, k %lld, %d rows (qmma_max_rows %d): %lld values off", bits_a, bits_b, (long long)k, n, qmma_setting,
               (long long)n_bad_out);
         free(o);
         /* matmul_gated: act(x g^T) * m */
@@ -254,7 +255,7 @@ static void test_fused(cf_backend *be, int bits_a, int bits_b) {
                     expect(ov[i * KV + r], want, bd, "qkv v");
                 }
             }
-            CHECK(!n_bad_out, "qkv %d/%d bits, %d rows (qmma_max_rows %d): %lld values off", bits_a, bits_b, n, qmma_setting, (long long)n_bad_out);
+            CHECK(!n_bad_out, "qkv %d/%d bits, k %lld, %d rows (qmma_max_rows %d): %lld values off", bits_a, bits_b, (long long)k, n, qmma_setting, (long long)n_bad_out);
             free(oq);
             free(ok);
             free(ov);
@@ -376,9 +377,17 @@ int main(void) {
             test_matmul(be, 4, 64, CF_BF16, 301, 4096, CF_BF16, 64);
             test_matmul(be, 8, 128, CF_BF16, 130, 8192, CF_F32, 17);
         }
-        test_fused(be, 4, 4);
-        test_fused(be, 8, 8);
-        test_fused(be, 4, 8);   /* mixed bit widths: separate launches */
+        test_fused(be, 4, 4, 256, 0);
+        test_fused(be, 8, 8, 256, 0);
+        test_fused(be, 4, 8, 256, 0);   /* mixed bit widths: separate launches */
+        if (si == 0) {
+            /* the tensor-core GEMV (4 bits, bf16 x, k a multiple of 512): every group size, f16 and bf16 pairs, rows not
+             * a multiple of its 16, the GLU and the three products of qkv in one launch */
+            test_matmul(be, 4, 32, CF_F16, 77, 1024, CF_BF16, 8);
+            test_matmul(be, 4, 128, CF_BF16, 45, 1536, CF_BF16, 8);
+            test_fused(be, 4, 4, 1024, 64);
+            test_fused(be, 4, 4, 512, 32);
+        }
         if (si == 0) {
             test_embed(be, 4);
             test_embed(be, 8);

@@ -13,6 +13,7 @@ extern "C" {
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "../check.h"
 
 
@@ -101,6 +102,128 @@ static void run(int group, cf_dtype sb) {
     free(b);
 }
 
+/* ---- the tensor-core GEMV's fragments (qgemv_tc_kernel), emulated for one warp ---- */
+
+static float bf16_lo(uint32_t u) { return q_as_float(u << 16); }
+static float bf16_hi(uint32_t u) { return q_as_float(u & 0xffff0000u); }
+static uint16_t to_bf16(float f) {   /* round to nearest even, as activations are stored */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* d += A b for the warp's fragments, laid out as PTX's mma.m16n8k16 .row.col says: thread (gid, tig) holds A
+ * (row gid, cols 2tig, 2tig + 1) in a[0], (row gid + 8, same cols) in a[1], (row gid, cols 2tig + 8, + 9) in a[2],
+ * (row gid + 8, those) in a[3]; B (rows k = 2tig, 2tig + 1, col gid) in b[0], (k + 8) in b[1]; D (row gid, cols 2tig,
+ * 2tig + 1) in d[0..1], (row gid + 8) in d[2..3]. */
+static void mma_emulate(float (&d)[32][4], const uint32_t (&a)[32][4], const uint32_t (&b)[32][2]) {
+    double A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        const int gid = l / 4, tig = l % 4;
+        for (int h = 0; h < 2; h++) {
+            const int r = gid + 8 * h;
+            A[r][2 * tig] = bf16_lo(a[l][h]);
+            A[r][2 * tig + 1] = bf16_hi(a[l][h]);
+            A[r][2 * tig + 8] = bf16_lo(a[l][2 + h]);
+            A[r][2 * tig + 9] = bf16_hi(a[l][2 + h]);
+            B[2 * tig + 8 * h][gid] = bf16_lo(b[l][h]);
+            B[2 * tig + 8 * h + 1][gid] = bf16_hi(b[l][h]);
+        }
+    }
+    for (int l = 0; l < 32; l++) {
+        const int gid = l / 4, tig = l % 4;
+        for (int e = 0; e < 4; e++) {
+            const int r = gid + 8 * (e / 2), c = 2 * tig + e % 2;
+            double v = 0;
+            for (int k = 0; k < 16; k++) v += A[r][k] * B[k][c];
+            d[l][e] += (float)v;
+        }
+    }
+}
+
+/* 16 weight rows x cols, n activation rows: the warp's whole loop (chunks, groups, tc_group_end) against the
+ * reference dequantized product */
+static void run_tc(int group, cf_dtype sbt, int n, int64_t cols) {
+    const int64_t rows = 16, wpr = cf_qweight_words_per_row(4, cols), G = cols / group;
+    float *f = (float *)malloc(sizeof(float) * rows * cols), *wd = (float *)malloc(sizeof(float) * rows * cols);
+    float *x = (float *)malloc(sizeof(float) * 8 * cols);
+    uint16_t *xb = (uint16_t *)calloc((size_t)(8 * cols), 2);
+    for (int64_t i = 0; i < rows * cols; i++) f[i] = 0.05f * frand() + (i % 37 == 0 ? 0.1f : 0.0f) + 0.02f;
+    for (int64_t i = 0; i < n * cols; i++) {
+        xb[i] = to_bf16(2.0f * frand());
+        x[i] = bf16_lo(xb[i]);
+    }
+    uint32_t *q = (uint32_t *)malloc(4 * rows * wpr);
+    void *s = malloc(4 * rows * G), *b = malloc(4 * rows * G);
+    cf_qweight_quantize(f, rows, cols, 4, group, sbt, q, s, b);
+    const cf_qweight w = {q, s, b, sbt, 4, group, rows, cols};
+    for (int64_t r = 0; r < rows; r++) cf_qweight_dequant_row(&w, r, wd + r * cols);
+
+    const uint32_t ones[4] = {0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u};
+    float acc[32][4] = {}, c[32][4] = {}, xs[32][4] = {};
+    const int cpg = group / 32;
+    for (int64_t ch = 0; ch < cols / 32; ch++) {
+        for (int st = 0; st < 2; st++) {
+            uint32_t A[32][4], B[32][2], O[32][4];
+            for (int l = 0; l < 32; l++) {
+                const int gi = l / 4, t = l % 4;
+                uint32_t pa[4], pb[4], xp[4], bb[2];
+                tc_wpairs(q[gi * wpr + ch * 4 + t], pa);
+                tc_wpairs(q[(gi + 8) * wpr + ch * 4 + t], pb);
+                uint4 xv = make_uint4(0, 0, 0, 0);
+                if (gi < n) {
+                    const uint16_t *p = xb + gi * cols + ch * 32 + 8 * t;
+                    xv = make_uint4(p[0] | (uint32_t)p[1] << 16, p[2] | (uint32_t)p[3] << 16, p[4] | (uint32_t)p[5] << 16, p[6] | (uint32_t)p[7] << 16);
+                }
+                tc_xpairs(xv, xp);
+                tc_frags(pa, pb, xp, st, A[l], bb);
+                B[l][0] = bb[0];
+                B[l][1] = bb[1];
+                for (int e = 0; e < 4; e++) O[l][e] = ones[e];
+            }
+            mma_emulate(c, A, B);
+            mma_emulate(xs, O, B);
+        }
+        if ((ch + 1) % cpg == 0) {
+            const int64_t grp = ch / cpg;
+            for (int l = 0; l < 32; l++) {
+                const int gi = l / 4;
+                const uint32_t *sw = (const uint32_t *)s, *bw = (const uint32_t *)b;
+                /* the (scale, bias) word the kernel reads: a bf16/f16 pair built from the two arrays */
+                const uint16_t *s16 = (const uint16_t *)sw, *b16 = (const uint16_t *)bw;
+                const uint32_t wa = s16[gi * G + grp] | (uint32_t)b16[gi * G + grp] << 16;
+                const uint32_t wb = s16[(gi + 8) * G + grp] | (uint32_t)b16[(gi + 8) * G + grp] << 16;
+                tc_group_end(acc[l], c[l], xs[l], tc_sb(wa, sbt == CF_F16), tc_sb(wb, sbt == CF_F16));
+                for (int e = 0; e < 4; e++) c[l][e] = xs[l][e] = 0.0f;
+            }
+        }
+    }
+    int bad = 0;
+    double worst = 0;
+    for (int l = 0; l < 32; l++)
+        for (int e = 0; e < 4; e++) {
+            const int r = l / 4 + 8 * (e / 2), a = 2 * (l % 4) + e % 2;
+            if (a >= n) continue;
+            double ref = 0, mag = 0;
+            for (int64_t k = 0; k < cols; k++) {
+                ref += (double)wd[r * cols + k] * x[a * cols + k];
+                mag += fabs((double)wd[r * cols + k] * x[a * cols + k]);
+            }
+            const double err = fabs(acc[l][e] - ref) / (mag + 1e-30);
+            worst = err > worst ? err : worst;
+            bad += err > 2e-6 * sqrt((double)cols);
+        }
+    CHECK(bad == 0, "tensor-core GEMV, group %d, %s pairs, %d activation rows, k %lld: %d sums off (worst %.3g of sum |w x|)",
+          group, sbt == CF_F16 ? "f16" : "bf16", n, (long long)cols, bad, worst);
+    free(f);
+    free(wd);
+    free(x);
+    free(xb);
+    free(q);
+    free(s);
+    free(b);
+}
+
 int main(void) {
     const int groups[3] = {32, 64, 128};
     const cf_dtype sbs[3] = {CF_BF16, CF_F16, CF_F32};
@@ -108,6 +231,11 @@ int main(void) {
         for (int t = 0; t < 3; t++) {
             run<4>(groups[g], sbs[t]);
             run<8>(groups[g], sbs[t]);
+        }
+    for (int g = 0; g < 3; g++)
+        for (int n = 1; n <= 8; n += 3) {
+            run_tc(groups[g], CF_BF16, n, 1024);
+            run_tc(groups[g], CF_F16, n, 256);
         }
     /* PRMT selector 0x7440 + i: byte i of x, then 0, 0, 0x4B */
     CHECK(q_byte_perm(0xA1B2C3D4u, 0x4B000000u, 0x7440) == 0x4B0000D4u && q_byte_perm(0xA1B2C3D4u, 0x4B000000u, 0x7443) == 0x4B0000A1u,

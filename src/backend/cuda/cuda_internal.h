@@ -31,6 +31,7 @@ typedef struct cfk_config {
     int qmma_max_rows;       /* quantized matmuls with more activation rows than gemv_max_rows and at most this many use the
                                 tensor-core kernel of k_quant.cu; more: dequantize to bf16 scratch and cuBLAS */
     int qgemv_warps;         /* warps per SM the quantized GEMV aims for when it splits its units over warps */
+    int qgemv_tc;            /* 4-bit decode on the tensor cores (qgemv_tc_kernel) where it applies */
     int n_sm;
 } cfk_config;
 extern cfk_config cfk_cfg;

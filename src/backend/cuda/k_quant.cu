@@ -188,6 +188,153 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
     st(S.out, r, j, v);
 }
 
+/* ---- tensor-core GEMV: 4-bit weights, bf16 x, at most 8 activation rows ---- */
+
+/* A block of TC_WARPS warps takes a unit of 16 weight rows (GLU: 8 gate rows as MMA rows 0-7 and the same up rows as
+ * rows 8-15) over the whole of k, in stages of TC_KS values. A stage's packed words (16 rows x 256 bytes) and
+ * (scale, bias) words come into shared memory by cp.async, TC_STAGES - 1 stages ahead, so the bytes in flight do not
+ * depend on registers. In a stage, warp w takes chunks 4w .. 4w + 3 (a chunk: 32 values, 16 bytes a row). The mapping
+ * of chunk values to MMA fragments is k_quant.cuh's (tc_*): thread (g, t) takes word t of the chunk from rows g and
+ * g + 8 and x values 8t .. 8t + 7 of activation row g (zeros for g >= n), and a chunk is two m16n8k16 MMAs on
+ * 128 + q plus two on all-ones weights that sum x over the same values. At each group's end tc_group_end applies the
+ * scale and the bias in f32. The warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU, gate)
+ * as the other GEMV does.
+ * Measured on the H200 (bench/micro/qgemv_layout.cu, 28,672 x 4,096, group 64): the kernel is bound by latency and
+ * issue, not by the layout (rows tiled so a stage is contiguous: the same speed); fewer stages and 8 blocks an SM
+ * (64 registers) beat deeper pipelines at 6 blocks: 3 stages 2.07 TB/s, 6 stages 1.75 TB/s, a plain read of the same
+ * bytes 3.07 TB/s. */
+constexpr int TC_WARPS = 4, TC_KS = 512, TC_STAGES = 3;
+constexpr int TC_WWORDS = TC_KS / 8;          /* packed words of a row in a stage (64) */
+constexpr int TC_WLD = TC_WWORDS + 4;         /* its shared row stride: rows g and g + 1 four banks apart */
+constexpr int TC_SBLD = TC_KS / 32 + 4;       /* (scale, bias) row stride: 16 words at group 32, rows 4 banks apart */
+
+__global__ void __launch_bounds__(TC_WARPS * 32, 8) qgemv_tc_kernel(QArgs g) {
+    __shared__ __align__(16) uint32_t sw[TC_STAGES][16][TC_WLD];
+    __shared__ __align__(16) uint32_t ssb[TC_STAGES][16][TC_SBLD];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gi = lane >> 2, t = lane & 3;
+    const bool glu = g.glu.p != nullptr;
+    const int si = glu ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
+    const QSeg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
+    const QSeg B = glu ? g.s1 : S;   /* MMA rows 8-15 */
+    const int64_t unit = (int64_t)blockIdx.x - S.block0;
+    /* weight row of MMA row r < 8 (side A, product S) and r + 8 (side B) */
+    auto row_a = [&](int r) { return glu ? unit * 8 + r : unit * 16 + r; };
+    auto row_b = [&](int r) { return glu ? unit * 8 + r : unit * 16 + 8 + r; };
+    const int sbw = TC_KS / S.group;          /* (scale, bias) words of a row in a stage: 16, 8 or 4 */
+    const int nst = (int)(g.k / TC_KS);
+
+    /* what this thread copies each stage: 16 bytes of MMA rows tid / 16 and tid / 16 + 8, and maybe 16 bytes of one
+     * row's (scale, bias) words; source pointers advance a stage at a time, the buffer index wraps */
+    const int cr = tid >> 4, cc = tid & 15;
+    const int64_t ca = row_a(cr), cb = row_b(cr);
+    const bool cok_a = ca < S.d, cok_b = cb < B.d;
+    const uint32_t *cqa = S.q + (cok_a ? ca : 0) * S.wpr + cc * 4, *cqb = B.q + (cok_b ? cb : 0) * B.wpr + cc * 4;
+    const int sper = sbw / 4, sr = tid / sper, sc = tid % sper;
+    const bool sb_a = sr < 8, sbon = sr < 16 && (sb_a ? row_a(sr) < S.d : row_b(sr - 8) < B.d);
+    const uint32_t *csb = !sbon ? nullptr
+                        : sb_a ? (const uint32_t *)S.sb + row_a(sr) * S.G + sc * 4
+                               : (const uint32_t *)B.sb + row_b(sr - 8) * B.G + sc * 4;
+    const uint32_t wdst = smem_addr(&sw[0][cr][cc * 4]), sdst = smem_addr(&ssb[0][sr & 15][sc * 4]);
+    constexpr uint32_t WSTEP = 16 * TC_WLD * 4, SSTEP = 16 * TC_SBLD * 4;
+    int ib = 0;   /* the buffer the next issue fills */
+    auto issue = [&]() {
+        const uint32_t wo = wdst + ib * WSTEP;
+        if (cok_a) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(wo), "l"(cqa));
+        if (cok_b) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(wo + 8 * TC_WLD * 4), "l"(cqb));
+        if (sbon) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sdst + ib * SSTEP), "l"(csb));
+        cqa += TC_WWORDS;
+        cqb += TC_WWORDS;
+        csb += sbw;
+        ib = ib == TC_STAGES - 1 ? 0 : ib + 1;
+    };
+
+    const bool xon = gi < g.n;
+    const __nv_bfloat16 *xrow = (const __nv_bfloat16 *)g.x + (xon ? gi : 0) * g.xstride + warp * 128 + 8 * t;
+    const uint32_t ones[4] = {0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u};
+    const int f16a = S.sbt == CF_F16, f16b = B.sbt == CF_F16;
+    const int cpg = S.group / 32;   /* chunks a group (B's group is the same: qjob_tc_ok) */
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+
+    /* the first stages' weights before waiting for the kernel ahead (weights are never written by it: k_gemv.cuh);
+     * x after */
+#pragma unroll
+    for (int s = 0; s < TC_STAGES - 1; s++) {
+        if (s < nst) issue();
+        cp_async_commit();
+    }
+    pdl_wait();
+    pdl_launch_next();
+    int ub = 0;   /* the buffer of stage sg */
+    for (int sg = 0; sg < nst; sg++) {
+        cp_async_wait<TC_STAGES - 2>();
+        __syncthreads();   /* stage sg is in for every thread; stage sg - 1's buffer is free */
+        if (sg + TC_STAGES - 1 < nst) issue();
+        cp_async_commit();
+        uint4 xv[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) xv[j] = xon ? *reinterpret_cast<const uint4 *>(xrow + j * 32) : make_uint4(0, 0, 0, 0);
+        xrow += TC_KS;
+        const uint32_t *wr = &sw[ub][gi][warp * 16 + t];
+        const uint32_t *sbr = &ssb[ub][gi][0];
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            uint32_t pa[4], pb[4], xp[4];
+            tc_wpairs(wr[j * 4], pa);
+            tc_wpairs(wr[8 * TC_WLD + j * 4], pb);
+            tc_xpairs(xv[j], xp);
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                uint32_t a[4], bx[2];
+                tc_frags(pa, pb, xp, s, a, bx);
+                mma_bf16(c, a, bx[0], bx[1]);
+                mma_bf16(xs, ones, bx[0], bx[1]);
+            }
+            if (((j + 1) & (cpg - 1)) == 0) {
+                const int grp = (warp * 4 + j) / cpg;
+                tc_group_end(acc, c, xs, tc_sb(sbr[grp], f16a), tc_sb(sbr[8 * TC_SBLD + grp], f16b));
+#pragma unroll
+                for (int e = 0; e < 4; e++) c[e] = xs[e] = 0.0f;
+            }
+        }
+        ub = ub == TC_STAGES - 1 ? 0 : ub + 1;
+    }
+    cp_async_wait<0>();
+
+    const int64_t rowA = row_a(gi), rowB = row_b(gi);
+    const bool okA = rowA < S.d, okB = rowB < B.d;
+    __shared__ float red[TC_WARPS][4][32];
+#pragma unroll
+    for (int e = 0; e < 4; e++) red[warp][e][lane] = acc[e];
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float v = 0.0f;
+        for (int w = 0; w < TC_WARPS; w++) v += red[w][e][lane];
+        acc[e] = v;
+    }
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int r = 2 * t + e;   /* activation row */
+        if (r >= g.n) continue;
+        if (glu) {
+            if (okA) st(g.glu, r, rowA, act_fn(g.act, acc[e]) * acc[2 + e]);
+            continue;
+        }
+        if (okA) {
+            float v = acc[e] + (S.bias.p ? ld(S.bias, 0, rowA) : 0.0f);
+            if (g.mul.p) v = act_fn(g.act, v) * ld(g.mul, r, rowA);
+            st(S.out, r, rowA, v);
+        }
+        if (okB) {
+            float v = acc[2 + e] + (S.bias.p ? ld(S.bias, 0, rowB) : 0.0f);
+            if (g.mul.p) v = act_fn(g.act, v) * ld(g.mul, r, rowB);
+            st(S.out, r, rowB, v);
+        }
+    }
+}
+
 /* ---- tensor-core GEMM: more activation rows ---- */
 
 /* Block tile: MB activation rows x NB weight rows (for the GLU, NB / 2 gate rows and the same up rows), KT values
@@ -489,8 +636,43 @@ static cudaError_t qgemv_pick_n(cudaStream_t st, const QArgs &g, int64_t blocks,
     return qgemv_pick_x<8, BITS>(st, g, blocks, xdt);
 }
 
+/* whether qgemv_tc_kernel takes the job: 4 bits, bf16 x, bf16 or f16 (scale, bias) pairs, one group size, and k a
+ * multiple of TC_KS (512 values) */
+static bool qjob_tc_ok(const cfk_qjob *j) {
+    if (!cfk_cfg.qgemv_tc || j->w[0]->bits != 4 || j->x.dtype != CF_BF16 || j->x.cols % TC_KS) return false;
+    for (int s = 0; s < j->n_seg; s++)
+        if ((j->w[s]->sb_dtype != CF_BF16 && j->w[s]->sb_dtype != CF_F16) || j->w[s]->group != j->w[0]->group ||
+            !al16(j->w[s]->q, 16) || !al16(j->w[s]->scales, 16))
+            return false;
+    return true;
+}
+
+static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
+    const bool glu = j->glu_out.data != NULL;
+    for (int64_t r0 = 0; r0 < j->x.rows; r0 += 8) {
+        const int n = (int)(j->x.rows - r0 < 8 ? j->x.rows - r0 : 8);
+        cfk_qjob jr = *j;
+        jr.x = cf_rows(j->x, r0, n);
+        for (int s = 0; s < j->n_seg; s++)
+            if (j->out[s].data) jr.out[s] = cf_rows(j->out[s], r0, n);
+        if (glu) jr.glu_out = cf_rows(j->glu_out, r0, n);
+        if (j->mul.data) jr.mul = cf_rows(j->mul, r0, n);
+        QArgs g = qargs(&jr);
+        QSeg *segs[3] = {&g.s0, &g.s1, &g.s2};
+        int64_t blocks = 0;
+        for (int s = 0; s < j->n_seg; s++) {
+            segs[s]->block0 = glu ? 0 : blocks;
+            if (!glu || s == 0) blocks += ceil_div(j->w[s]->rows, glu ? 8 : 16);
+        }
+        const cudaError_t e = launch(qgemv_tc_kernel, dim3((unsigned)blocks), dim3(TC_WARPS * 32), 0, st, g);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
 extern "C" cudaError_t cfk_qgemv(cudaStream_t st, const cfk_qjob *j) {
     if (!cfk_qjob_ok(j)) return cudaErrorInvalidValue;
+    if (qjob_tc_ok(j)) return qgemv_tc(st, j);
     const bool glu = j->glu_out.data != NULL;
     const int bits = j->w[0]->bits;
     const int64_t nch = j->x.cols * bits / 128;   /* 16-byte chunks a row */

@@ -6,6 +6,7 @@
 #define CF_BACKEND_CUDA_K_QUANT_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
 #include <vector_types.h>
@@ -106,6 +107,78 @@ QK_UNROLL
         }
         p[e / 2] = pack_bf16(fmaf(scale, magic(q0), bias), fmaf(scale, magic(q1), bias));   /* magic: no quarter-rate I2F */
     }
+}
+
+/* ---- the tensor-core GEMV (4 bits, bf16 x): one m16n8k16 MMA covers 16 weight rows x 16 values of k x 8 activation
+ * rows. Thread (g, t) = (lane / 4, lane % 4) of a warp holds word t of a 16-byte chunk of weight rows g and g + 8
+ * (its nibble i is value 8t + i of the chunk) and x values 8t .. 8t + 7 of activation row g. A chunk is two k16
+ * steps; in step s, the k slots 2t, 2t + 1, 2t + 8, 2t + 9 that the MMA's fragments give thread (g, t) hold chunk
+ * values 8t + 2s, 8t + 2s + 4, 8t + 2s + 1, 8t + 2s + 5: the same permutation of k on both sides, so each product
+ * is still a dot product, and a chunk never leaves its group. */
+
+/* (a & m) | c in one instruction: with m and c in registers nvcc emits one lop3, where with two immediates it emits
+ * two */
+__host__ __device__ __forceinline__ uint32_t q_and_or(uint32_t a, uint32_t m, uint32_t c) {
+#ifdef __CUDA_ARCH__
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
+    return d;
+#else
+    return (a & m) | c;
+#endif
+}
+
+/* p[i] = (128 + nibble i, 128 + nibble i + 4) of w as a bf16 pair (exact: 128 + q with q < 16), i < 4: one shift and
+ * one lop3 a pair, no conversion. The 128 is taken out per group through the sum of x. */
+__host__ __device__ __forceinline__ void tc_wpairs(uint32_t w, uint32_t (&p)[4]) {
+    const uint32_t m = 0x000F000Fu, c = 0x43004300u;
+    p[0] = q_and_or(w, m, c);
+    p[1] = q_and_or(w >> 4, m, c);
+    p[2] = q_and_or(w >> 8, m, c);
+    p[3] = q_and_or(w >> 12, m, c);
+}
+
+/* x values v0 .. v7 (bf16, v0 in the low half of x.x) as the pairs (v0, v4), (v1, v5), (v2, v6), (v3, v7) */
+__host__ __device__ __forceinline__ void tc_xpairs(uint4 x, uint32_t (&p)[4]) {
+    p[0] = q_byte_perm(x.x, x.z, 0x5410);
+    p[1] = q_byte_perm(x.x, x.z, 0x7632);
+    p[2] = q_byte_perm(x.y, x.w, 0x5410);
+    p[3] = q_byte_perm(x.y, x.w, 0x7632);
+}
+
+/* step s of a chunk: the A fragment (rows g, g + 8) from the two rows' pairs, the B fragment from x's pairs */
+__host__ __device__ __forceinline__ void tc_frags(const uint32_t (&pa)[4], const uint32_t (&pb)[4], const uint32_t (&xp)[4], int s,
+                                                  uint32_t (&a)[4], uint32_t (&b)[2]) {
+    a[0] = pa[2 * s];
+    a[1] = pb[2 * s];
+    a[2] = pa[2 * s + 1];
+    a[3] = pb[2 * s + 1];
+    b[0] = xp[2 * s];
+    b[1] = xp[2 * s + 1];
+}
+
+/* (scale, bias) from a bf16 or f16 pair word */
+__host__ __device__ __forceinline__ float2 tc_sb(uint32_t u, int f16) {
+    if (!f16) return make_float2(q_as_float(u << 16), q_as_float(u & 0xffff0000u));
+#ifdef __CUDA_ARCH__
+    __half2 h;
+    memcpy(&h, &u, 4);
+    return __half22float2(h);
+#else
+    __half_raw lo, hi;
+    lo.x = (unsigned short)(u & 0xffffu);
+    hi.x = (unsigned short)(u >> 16);
+    return make_float2(__half2float(__half(lo)), __half2float(__half(hi)));
+#endif
+}
+
+/* a group's end: acc += scale * sum((128 + q) x) + (bias - 128 scale) * sum(x), for the thread's four (row, activation
+ * row) sums: c[0, 1] row g, c[2, 3] row g + 8; xs: the sums of x of the same positions */
+__host__ __device__ __forceinline__ void tc_group_end(float (&acc)[4], const float (&c)[4], const float (&xs)[4], float2 sa, float2 sb) {
+    acc[0] = fmaf(sa.x, c[0], fmaf(fmaf(-128.0f, sa.x, sa.y), xs[0], acc[0]));
+    acc[1] = fmaf(sa.x, c[1], fmaf(fmaf(-128.0f, sa.x, sa.y), xs[1], acc[1]));
+    acc[2] = fmaf(sb.x, c[2], fmaf(fmaf(-128.0f, sb.x, sb.y), xs[2], acc[2]));
+    acc[3] = fmaf(sb.x, c[3], fmaf(fmaf(-128.0f, sb.x, sb.y), xs[3], acc[3]));
 }
 
 #endif
