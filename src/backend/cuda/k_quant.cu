@@ -647,16 +647,21 @@ static bool qjob_tc_ok(const cfk_qjob *j) {
     return true;
 }
 
+/* the job on activation rows [r0, r0 + n) */
+static cfk_qjob qjob_rows(const cfk_qjob *j, int64_t r0, int n) {
+    cfk_qjob jr = *j;
+    jr.x = cf_rows(j->x, r0, n);
+    for (int s = 0; s < j->n_seg; s++)
+        if (j->out[s].data) jr.out[s] = cf_rows(j->out[s], r0, n);
+    if (j->glu_out.data) jr.glu_out = cf_rows(j->glu_out, r0, n);
+    if (j->mul.data) jr.mul = cf_rows(j->mul, r0, n);
+    return jr;
+}
+
 static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
     const bool glu = j->glu_out.data != NULL;
     for (int64_t r0 = 0; r0 < j->x.rows; r0 += 8) {
-        const int n = (int)(j->x.rows - r0 < 8 ? j->x.rows - r0 : 8);
-        cfk_qjob jr = *j;
-        jr.x = cf_rows(j->x, r0, n);
-        for (int s = 0; s < j->n_seg; s++)
-            if (j->out[s].data) jr.out[s] = cf_rows(j->out[s], r0, n);
-        if (glu) jr.glu_out = cf_rows(j->glu_out, r0, n);
-        if (j->mul.data) jr.mul = cf_rows(j->mul, r0, n);
+        const cfk_qjob jr = qjob_rows(j, r0, (int)(j->x.rows - r0 < 8 ? j->x.rows - r0 : 8));
         QArgs g = qargs(&jr);
         QSeg *segs[3] = {&g.s0, &g.s1, &g.s2};
         int64_t blocks = 0;
@@ -688,12 +693,7 @@ extern "C" cudaError_t cfk_qgemv(cudaStream_t st, const cfk_qjob *j) {
     const int upb = 4 / ks;
     for (int64_t r0 = 0; r0 < j->x.rows; r0 += 8) {
         const int n = (int)(j->x.rows - r0 < 8 ? j->x.rows - r0 : 8);
-        cfk_qjob jr = *j;
-        jr.x = cf_rows(j->x, r0, n);
-        for (int s = 0; s < j->n_seg; s++)
-            if (j->out[s].data) jr.out[s] = cf_rows(j->out[s], r0, n);
-        if (glu) jr.glu_out = cf_rows(j->glu_out, r0, n);
-        if (j->mul.data) jr.mul = cf_rows(j->mul, r0, n);
+        const cfk_qjob jr = qjob_rows(j, r0, n);
         QArgs g = qargs(&jr);
         g.ks = ks;
         QSeg *segs[3] = {&g.s0, &g.s1, &g.s2};
