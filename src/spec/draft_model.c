@@ -4,7 +4,8 @@
  * (only ids come back); drafting for many sources runs one runner step per drafted position over all of them.
  *
  * A source's sequence is kept a prefix of what it has seen (the committed context, then its own proposals):
- * commit truncates it to the longest prefix it shares with the new context (cf_rseq_truncate is exact), and the
+ * commit truncates it to the longest prefix it shares with the new context (cf_rseq_truncate is exact; to 0 where
+ * the draft's sliding-window layers no longer hold what that prefix needs, cf_rseq_floor), and the
  * next draft feeds what it lacks (after adopting the prefix cache when it is empty) together with the context's
  * last token, whose pick is the first proposal. The last proposal is never fed (it needs no KV).
  *
@@ -91,7 +92,8 @@ static cinfer_status set_context(dm_source *s, const int32_t *ids, int n, const 
     /* the sequence keeps its longest prefix shared with ids, at most n - 1 tokens */
     const int len = cf_rseq_len(s->seq);
     const int32_t *toks = cf_rseq_tokens(s->seq);
-    const int keep = common_prefix(toks, ids, len < n - 1 ? len : n - 1);
+    int keep = common_prefix(toks, ids, len < n - 1 ? len : n - 1);
+    if (keep > 0 && keep < cf_rseq_floor(s->seq)) keep = 0;   /* sliding-window layers freed what it needs: start over */
     if (keep < len) CF_TRY(cf_rseq_truncate(s->seq, keep, err));
     /* the context: only its changed tail is copied */
     const int same = common_prefix(s->ctx, ids, s->n_ctx < n ? s->n_ctx : n);
