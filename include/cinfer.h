@@ -157,6 +157,12 @@ typedef struct cinfer_engine_stats {
     int kv_block_tokens;         /* token positions per block */
     int64_t kv_block_bytes;
     long steps;                  /* forward steps run so far */
+    /* Sliding-window layers' own KV memory, where a sequence holds only the blocks its window still sees (the
+     * kv_blocks above are then the full-attention layers'); all 0 when the model has no such layers. */
+    int kv_window_blocks_total;
+    int kv_window_blocks_used;   /* held by sessions */
+    int64_t kv_window_block_bytes;
+    int kv_window;               /* positions those layers look back */
 } cinfer_engine_stats;
 void cinfer_engine_get_stats(cinfer_engine *e, cinfer_engine_stats *out);
 

@@ -98,7 +98,7 @@ struct cinfer_engine {
     int g_off, g_backoff;         /* steps left without drafts for anyone; the next pause's length */
     int step_tokens;              /* tokens committed by the current step */
     /* published under mu at the end of each turn, for cinfer_engine_get_stats */
-    int pub_running, pub_blocks_available, pub_blocks_cached;
+    int pub_running, pub_blocks_available, pub_blocks_cached, pub_wblocks_available;
     long pub_steps;
 };
 
@@ -905,6 +905,7 @@ static void publish_stats(cinfer_engine *e) {
     e->pub_running = e->n_run;
     e->pub_blocks_available = cf_runner_blocks_available(e->runner);
     e->pub_blocks_cached = cf_runner_blocks_cached(e->runner);
+    e->pub_wblocks_available = cf_runner_wblocks_available(e->runner);
     e->pub_steps = e->n_steps;
 }
 
@@ -919,7 +920,11 @@ void cinfer_engine_get_stats(cinfer_engine *e, cinfer_engine_stats *out) {
                                  .kv_blocks_cached = e->pub_blocks_cached,
                                  .kv_block_tokens = e->block_size,
                                  .kv_block_bytes = e->block_bytes,
-                                 .steps = e->pub_steps};
+                                 .steps = e->pub_steps,
+                                 .kv_window_blocks_total = cf_runner_wblocks_total(e->runner),
+                                 .kv_window_blocks_used = cf_runner_wblocks_total(e->runner) - e->pub_wblocks_available,
+                                 .kv_window_block_bytes = cf_runner_wblock_bytes(e->runner),
+                                 .kv_window = cf_runner_window(e->runner)};
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -1083,6 +1088,7 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
     e->blocks_total = cf_runner_blocks_total(runner);
     e->block_bytes = cf_runner_block_bytes(runner);
     e->pub_blocks_available = cf_runner_blocks_available(runner);
+    e->pub_wblocks_available = cf_runner_wblocks_available(runner);
     e->max_ctx = rq->max_ctx;
     e->logit_rows = rq->max_seqs > 256 ? rq->max_seqs : 256;   /* the runner's logits scratch (runner.c) */
     e->c_row = -1;
