@@ -300,8 +300,18 @@ static int table_needs(const cf_block_pool *p, const cf_block_table *t, int n) {
 
 int cf_rseq_blocks_needed(const cf_rseq *s, int n) { return table_needs(s->r->kv->blocks, &s->t, n); }
 
+/* Where a step drops s's window table below before reserving: what only the last step's rollback kept. */
+static int drop_point(const cf_rseq *s) { return s->w.n_tokens - (s->r->window - 1) - s->r->rollback; }
+
 int cf_rseq_wblocks_needed(const cf_rseq *s, int n) {
-    return s->r->kv->wblocks ? table_needs(s->r->kv->wblocks, &s->w, n) : 0;
+    const cf_block_pool *p = s->r->kv->wblocks;
+    if (!p) return 0;
+    /* the blocks the step's drop gives back first (those no one else holds) count against what it takes */
+    const int bs = s->r->p.block_size, end = drop_point(s) > 0 ? drop_point(s) / bs : 0;
+    int back = 0;
+    for (int i = s->w.first; i < end && i < s->w.n_blocks; i++) back += s->w.blocks[i] >= 0 && cf_block_refs(p, s->w.blocks[i]) == 1;
+    const int need = table_needs(p, &s->w, n) - back;
+    return need > 0 ? need : 0;
 }
 
 int cf_rseq_wblocks_wanted(const cf_rseq *s, int n) {
@@ -551,6 +561,7 @@ static cinfer_status reserve_all(cf_runner *r, cf_batch_item *it, int n_items, c
     for (; i < n_items && st == CINFER_OK; i++) {
         cf_rseq *s = it[i].seq;
         int nc = 0;
+        if (kv->wblocks) cf_block_table_drop(kv->wblocks, &s->w, drop_point(s));   /* the last step is confirmed */
         st = cf_block_table_reserve(kv->blocks, &s->t, it[i].n, r->copies + n_copies, &nc, err);
         n_copies += nc;
         if (st == CINFER_OK && kv->wblocks) {
@@ -666,9 +677,11 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
         cf_block_table_commit(r->kv->blocks, &s->t, s->tokens, it[i].n, 0);
         if (r->kv->wblocks) {
             /* published under the full blocks just committed; then what no query to come can see is let go,
-             * keeping the rollback */
+             * keeping the rollback and, until the next step, the whole of this one (a truncate back to before it
+             * stays exact) */
             cf_block_table_commit_keyed(r->kv->wblocks, &s->w, s->tokens, it[i].n, 0, r->kv->blocks, &s->t);
-            cf_block_table_drop(r->kv->wblocks, &s->w, s->w.n_tokens - (r->window - 1) - r->rollback);
+            const int back = it[i].n > r->rollback ? it[i].n : r->rollback;
+            cf_block_table_drop(r->kv->wblocks, &s->w, s->w.n_tokens - (r->window - 1) - back);
         }
     }
     if (r->taps.hidden) r->hidden_rows = rows;

@@ -11,9 +11,10 @@
  * of their tokens; a new sequence adopts the longest cached prefix of its prompt (cf_rseq_adopt_prefix).
  *
  * Sliding-window layers (whose readers all look back at most `window` positions) keep their K/V in a second pool
- * (kv/kv_pool.h) where a sequence holds only what its future queries can see: as it moves on, the blocks whose
- * positions all lie more than window - 1 + rollback positions behind its end go back to that pool, so a truncate
- * (rollback) of up to `rollback` positions stays exact; one further back fails, except to 0 (cf_rseq_floor). A
+ * (kv/kv_pool.h) where a sequence holds only what its future queries can see: after each step, the blocks whose
+ * positions all lie more than window - 1 + max(rollback, the step's tokens) positions behind its end go back to
+ * that pool (those of the step itself when the next step begins), so a truncate (rollback) of up to `rollback`
+ * positions, or to before its last step, stays exact; one further back fails, except to 0 (cf_rseq_floor). A
  * prefix is reused only as far as the window layers' blocks its next query needs are still cached. The KV
  * memory is split between the pools in proportion to what a sequence needs of each (kv/kv_split.h); a model
  * without such layers has one pool, as has a runner with single_pool set.
@@ -82,7 +83,8 @@ cinfer_status cf_rseq_fork(cf_rseq *src, cf_rseq **out, cinfer_error *err);
 cinfer_status cf_rseq_adopt_prefix(cf_rseq *s, const int32_t *ids, int n, int *reused, cinfer_error *err);
 /* The least length above 0 a truncate can return to (0 when any can): the window pool freed what is below. */
 int cf_rseq_floor(const cf_rseq *s);
-/* The blocks appending n tokens in one step would take from the full pool now, and from the window pool. */
+/* The blocks appending n tokens in one step would take from the full pool now, and from the window pool (less
+ * what the step's own drop gives back first). */
 int cf_rseq_blocks_needed(const cf_rseq *s, int n);
 int cf_rseq_wblocks_needed(const cf_rseq *s, int n);
 /* Window-pool blocks appending n tokens in steps would take at most (a long input does not hold its whole length). */

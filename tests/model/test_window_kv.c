@@ -2,8 +2,8 @@
  * layers, on the CPU, where every logits row must equal the reference (one sequence alone, cf_seq) bit for bit:
  *   - as sequences advance, their window blocks go back to the pool (pool counts, at most window + rollback + a
  *     step held), and the logits equal those of a runner with one pool that frees nothing;
- *   - after blocks were freed, a truncate within the rollback, a fork, and a truncate to 0 stay exact; one below
- *     the floor fails and changes nothing;
+ *   - after blocks were freed, a truncate within the rollback or back over the last step, a fork, and a truncate
+ *     to 0 stay exact; one below the floor fails and changes nothing;
  *   - a prefix is reused with its window blocks while they are cached, less once they were evicted, exact both ways;
  *   - a sequence of the whole context runs in KV memory where one pool cannot hold it, and a budget below one
  *     sequence's window is refused with a clear error.
@@ -172,6 +172,15 @@ static void check_rollback(cf_model *m) {
     CHECK(cf_rseq_truncate(s, n - ROLLBACK, &err) == CINFER_OK, "truncate by the rollback: %s", err.message);
     bad = feed(r, s, ids, 10, ref, &st) + feed(r, s, ids, 1, ref, &st);
     CHECK(st == CINFER_OK && bad == 0, "after the truncate: %d rows differ (%s)", bad, err.message);
+    /* a step longer than the rollback can be taken back until the next step begins */
+    const int len = cf_rseq_len(s);
+    bad = feed(r, s, ids, STEP, ref, &st);
+    CHECK(st == CINFER_OK && bad == 0 && cf_rseq_truncate(s, len, &err) == CINFER_OK, "taking back a step of %d (rollback %d): %s", STEP,
+          ROLLBACK, err.message);
+    bad = feed(r, s, ids, STEP, ref, &st) + feed(r, s, ids, 1, ref, &st);
+    CHECK(st == CINFER_OK && bad == 0, "after taking back a step: %d rows differ", bad);
+    CHECK(cf_rseq_truncate(s, len, &err) == CINFER_E_INVALID_ARGUMENT && cf_rseq_len(s) == len + STEP + 1,
+          "two steps back, past the rollback: %s", err.message);
     bad = 0;
     for (int i = 0; i < 12 && st == CINFER_OK; i++) bad += feed(r, f, alt, 1, ref_alt, &st);
     CHECK(st == CINFER_OK && bad == 0, "the fork going its own way: %d rows differ", bad);
@@ -282,10 +291,16 @@ static void check_long_fit(cf_model *m) {
         cf_rseq *s = NULL;
         cf_rseq_create(w, &s, &err);
         cinfer_status st = CINFER_OK;
-        int bad = 0;
-        while (cf_rseq_len(s) < L && st == CINFER_OK) bad += feed(w, s, ids, STEP, ref, &st);
+        int bad = 0, short_of = 0;
+        while (cf_rseq_len(s) < L && st == CINFER_OK) {
+            /* what the step needs, net of what its drop gives back, is there */
+            short_of += cf_rseq_wblocks_needed(s, STEP) > cf_runner_wblocks_available(w) ||
+                        cf_rseq_blocks_needed(s, STEP) > cf_runner_blocks_available(w);
+            bad += feed(w, s, ids, STEP, ref, &st);
+        }
         CHECK(st == CINFER_OK && cf_rseq_len(s) == L && bad == 0, "the window pool: %s at %d of %d tokens, %d rows differ",
               cinfer_status_name(st), cf_rseq_len(s), L, bad);
+        CHECK(short_of == 0, "%d steps reported needing more blocks than were available, and ran", short_of);
         printf("; the window pools (%d full blocks, %d window blocks) hold all %d\n", cf_runner_blocks_total(w), cf_runner_wblocks_total(w), L);
         cf_rseq_free(s);
         cf_runner_free(w);
