@@ -145,7 +145,8 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
     }
     cinfer_engine_stats kv;
     cinfer_engine_get_stats(e, &kv);
-    const int64_t kv_total = (int64_t)kv.kv_blocks_total * kv.kv_block_bytes + (int64_t)kv.kv_window_blocks_total * kv.kv_window_block_bytes;
+    const int64_t kv_total =
+        (int64_t)kv.kv_blocks_total * kv.kv_block_bytes + (int64_t)kv.kv_window_blocks_total * kv.kv_window_block_bytes;
     const int64_t one_block = kv.kv_block_bytes + kv.kv_window_block_bytes;   /* a block over every layer */
     const int64_t one_pool = one_block ? kv_total / one_block : 0;
     run_draft = a->draft;

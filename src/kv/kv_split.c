@@ -41,7 +41,8 @@ cinfer_status cf_kv_split(const cf_kv_split_in *in, cf_kv_split_out *out, cinfer
     int64_t nf, nw;
     if (F > 0) {
         /* sequences' worth of both pools: nseq * (ctx * F + decode * W) + extra * W = budget */
-        const double nseq = ((double)budget - (double)extra * (double)W) / ((double)in->ctx_blocks * (double)F + (double)in->win_blocks_decode * (double)W);
+        const double per_seq = (double)in->ctx_blocks * (double)F + (double)in->win_blocks_decode * (double)W;
+        const double nseq = ((double)budget - (double)extra * (double)W) / per_seq;
         nw = nseq > 0 ? (int64_t)ceil(nseq * in->win_blocks_decode) + extra : 0;
         if (nw < in->win_blocks_step) nw = in->win_blocks_step;
         nf = budget - nw * W > 0 ? (budget - nw * W) / F : 0;

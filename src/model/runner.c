@@ -23,14 +23,12 @@ struct cf_runner {
     cf_scratch sc;
     int table_cols;
     int tstride;                 /* a host/device table row: the full pool's table_cols, then the window pool's if any */
-    /* the window pool (kv->wblocks): positions its readers look back, positions a truncate can go back, and the
-     * blocks a sequence holds there at most while decoding and after a step of max_batch_tokens */
-    int window, rollback, wcap_decode, wcap_step;
+    int window, rollback;        /* the window pool (kv->wblocks): positions its readers look back, a truncate can go back */
     int n_seqs_alive;
     /* the batch on the device and its host copies */
     cf_batch_view bv, bv_win;    /* bv_win: the window pool's slots and tables (window pool only) */
     cf_tensor u, picks;          /* F32 [max_seqs, 1] uniforms; I32 [max_seqs, 1] picked tokens */
-    cf_tensor meta;              /* I32: row_seq [R] | seq_start [S + 1] | slot [R] | block_table [S, cols]: the views in bv */
+    cf_tensor meta;              /* I32: the views in bv and bv_win (laid out in cf_runner_create) */
     int32_t *h_meta, *h_pos, *h_row_seq, *h_seq_start, *h_slot, *h_wslot, *h_table, *h_ids;
     float *h_u, *h_picks;
     float *h_logits;             /* [logit_rows, vocab] */
@@ -177,8 +175,6 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
     r->tstride = windowed ? 2 * table_cols : table_cols;
     r->window = windowed ? window : 0;
     r->rollback = p.rollback;
-    r->wcap_decode = windowed ? wcap_decode : 0;
-    r->wcap_step = windowed ? wcap_step : 0;
     const uint8_t *pools = windowed ? in_window : NULL;
     const int logit_rows = p.max_seqs > MIN_LOGIT_ROWS ? p.max_seqs : MIN_LOGIT_ROWS;
     cinfer_status st = cf_scratch_alloc(m, p.max_batch_tokens, logit_rows, &r->sc, err);
@@ -188,7 +184,7 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
                          .full_bytes = cf_kv_pool_block_bytes(be, specs, pools, hp->n_layers, p.block_size, 0),
                          .win_bytes = windowed ? cf_kv_pool_block_bytes(be, specs, pools, hp->n_layers, p.block_size, 1) : 0,
                          .max_seqs = p.max_seqs, .block_size = p.block_size, .ctx_blocks = table_cols,
-                         .win_blocks_decode = r->wcap_decode, .win_blocks_step = r->wcap_step};
+                         .win_blocks_decode = windowed ? wcap_decode : 0, .win_blocks_step = windowed ? wcap_step : 0};
     cf_kv_split_out so = {0};
     if (st == CINFER_OK) st = cf_kv_split(&si, &so, err);
     if (st == CINFER_OK)
@@ -248,7 +244,8 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
     /* pad rows name the scratch block everywhere; the device table starts so too */
     for (int64_t i = 0; i < meta_n; i++) r->h_meta[i] = 0;
     for (int i = 0; i < S; i++)
-        for (int c = 0; c < r->tstride; c++) r->h_table[(int64_t)i * r->tstride + c] = c < table_cols ? r->kv->scratch_block : r->kv->wscratch_block;
+        for (int c = 0; c < r->tstride; c++)
+            r->h_table[(int64_t)i * r->tstride + c] = c < table_cols ? r->kv->scratch_block : r->kv->wscratch_block;
     be->ops->write(be, r->meta, r->h_meta);
     *out = r;
     return CINFER_OK;

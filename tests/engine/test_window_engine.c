@@ -127,7 +127,10 @@ int main(int argc, char **argv) {
     cinfer_model_info info = cinfer_model_get_info(M);
     V = info.vocab;
     CTX = info.context;
-    if (CTX < PROMPT + GEN + 8 || CTX > MAX_IDS) { fprintf(stderr, "test_window_engine needs a context of %d to %d tokens\n", PROMPT + GEN + 8, MAX_IDS); return 1; }
+    if (CTX < PROMPT + GEN + 8 || CTX > MAX_IDS) {
+        fprintf(stderr, "test_window_engine needs a context of %d to %d tokens\n", PROMPT + GEN + 8, MAX_IDS);
+        return 1;
+    }
 
     /* the least memory for one sequence of the whole context: what an engine of one sequence takes by default */
     cinfer_engine *e = engine(1, 0);

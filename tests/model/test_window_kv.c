@@ -125,7 +125,8 @@ static void check_advance(cf_model *m) {
     }
     CHECK(bad_ref == 0, "%d rows of the window pool differ from the sequence alone", bad_ref);
     CHECK(bad_one == 0, "%d rows of the window pool differ from one pool", bad_one);
-    CHECK(bad_held == 0 && worst > 0, "%d steps held more window blocks than the bound (worst %d, bound %d)", bad_held, worst, bound(STEP / 2));
+    CHECK(bad_held == 0 && worst > 0, "%d steps held more window blocks than the bound (worst %d, bound %d)", bad_held, worst,
+          bound(STEP / 2));
     CHECK(bad_count == 0, "%d steps where the window pool's count of used blocks was not the sequences'", bad_count);
     const int dropped = (L - (WIN - 1) - ROLLBACK) / BS;
     CHECK(cf_rseq_wblocks_held(s[0]) == cf_rseq_blocks_held(s[0]) - dropped, "at %d tokens: %d window blocks held of %d, %d dropped", L,
@@ -301,7 +302,8 @@ static void check_long_fit(cf_model *m) {
         CHECK(st == CINFER_OK && cf_rseq_len(s) == L && bad == 0, "the window pool: %s at %d of %d tokens, %d rows differ",
               cinfer_status_name(st), cf_rseq_len(s), L, bad);
         CHECK(short_of == 0, "%d steps reported needing more blocks than were available, and ran", short_of);
-        printf("; the window pools (%d full blocks, %d window blocks) hold all %d\n", cf_runner_blocks_total(w), cf_runner_wblocks_total(w), L);
+        printf("; the window pools (%d full blocks, %d window blocks) hold all %d\n", cf_runner_blocks_total(w),
+               cf_runner_wblocks_total(w), L);
         cf_rseq_free(s);
         cf_runner_free(w);
     }
