@@ -495,8 +495,9 @@ static cf_batch_view view_of(const cf_batch_view *base, int rows, int n_seqs, in
 
 /* The layers and the logits of every row of a decode step of n_seqs one-row sequences. */
 static cinfer_status decode_ops(cf_runner *r, int n_seqs, cinfer_error *err) {
-    cf_batch_view v = view_of(&r->bv, n_seqs, n_seqs, 1), vw = view_of(&r->bv_win, n_seqs, n_seqs, 1);
-    cf_pass p = {.s = &r->sc, .n = n_seqs, .pool = r->kv, .bv = &v, .bv_win = r->kv->wblocks ? &vw : NULL, .max_keys = r->p.max_ctx};
+    const int win = r->kv->wblocks != NULL;
+    cf_batch_view v = view_of(&r->bv, n_seqs, n_seqs, 1), vw = win ? view_of(&r->bv_win, n_seqs, n_seqs, 1) : (cf_batch_view){0};
+    cf_pass p = {.s = &r->sc, .n = n_seqs, .pool = r->kv, .bv = &v, .bv_win = win ? &vw : NULL, .max_keys = r->p.max_ctx};
     CF_TRY(cf_forward_layers(r->m, &p, err));
     cf_forward_logits(r->m, &r->sc, cf_rows(r->sc.x, 0, n_seqs));
     return CINFER_OK;
@@ -601,11 +602,13 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
         st = run_decode_graph(r, n_seqs, err);
     } else {
         upload(r, rows, n_items);
-        cf_batch_view v = view_of(&r->bv, rows, n_items, max_rows), vw = view_of(&r->bv_win, rows, n_items, max_rows);
+        const int win = r->kv->wblocks != NULL;
+        cf_batch_view v = view_of(&r->bv, rows, n_items, max_rows);
+        cf_batch_view vw = win ? view_of(&r->bv_win, rows, n_items, max_rows) : (cf_batch_view){0};
         int max_keys = 0;
         for (int i = 0; i < n_items; i++)
             if (it[i].seq->t.n_tokens + it[i].n > max_keys) max_keys = it[i].seq->t.n_tokens + it[i].n;
-        cf_pass p = {.s = &r->sc, .n = rows, .pool = r->kv, .bv = &v, .bv_win = r->kv->wblocks ? &vw : NULL, .max_keys = max_keys};
+        cf_pass p = {.s = &r->sc, .n = rows, .pool = r->kv, .bv = &v, .bv_win = win ? &vw : NULL, .max_keys = max_keys};
         if (r->taps.hidden) p.taps = r->taps.layers, p.n_taps = r->taps.n, p.tap_out = r->tap_dev;
         st = cf_forward_layers(m, &p, err);
         if (st == CINFER_OK && out_rows) {
