@@ -113,7 +113,10 @@ typedef struct cinfer_engine_params {
                                     backend's prefill chunk (CPU 256); at least max_batch */
     int64_t kv_memory;           /* bytes of KV cache shared by all sessions; 0 = room for max_batch full
                                     contexts within 90% of the device's free memory. A request whose prompt
-                                    plus max_tokens cannot fit in it is refused at open */
+                                    plus max_tokens cannot fit in it is refused at open. With sliding-window
+                                    layers it is split between their own pool, where a session holds only
+                                    its window, and the full-attention layers' pool, in proportion to what a
+                                    session needs of each */
     /* The clock behind deadlines and timings, in seconds (any origin, never decreasing), called from
      * the engine's and the consumers' threads; NULL = the monotonic clock. Tests inject one to drive
      * deadlines without sleeping. */
@@ -157,6 +160,12 @@ typedef struct cinfer_engine_stats {
     int kv_block_tokens;         /* token positions per block */
     int64_t kv_block_bytes;
     long steps;                  /* forward steps run so far */
+    /* Sliding-window layers' own KV memory, where a sequence holds only the blocks its window still sees (the
+     * kv_blocks above are then the full-attention layers'); all 0 when the model has no such layers. */
+    int kv_window_blocks_total;
+    int kv_window_blocks_used;   /* held by sessions */
+    int64_t kv_window_block_bytes;
+    int kv_window;               /* positions those layers look back */
 } cinfer_engine_stats;
 void cinfer_engine_get_stats(cinfer_engine *e, cinfer_engine_stats *out);
 

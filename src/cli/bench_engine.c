@@ -4,7 +4,9 @@
  * aggregate decode tokens/s (tokens after each session's first / the span from the earliest first token to
  * the last token), output tokens/s over the whole run, time to first token and inter-token latency (p50,
  * p99), and the aggregate against its bandwidth roofline (c tokens a step read the weights once and c
- * sequences' KV: c x bandwidth / (weight bytes + c x KV bytes)). */
+ * sequences' KV: c x bandwidth / (weight bytes + c x KV bytes)). The KV memory's pools are reported too: the
+ * full-attention layers' blocks, the sliding-window layers' own blocks, and the blocks one pool for every layer
+ * would have had in the same bytes. */
 #include "base/clock.h"
 #include "cli/bench_engine.h"
 #include "engine/engine.h"
@@ -141,6 +143,12 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
         cinfer_model_free(m);
         return 1;
     }
+    cinfer_engine_stats kv;
+    cinfer_engine_get_stats(e, &kv);
+    const int64_t kv_total =
+        (int64_t)kv.kv_blocks_total * kv.kv_block_bytes + (int64_t)kv.kv_window_blocks_total * kv.kv_window_block_bytes;
+    const int64_t one_block = kv.kv_block_bytes + kv.kv_window_block_bytes;   /* a block over every layer */
+    const int64_t one_pool = one_block ? kv_total / one_block : 0;
     run_draft = a->draft;
     run_result *runs = calloc((size_t)a->n_concurrency, sizeof *runs);
     run_result warm = {0};
@@ -161,10 +169,19 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
                    k ? "," : "", r->concurrency, r->plan, r->decode_tps, r->output_tps, r->ttft_p50, r->ttft_p99, r->itl_p50,
                    r->itl_p99, r->roofline_tps, r->decode_tps / r->roofline_tps, r->wall_s);
         }
-        printf("]}\n");
+        printf("],\"kv\":{\"bytes\":%lld,\"block_tokens\":%d,\"full_blocks\":%d,\"window_blocks\":%d,\"window\":%d,"
+               "\"one_pool_blocks\":%lld}}\n",
+               (long long)kv_total, kv.kv_block_tokens, kv.kv_blocks_total, kv.kv_window_blocks_total, kv.kv_window, (long long)one_pool);
     } else if (!rc) {
         printf("engine       %s on %s, %d-token prompts, %d tokens each, greedy; bandwidth %.1f GB/s\n", a->label, a->device,
                a->n_prompt, a->n_gen, a->bandwidth_gbs);
+        if (kv.kv_window_blocks_total)
+            printf("kv           %.1f MiB: %d blocks of %d tokens for the full layers, %d for the sliding-window layers (window %d); "
+                   "one pool for every layer: %lld blocks (%lld tokens)\n",
+                   kv_total / 1048576.0, kv.kv_blocks_total, kv.kv_block_tokens, kv.kv_window_blocks_total, kv.kv_window,
+                   (long long)one_pool, (long long)one_pool * kv.kv_block_tokens);
+        else
+            printf("kv           %.1f MiB: %d blocks of %d tokens\n", kv_total / 1048576.0, kv.kv_blocks_total, kv.kv_block_tokens);
         printf("%11s %-16s %14s %14s %18s %18s %9s\n", "concurrency", "plan", "decode tok/s", "output tok/s",
                "TTFT p50/p99 ms", "ITL p50/p99 ms", "roofline");
         for (int k = 0; k < a->n_concurrency; k++) {

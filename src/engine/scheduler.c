@@ -98,7 +98,7 @@ struct cinfer_engine {
     int g_off, g_backoff;         /* steps left without drafts for anyone; the next pause's length */
     int step_tokens;              /* tokens committed by the current step */
     /* published under mu at the end of each turn, for cinfer_engine_get_stats */
-    int pub_running, pub_blocks_available, pub_blocks_cached;
+    int pub_running, pub_blocks_available, pub_blocks_cached, pub_wblocks_available;
     long pub_steps;
 };
 
@@ -421,12 +421,19 @@ static int blocks_wanted(const cinfer_engine *e, const cinfer_session *s) {
     return blocks_for(e, (int64_t)n + 1);
 }
 
+/* The same in the window pool of sliding-window layers (0 without one): what they hold at most on the way. */
+static int wblocks_wanted(const cinfer_engine *e, const cinfer_session *s) {
+    const int n = s->prepared ? s->n_ids : s->req.n_prompt;
+    if (s->rs) return cf_rseq_wblocks_wanted(s->rs, n - cf_rseq_len(s->rs) + 1);
+    return cf_runner_wblocks_for(e->runner, n + 1);
+}
+
 /* Frees the sequence of the newest admitted session and puts it back among the waiting ones; it keeps
  * everything else and recomputes its tokens when readmitted. */
-static void preempt_newest(cinfer_engine *e, int need, int avail) {
+static void preempt_newest(cinfer_engine *e, int need, int avail, int wneed, int wavail) {
     cinfer_session *s = e->run[e->n_run - 1];
     e->n_run--;
-    const int held = cf_rseq_blocks_held(s->rs);
+    const int held = cf_rseq_blocks_held(s->rs), wheld = cf_rseq_wblocks_held(s->rs);
     cf_rseq_free(s->rs);
     s->rs = NULL;
     cf_draft_close(s->src);   /* reopened and prefilled again at readmission */
@@ -437,9 +444,14 @@ static void preempt_newest(cinfer_engine *e, int need, int avail) {
     pthread_mutex_lock(&e->mu);
     wait_in_order(e, s);
     pthread_mutex_unlock(&e->mu);
-    elog(e, "session %llu: preempted after %zu tokens: the step needs %d KV blocks and %d are available; its %d blocks go "
-            "back and it recomputes %d tokens when readmitted",
-         (unsigned long long)s->id, s->n_tokens, need, avail, held, s->n_ids);
+    if (wneed > wavail)
+        elog(e, "session %llu: preempted after %zu tokens: the step needs %d KV blocks of the sliding-window layers and %d are "
+                "available; its %d (and %d of the full layers) go back and it recomputes %d tokens when readmitted",
+             (unsigned long long)s->id, s->n_tokens, wneed, wavail, wheld, held, s->n_ids);
+    else
+        elog(e, "session %llu: preempted after %zu tokens: the step needs %d KV blocks and %d are available; its %d blocks go "
+                "back and it recomputes %d tokens when readmitted",
+             (unsigned long long)s->id, s->n_tokens, need, avail, held, s->n_ids);
 }
 
 /* Item k of the step: n of s's tokens from position len, with the pick or logits of the last row when they
@@ -807,15 +819,19 @@ static void iterate(cinfer_engine *e) {
     int n;
     for (;;) {
         n = build_step(e, drafts);
-        int need = 0;
-        for (int i = 0; i < n; i++) need += cf_rseq_blocks_needed(e->items[i].seq, e->items[i].n);
-        const int avail = cf_runner_blocks_available(e->runner);
-        if (need > avail && drafts) {   /* drafts go before anyone is preempted */
+        int need = 0, wneed = 0;
+        for (int i = 0; i < n; i++) {
+            need += cf_rseq_blocks_needed(e->items[i].seq, e->items[i].n);
+            wneed += cf_rseq_wblocks_needed(e->items[i].seq, e->items[i].n);
+        }
+        const int avail = cf_runner_blocks_available(e->runner), wavail = cf_runner_wblocks_available(e->runner);
+        const int short_of_blocks = need > avail || wneed > wavail;
+        if (short_of_blocks && drafts) {   /* drafts go before anyone is preempted */
             drafts = 0;
             continue;
         }
-        if (need > avail && e->n_run > 1) {
-            preempt_newest(e, need, avail);
+        if (short_of_blocks && e->n_run > 1) {
+            preempt_newest(e, need, avail, wneed, wavail);
             continue;
         }
         st = bind_verify(e, n, &err);
@@ -828,7 +844,7 @@ static void iterate(cinfer_engine *e) {
             continue;
         }
         if (st == CINFER_E_OUT_OF_MEMORY && e->n_run > 1) {
-            preempt_newest(e, need, avail);
+            preempt_newest(e, need, avail, wneed, wavail);
             continue;
         }
         break;
@@ -889,6 +905,7 @@ static void publish_stats(cinfer_engine *e) {
     e->pub_running = e->n_run;
     e->pub_blocks_available = cf_runner_blocks_available(e->runner);
     e->pub_blocks_cached = cf_runner_blocks_cached(e->runner);
+    e->pub_wblocks_available = cf_runner_wblocks_available(e->runner);
     e->pub_steps = e->n_steps;
 }
 
@@ -903,7 +920,11 @@ void cinfer_engine_get_stats(cinfer_engine *e, cinfer_engine_stats *out) {
                                  .kv_blocks_cached = e->pub_blocks_cached,
                                  .kv_block_tokens = e->block_size,
                                  .kv_block_bytes = e->block_bytes,
-                                 .steps = e->pub_steps};
+                                 .steps = e->pub_steps,
+                                 .kv_window_blocks_total = cf_runner_wblocks_total(e->runner),
+                                 .kv_window_blocks_used = cf_runner_wblocks_total(e->runner) - e->pub_wblocks_available,
+                                 .kv_window_block_bytes = cf_runner_wblock_bytes(e->runner),
+                                 .kv_window = cf_runner_window(e->runner)};
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -937,13 +958,17 @@ static void *sched_main(void *arg) {
          * request was checked at open to fit the whole pool). */
         int n_fresh = 0;
         if (!e->closing) {
-            int room = cf_runner_blocks_available(e->runner);
-            for (int i = 0; i < e->n_run; i++) room -= blocks_wanted(e, e->run[i]);
+            int room = cf_runner_blocks_available(e->runner), wroom = cf_runner_wblocks_available(e->runner);
+            for (int i = 0; i < e->n_run; i++) {
+                room -= blocks_wanted(e, e->run[i]);
+                wroom -= wblocks_wanted(e, e->run[i]);
+            }
             while (e->head && e->n_run + n_fresh < e->max_batch) {
                 cinfer_session *s = e->head;
-                const int want = blocks_wanted(e, s);
-                if ((e->n_run || n_fresh) && want > room) break;
+                const int want = blocks_wanted(e, s), wwant = wblocks_wanted(e, s);
+                if ((e->n_run || n_fresh) && (want > room || wwant > wroom)) break;
                 room -= want;
+                wroom -= wwant;
                 e->head = s->next;
                 if (!e->head) e->tail = NULL;
                 s->next = NULL;
@@ -1061,8 +1086,9 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
     e->budget = rq->max_batch_tokens;
     e->block_size = rq->block_size;
     e->blocks_total = cf_runner_blocks_total(runner);
-    e->block_bytes = e->blocks_total ? rq->kv_bytes / e->blocks_total : 0;
+    e->block_bytes = cf_runner_block_bytes(runner);
     e->pub_blocks_available = cf_runner_blocks_available(runner);
+    e->pub_wblocks_available = cf_runner_wblocks_available(runner);
     e->max_ctx = rq->max_ctx;
     e->logit_rows = rq->max_seqs > 256 ? rq->max_seqs : 256;   /* the runner's logits scratch (runner.c) */
     e->c_row = -1;
@@ -1102,9 +1128,17 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
     }
     m->engine = e;
     *out = e;
-    char kv_b[32];
-    elog(e, "engine: batches of up to %d sequences and %d tokens a step; KV memory %s in %d blocks of %d tokens", e->max_batch,
-         e->budget, bytes_text(rq->kv_bytes, kv_b, sizeof kv_b), e->blocks_total, e->block_size);
+    char kv_b[32], w_b[32];
+    if (cf_runner_wblocks_total(runner))
+        elog(e, "engine: batches of up to %d sequences and %d tokens a step; KV memory %s in %d blocks of %d tokens for the full "
+                "layers and %d (%s) for the sliding-window layers (window %d)",
+             e->max_batch, e->budget, bytes_text(rq->kv_bytes, kv_b, sizeof kv_b), e->blocks_total, e->block_size,
+             cf_runner_wblocks_total(runner),
+             bytes_text((int64_t)cf_runner_wblocks_total(runner) * cf_runner_wblock_bytes(runner), w_b, sizeof w_b),
+             cf_runner_window(runner));
+    else
+        elog(e, "engine: batches of up to %d sequences and %d tokens a step; KV memory %s in %d blocks of %d tokens", e->max_batch,
+             e->budget, bytes_text(rq->kv_bytes, kv_b, sizeof kv_b), e->blocks_total, e->block_size);
     return CINFER_OK;
 }
 

@@ -1,5 +1,6 @@
 /* block_pool.c: paged KV bookkeeping: reference-counted blocks, the free list, the LRU list of cached
- * blocks, the exact prefix index, and block tables with fork, truncate and copy-on-write. */
+ * blocks, the exact prefix index (chained or keyed on another pool), and block tables with fork, truncate,
+ * copy-on-write and the dropping of their oldest blocks. */
 #include "kv/block_pool.h"
 #include "base/status.h"
 
@@ -89,6 +90,7 @@ int cf_block_pool_block_size(const cf_block_pool *p) { return p->block_size; }
 int cf_block_pool_available(const cf_block_pool *p) { return p->n_free + p->n_cached; }
 int cf_block_pool_cached(const cf_block_pool *p) { return p->n_cached; }
 int cf_block_refs(const cf_block_pool *p, int32_t b) { return p->b[b].refs; }
+uint32_t cf_block_gen(const cf_block_pool *p, int32_t b) { return p->b[b].gen; }
 int cf_block_is_published(const cf_block_pool *p, int32_t b) { return p->b[b].published; }
 
 static void lru_remove(cf_block_pool *p, int32_t i) {
@@ -180,10 +182,9 @@ static int32_t find(const cf_block_pool *p, uint64_t h, int32_t parent, uint32_t
     return -1;
 }
 
-int32_t cf_block_publish(cf_block_pool *p, int32_t i, int32_t parent, const int32_t *tokens, uint64_t salt) {
+static int32_t publish(cf_block_pool *p, int32_t i, int32_t parent, uint32_t parent_gen, const int32_t *tokens, uint64_t salt) {
     block *B = &p->b[i];
     if (B->published) return i;
-    uint32_t parent_gen = parent >= 0 ? p->b[parent].gen : 0;
     uint64_t h = key_hash(parent, parent_gen, salt, tokens, p->block_size);
     int32_t old = find(p, h, parent, parent_gen, salt, tokens);
     if (old >= 0) return old;
@@ -197,6 +198,18 @@ int32_t cf_block_publish(cf_block_pool *p, int32_t i, int32_t parent, const int3
     B->hnext = p->bucket[k];
     p->bucket[k] = i;
     return i;
+}
+
+int32_t cf_block_publish(cf_block_pool *p, int32_t i, int32_t parent, const int32_t *tokens, uint64_t salt) {
+    return publish(p, i, parent, parent >= 0 ? p->b[parent].gen : 0, tokens, salt);
+}
+
+int32_t cf_block_publish_keyed(cf_block_pool *p, int32_t i, int32_t key, uint32_t key_gen, const int32_t *tokens, uint64_t salt) {
+    return publish(p, i, key, key_gen, tokens, salt);
+}
+
+int32_t cf_block_find_keyed(const cf_block_pool *p, int32_t key, uint32_t key_gen, const int32_t *tokens, uint64_t salt) {
+    return find(p, key_hash(key, key_gen, salt, tokens, p->block_size), key, key_gen, salt, tokens);
 }
 
 int cf_block_match(cf_block_pool *p, const int32_t *tokens, int n, uint64_t salt, int32_t *blocks, int max_blocks) {
@@ -236,6 +249,9 @@ cinfer_status cf_block_table_reserve(cf_block_pool *p, cf_block_table *t, int n,
     const int need = (t->n_tokens + n + bs - 1) / bs;
     /* the partly filled last block, if shared or published, is replaced by a copy */
     const int last = t->n_tokens % bs ? t->n_tokens / bs : -1;
+    if (last >= 0 && t->blocks[last] < 0)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "the KV block holding position %d was dropped; it cannot be written again",
+                       t->n_tokens - 1);
     const int cow = last >= 0 && p->b[t->blocks[last]].refs > 1;
     const int fresh = need - t->n_blocks + cow;
     if (fresh > cf_block_pool_available(p))
@@ -259,20 +275,53 @@ cinfer_status cf_block_table_reserve(cf_block_pool *p, cf_block_table *t, int n,
     return CINFER_OK;
 }
 
-void cf_block_table_commit(cf_block_pool *p, cf_block_table *t, const int32_t *tokens, int n, uint64_t salt) {
+/* Publishes t's newly filled blocks: block i under kt's block i (pool kp) when kt is given, else under t's block
+ * i - 1. A block with the same contents in the index already replaces t's own. */
+static void publish_filled(cf_block_pool *p, cf_block_table *t, const int32_t *tokens, uint64_t salt, const cf_block_pool *kp,
+                           const cf_block_table *kt) {
     const int bs = p->block_size;
-    t->n_tokens += n;
     while ((int64_t)(t->n_published + 1) * bs <= t->n_tokens) {
-        const int i = t->n_published;
-        int32_t parent = i > 0 ? t->blocks[i - 1] : -1;
-        int32_t kept = cf_block_publish(p, t->blocks[i], parent, tokens + (size_t)i * (size_t)bs, salt);
+        const int i = t->n_published++;
+        if (t->blocks[i] < 0) continue;
+        const int32_t *tok = tokens + (size_t)i * (size_t)bs;
+        int32_t kept;
+        if (kt) {
+            kept = cf_block_publish_keyed(p, t->blocks[i], kt->blocks[i], cf_block_gen(kp, kt->blocks[i]), tok, salt);
+        } else {
+            kept = cf_block_publish(p, t->blocks[i], i > 0 ? t->blocks[i - 1] : -1, tok, salt);
+        }
         if (kept != t->blocks[i]) {  /* the same contents are cached already: share them */
             cf_block_ref(p, kept);
             cf_block_unref(p, t->blocks[i]);
             t->blocks[i] = kept;
         }
-        t->n_published++;
     }
+}
+
+void cf_block_table_commit(cf_block_pool *p, cf_block_table *t, const int32_t *tokens, int n, uint64_t salt) {
+    t->n_tokens += n;
+    publish_filled(p, t, tokens, salt, NULL, NULL);
+}
+
+void cf_block_table_commit_keyed(cf_block_pool *p, cf_block_table *t, const int32_t *tokens, int n, uint64_t salt,
+                                 const cf_block_pool *kp, const cf_block_table *kt) {
+    t->n_tokens += n;
+    publish_filled(p, t, tokens, salt, kp, kt);
+}
+
+int cf_block_table_drop(cf_block_pool *p, cf_block_table *t, int below) {
+    const int bs = p->block_size;
+    if (below > t->n_tokens) below = t->n_tokens;
+    const int end = below > 0 ? below / bs : 0;
+    int released = 0;
+    for (; t->first < end && t->first < t->n_blocks; t->first++) {
+        int32_t *b = &t->blocks[t->first];
+        if (*b < 0) continue;
+        cf_block_unref(p, *b);
+        *b = -1;
+        released++;
+    }
+    return released;
 }
 
 void cf_block_table_truncate(cf_block_pool *p, cf_block_table *t, int n) {
@@ -280,7 +329,11 @@ void cf_block_table_truncate(cf_block_pool *p, cf_block_table *t, int n) {
     if (n < 0) n = 0;
     if (n > t->n_tokens) return;
     const int keep = (n + bs - 1) / bs;
-    while (t->n_blocks > keep) cf_block_unref(p, t->blocks[--t->n_blocks]);
+    while (t->n_blocks > keep) {
+        const int32_t b = t->blocks[--t->n_blocks];
+        if (b >= 0) cf_block_unref(p, b);
+    }
+    if (t->first > t->n_blocks) t->first = t->n_blocks;
     t->n_tokens = n;
     if (t->n_published > n / bs) t->n_published = n / bs;
 }
@@ -288,10 +341,11 @@ void cf_block_table_truncate(cf_block_pool *p, cf_block_table *t, int n) {
 cinfer_status cf_block_table_fork(cf_block_pool *p, const cf_block_table *src, cf_block_table *dst, cinfer_error *err) {
     CF_TRY(table_grow(dst, src->n_blocks, err));
     for (int i = 0; i < src->n_blocks; i++) {
-        cf_block_ref(p, src->blocks[i]);
+        if (src->blocks[i] >= 0) cf_block_ref(p, src->blocks[i]);
         dst->blocks[i] = src->blocks[i];
     }
     dst->n_blocks = src->n_blocks;
+    dst->first = src->first;
     dst->n_tokens = src->n_tokens;
     dst->n_published = src->n_published;
     return CINFER_OK;
@@ -309,8 +363,40 @@ cinfer_status cf_block_table_adopt_prefix(cf_block_pool *p, cf_block_table *t, c
     return CINFER_OK;
 }
 
+cinfer_status cf_block_table_adopt_keyed(cf_block_pool *p, cf_block_table *t, const int32_t *tokens, int max_blocks, int window,
+                                         uint64_t salt, const cf_block_pool *kp, const cf_block_table *kt, int *adopted,
+                                         cinfer_error *err) {
+    const int bs = p->block_size;
+    *adopted = 0;
+    if (max_blocks > kt->n_blocks) max_blocks = kt->n_blocks;
+    if (max_blocks <= 0) return CINFER_OK;
+    CF_TRY(table_grow(t, max_blocks, err));
+    /* blocks[i] = the keyed block of kt's block i, or -1; then the largest k whose needed run [lo, k) is whole */
+    int run = 0, k = 0;
+    int32_t *found = t->blocks;
+    for (int i = 0; i < max_blocks; i++) {
+        found[i] = cf_block_find_keyed(p, kt->blocks[i], cf_block_gen(kp, kt->blocks[i]), tokens + (size_t)i * (size_t)bs, salt);
+        run = found[i] >= 0 ? run + 1 : 0;
+        const int64_t from = (int64_t)(i + 1) * bs - window + 1;
+        const int lo = from > 0 ? (int)(from / bs) : 0;
+        if (run >= i + 1 - lo) k = i + 1;
+    }
+    const int64_t from = (int64_t)k * bs - window + 1;
+    const int lo = from > 0 ? (int)(from / bs) : 0;
+    for (int i = 0; i < k; i++) {
+        if (i < lo) found[i] = -1;
+        else cf_block_ref(p, found[i]);
+    }
+    t->n_blocks = t->n_published = k;
+    t->first = lo;
+    t->n_tokens = k * bs;
+    *adopted = k;
+    return CINFER_OK;
+}
+
 void cf_block_table_release(cf_block_pool *p, cf_block_table *t) {
-    for (int i = t->n_blocks - 1; i >= 0; i--) cf_block_unref(p, t->blocks[i]);
+    for (int i = t->n_blocks - 1; i >= 0; i--)
+        if (t->blocks[i] >= 0) cf_block_unref(p, t->blocks[i]);
     free(t->blocks);
     memset(t, 0, sizeof *t);
 }

@@ -21,7 +21,7 @@ cinfer_status cf_kv_lease_acquire(const cf_lease_request *rq, cf_kv_lease *out, 
             if (!out->blocks) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for a view of %s's %d KV blocks", name, t->n_blocks);
             for (int i = 0; i < t->n_blocks; i++) {
                 out->blocks[i] = t->blocks[i];
-                cf_block_ref(rq->pool, t->blocks[i]);
+                if (t->blocks[i] >= 0) cf_block_ref(rq->pool, t->blocks[i]);
             }
         }
         out->n_blocks = t->n_blocks;
@@ -40,7 +40,8 @@ cinfer_status cf_kv_lease_acquire(const cf_lease_request *rq, cf_kv_lease *out, 
 void cf_kv_lease_release(cf_kv_lease *l) {
     if (!l->state) return;
     if (l->mode == CF_LEASE_READ) {
-        for (int i = l->n_blocks - 1; i >= 0; i--) cf_block_unref(l->pool, l->blocks[i]);
+        for (int i = l->n_blocks - 1; i >= 0; i--)
+            if (l->blocks[i] >= 0) cf_block_unref(l->pool, l->blocks[i]);
         free(l->blocks);
         l->state->readers--;
     } else {

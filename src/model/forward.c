@@ -69,6 +69,7 @@ static void attention_block(cf_model *m, const cf_pass *p, int l, cf_tensor x, i
     const cf_rope_set *rs = &hp->rope[L->rope_set];
 
     const int own_kv = L->kv_source == l;
+    const cf_batch_view *bv = p->pool && p->pool->windowed[L->kv_source] ? p->bv_win : p->bv;
     const cf_tensor q_norm = hp->qk_norm ? w->q_norm : none, k_norm = hp->qk_norm ? w->k_norm : none;
     const cf_tensor v_norm = hp->v_norm ? cf_cols(m->ones, 0, L->v_head_dim) : none;
     if (!h_ready) op->rmsnorm(be, h, x, w->attn_norm, eps, wo);
@@ -79,7 +80,7 @@ static void attention_block(cf_model *m, const cf_pass *p, int l, cf_tensor x, i
                           .head_dim = L->head_dim, .v_head_dim = L->v_head_dim, .rot_dim = rs->rot_dim, .pos = pos,
                           .inv_freq = m->rope_freq[L->rope_set]};
         if (own_kv && p->pool) {
-            qa.dest = (cf_kv_dest){.k_cache = p->pool->k[l], .v_cache = p->pool->v[l], .idx = p->bv->slot};
+            qa.dest = (cf_kv_dest){.k_cache = p->pool->k[l], .v_cache = p->pool->v[l], .idx = bv->slot};
         } else if (own_kv) {
             const cf_kv_layer *c = &p->kv->layers[l];
             qa.dest = (cf_kv_dest){.k_cache = c->k, .v_cache = c->v, .idx = p->pos_ops ? pos : none, .pos0 = p->kv->n, .cap = c->cap};
@@ -107,8 +108,8 @@ static void attention_block(cf_model *m, const cf_pass *p, int l, cf_tensor x, i
         op->rope(be, q, pos, L->n_heads, L->head_dim, rs->rot_dim, m->rope_freq[L->rope_set]);
         if (own_kv) op->rope(be, k, pos, L->n_kv_heads, L->head_dim, rs->rot_dim, m->rope_freq[L->rope_set]);
         if (own_kv && p->pool) {
-            op->kv_store_slots(be, p->pool->k[l], k, p->bv->slot);
-            op->kv_store_slots(be, p->pool->v[l], v, p->bv->slot);
+            op->kv_store_slots(be, p->pool->k[l], k, bv->slot);
+            op->kv_store_slots(be, p->pool->v[l], v, bv->slot);
         } else if (own_kv && p->pos_ops) {
             const cf_kv_layer *c = &p->kv->layers[l];
             op->kv_store_pos(be, c->k, k, pos, c->cap);
@@ -123,9 +124,9 @@ static void attention_block(cf_model *m, const cf_pass *p, int l, cf_tensor x, i
         const cf_tensor kp = p->pool->k[L->kv_source], vp = p->pool->v[L->kv_source];
         cf_paged_attn_args a = {.n_heads = L->n_heads, .n_kv_heads = L->n_kv_heads, .head_dim = L->head_dim,
                                 .v_head_dim = L->v_head_dim, .block_size = p->pool->block_size,
-                                .table_cols = (int)p->bv->block_table.cols, .max_keys = p->max_keys, .window = L->window,
+                                .table_cols = (int)bv->block_table.cols, .max_keys = p->max_keys, .window = L->window,
                                 .scale = L->attn_scale, .softcap = hp->attn_softcap};
-        op->attention_paged(be, att, q, kp, vp, &a, p->bv);
+        op->attention_paged(be, att, q, kp, vp, &a, bv);
     } else {
         const cf_kv_layer *cache = &p->kv->layers[L->kv_source];
         const int pos0 = p->kv->n;

@@ -25,7 +25,8 @@ void cf_scratch_free(cf_model *m, cf_scratch *s);
 /* One forward pass over n rows whose token ids are in s->ids (and positions in s->pos). With kv: one sequence
  * at positions kv->n onwards, stored and attended in its contiguous cache (pos_ops: positions read from s->pos
  * on the device, see kv_store_pos). With pool: a batch (bv) over the paged cache; max_keys bounds the keys a
- * row sees (see cf_paged_attn_args). */
+ * row sees (see cf_paged_attn_args); layers whose cache is in the window pool store and read through bv_win
+ * (the same rows, with the window pool's slots and block tables). */
 typedef struct cf_pass {
     cf_scratch *s;
     int n;
@@ -33,6 +34,7 @@ typedef struct cf_pass {
     int pos_ops;
     const cf_kv_pool *pool;
     const cf_batch_view *bv;
+    const cf_batch_view *bv_win;   /* NULL when the pool has no window layers */
     int max_keys;
     /* taps (optional): after decoder layer taps[j] its output (the residual stream after the whole layer) is
      * copied to columns [j*dim, (j+1)*dim) of tap_out's rows [0, n) (F32, at least n_taps*dim columns) */

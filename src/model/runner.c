@@ -3,6 +3,7 @@
  * each item asked for. */
 #include "model/runner.h"
 #include "model/forward.h"
+#include "kv/kv_split.h"
 #include "kv/lease.h"
 #include "base/status.h"
 #include "sample/sampler.h"
@@ -15,6 +16,7 @@
 #define N_BUCKETS 12          /* decode graphs for 1, 2, 4, ... 2048 sequences */
 #define GRAPH_MAX_ITEM_ROWS 32   /* a verification of at most this many rows runs in a decode graph; longer runs of rows
                                     with every row's logits (scoring a text) take the prefill path */
+#define DEFAULT_ROLLBACK 32   /* positions a truncate can always go back where window layers free blocks */
 
 struct cf_runner {
     cf_model *m;
@@ -22,15 +24,17 @@ struct cf_runner {
     cf_kv_pool *kv;
     cf_scratch sc;
     int table_cols;
+    int tstride;                 /* a host/device table row: the full pool's table_cols, then the window pool's if any */
+    int window, rollback;        /* the window pool (kv->wblocks): positions its readers look back, a truncate can go back */
     int n_seqs_alive;
     /* the batch on the device and its host copies */
-    cf_batch_view bv;
+    cf_batch_view bv, bv_win;    /* bv_win: the window pool's slots and tables (window pool only) */
     cf_tensor u, picks;          /* F32 [max_seqs, 1] uniforms; I32 [max_seqs, 1] picked tokens */
-    cf_tensor meta;              /* I32: row_seq [R] | seq_start [S + 1] | slot [R] | block_table [S, cols]: the views in bv */
-    int32_t *h_meta, *h_pos, *h_row_seq, *h_seq_start, *h_slot, *h_table, *h_ids;
+    cf_tensor meta;              /* I32: the views in bv and bv_win (laid out in cf_runner_create) */
+    int32_t *h_meta, *h_pos, *h_row_seq, *h_seq_start, *h_slot, *h_wslot, *h_table, *h_ids;
     float *h_u, *h_picks;
     float *h_logits;             /* [logit_rows, vocab] */
-    cf_block_copy *copies;       /* [max_seqs] */
+    cf_block_copy *copies, *wcopies;   /* [max_seqs] each: copy-on-write in the full and window pools */
     cf_lease_request *lease_rq;  /* [max_seqs]: a step's write leases on its sequences */
     cf_kv_lease *leases;
     int *out_first;              /* [max_seqs]: each item's first logits row */
@@ -46,13 +50,15 @@ struct cf_runner {
 struct cf_rseq {
     cf_runner *r;
     cf_block_table t;
+    cf_block_table w;         /* the window pool's table (its oldest blocks dropped as the sequence moves on) */
     cf_lease_state ls;        /* who borrows t (kv/lease.h) */
     int32_t *tokens;
     int cap;
 };
 
 cf_runner_params cf_runner_default_params(void) {
-    return (cf_runner_params){.max_seqs = 0, .max_batch_tokens = 0, .max_ctx = 0, .kv_bytes = 0, .block_size = 0, .graphs = 1};
+    return (cf_runner_params){.max_seqs = 0, .max_batch_tokens = 0, .max_ctx = 0, .kv_bytes = 0, .block_size = 0, .graphs = 1,
+                              .rollback = 0, .single_pool = 0};
 }
 
 const cf_runner_params *cf_runner_params_of(const cf_runner *r) { return &r->p; }
@@ -60,6 +66,12 @@ cf_model *cf_runner_model(const cf_runner *r) { return r->m; }
 int cf_runner_blocks_total(const cf_runner *r) { return cf_block_pool_size(r->kv->blocks); }
 int cf_runner_blocks_available(const cf_runner *r) { return cf_block_pool_available(r->kv->blocks); }
 int cf_runner_blocks_cached(const cf_runner *r) { return cf_block_pool_cached(r->kv->blocks); }
+int cf_runner_wblocks_total(const cf_runner *r) { return r->kv->wblocks ? cf_block_pool_size(r->kv->wblocks) : 0; }
+int cf_runner_wblocks_available(const cf_runner *r) { return r->kv->wblocks ? cf_block_pool_available(r->kv->wblocks) : 0; }
+int cf_runner_wblocks_cached(const cf_runner *r) { return r->kv->wblocks ? cf_block_pool_cached(r->kv->wblocks) : 0; }
+int cf_runner_window(const cf_runner *r) { return r->kv->wblocks ? r->window : 0; }
+int64_t cf_runner_block_bytes(const cf_runner *r) { return r->kv->bytes_per_block; }
+int64_t cf_runner_wblock_bytes(const cf_runner *r) { return r->kv->wblocks ? r->kv->wbytes_per_block : 0; }
 
 static int bucket_of(int n) {
     int b = 0;
@@ -84,6 +96,7 @@ void cf_runner_free(cf_runner *r) {
     free(r->h_picks);
     free(r->h_logits);
     free(r->copies);
+    free(r->wcopies);
     free(r->lease_rq);
     free(r->leases);
     free(r->out_first);
@@ -92,12 +105,38 @@ void cf_runner_free(cf_runner *r) {
     free(r);
 }
 
+/* Marks windowed the caches whose every reader (the layer itself and the KV-shared layers reading it) has a
+ * sliding window; returns the largest of their windows (0: none). */
+static int plan_window_pool(const cf_hparams *hp, uint8_t *in_window) {
+    int window = 0;
+    for (int l = 0; l < hp->n_layers; l++) {
+        if (hp->layers[l].kv_source != l) continue;
+        int w = 0, all = 1;
+        for (int j = 0; j < hp->n_layers; j++) {
+            if (hp->layers[j].kv_source != l) continue;
+            all &= hp->layers[j].window > 0;
+            if (hp->layers[j].window > w) w = hp->layers[j].window;
+        }
+        in_window[l] = (uint8_t)all;
+        if (all && w > window) window = w;
+    }
+    return window;
+}
+
+/* Window-pool blocks a sequence holds at most right after appending n positions: what its queries can still see
+ * (window - 1 positions before the first new one), the rollback, the n new positions, and the partial blocks at
+ * both ends; never more than a whole table. */
+static int window_blocks(int window, int rollback, int n, int block_size, int table_cols) {
+    const int64_t b = ((int64_t)window - 1 + rollback + n + block_size - 1) / block_size + 1;
+    return b < table_cols ? (int)b : table_cols;
+}
+
 cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runner **out, cinfer_error *err) {
     *out = NULL;
     const cf_hparams *hp = &m->hp;
     cf_backend *be = m->be;
     cf_runner_params p = pp ? *pp : cf_runner_default_params();
-    if (p.max_seqs < 0 || p.max_batch_tokens < 0 || p.max_ctx < 0 || p.kv_bytes < 0 || p.block_size < 0)
+    if (p.max_seqs < 0 || p.max_batch_tokens < 0 || p.max_ctx < 0 || p.kv_bytes < 0 || p.block_size < 0 || p.rollback < 0)
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "runner parameters must not be negative");
     if (!p.max_seqs) p.max_seqs = 128;
     if (!p.max_batch_tokens) p.max_batch_tokens = cf_model_prefill_chunk(m);
@@ -108,46 +147,72 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT,
                        "a runner of %d sequences, %d tokens a step and KV blocks of %d tokens is out of range (at most %d, 65536, 1024)",
                        p.max_seqs, p.max_batch_tokens, p.block_size, 1 << (N_BUCKETS - 1));
+    if (!p.rollback) p.rollback = DEFAULT_ROLLBACK;
+    if (p.rollback > p.max_ctx) p.rollback = p.max_ctx;
     cf_kv_spec *specs = calloc((size_t)hp->n_layers, sizeof *specs);
-    if (!specs) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    uint8_t *in_window = calloc((size_t)hp->n_layers, sizeof *in_window);
+    if (!specs || !in_window) {
+        free(specs);
+        free(in_window);
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    }
+    const int table_cols = (p.max_ctx + p.block_size - 1) / p.block_size;
     for (int l = 0; l < hp->n_layers; l++) {
         const cf_layer_hp *L = &hp->layers[l];
         specs[l] = (cf_kv_spec){.n_kv_heads = L->n_kv_heads, .head_dim = L->head_dim, .v_head_dim = L->v_head_dim,
                                 .window = L->window, .shared = L->kv_source != l};
     }
-    const int64_t per_block = cf_kv_pool_block_bytes(be, specs, hp->n_layers, p.block_size);
-    const int table_cols = (p.max_ctx + p.block_size - 1) / p.block_size;
+    const int window = p.single_pool ? 0 : plan_window_pool(hp, in_window);
+    const int wcap_decode = window ? window_blocks(window, p.rollback, 1, p.block_size, table_cols) : 0;
+    const int wcap_step = window ? window_blocks(window, p.rollback, p.max_batch_tokens, p.block_size, table_cols) : 0;
+    const int windowed = window && wcap_decode < table_cols;   /* else a window as long as the context: nothing to free */
     cf_runner *r = calloc(1, sizeof *r);
-    if (!r) { free(specs); return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory"); }
+    if (!r) {
+        free(specs);
+        free(in_window);
+        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
+    }
     r->m = m;
     r->table_cols = table_cols;
+    r->tstride = windowed ? 2 * table_cols : table_cols;
+    r->window = windowed ? window : 0;
+    r->rollback = p.rollback;
+    const uint8_t *pools = windowed ? in_window : NULL;
     const int logit_rows = p.max_seqs > MIN_LOGIT_ROWS ? p.max_seqs : MIN_LOGIT_ROWS;
     cinfer_status st = cf_scratch_alloc(m, p.max_batch_tokens, logit_rows, &r->sc, err);
-    /* the KV pool: what was asked for, else room for max_seqs full contexts within 90% of what is left */
-    int64_t n_blocks = p.kv_bytes / per_block;
-    if (!p.kv_bytes) {
-        n_blocks = (int64_t)table_cols * p.max_seqs;
-        int64_t avail = be->ops->mem_available ? be->ops->mem_available(be) : 0;
-        if (avail > 0 && n_blocks > avail / 10 * 9 / per_block) n_blocks = avail / 10 * 9 / per_block;
-    }
-    if (n_blocks > (1 << 27)) n_blocks = 1 << 27;
-    if (st == CINFER_OK && n_blocks < 1)
-        st = cf_fail(err, CINFER_E_INVALID_ARGUMENT, "%lld bytes of KV memory hold no block of %d tokens (%lld bytes)",
-                     (long long)p.kv_bytes, p.block_size, (long long)per_block);
-    if (st == CINFER_OK) st = cf_kv_pool_create(be, specs, hp->n_layers, (int)n_blocks, p.block_size, &r->kv, err);
-    p.kv_bytes = n_blocks * per_block;
+    /* the KV pools: what was asked for, else room for max_seqs full contexts within 90% of what is left */
+    const int64_t avail = be->ops->mem_available ? be->ops->mem_available(be) : 0;
+    cf_kv_split_in si = {.kv_bytes = p.kv_bytes, .mem_cap = avail > 0 ? avail / 10 * 9 : 0,
+                         .full_bytes = cf_kv_pool_block_bytes(be, specs, pools, hp->n_layers, p.block_size, 0),
+                         .win_bytes = windowed ? cf_kv_pool_block_bytes(be, specs, pools, hp->n_layers, p.block_size, 1) : 0,
+                         .max_seqs = p.max_seqs, .block_size = p.block_size, .ctx_blocks = table_cols,
+                         .win_blocks_decode = windowed ? wcap_decode : 0, .win_blocks_step = windowed ? wcap_step : 0};
+    cf_kv_split_out so = {0};
+    if (st == CINFER_OK) st = cf_kv_split(&si, &so, err);
+    if (st == CINFER_OK)
+        st = cf_kv_pool_create(be, specs, pools, hp->n_layers, (int)so.n_full, (int)so.n_win, r->window, p.block_size, &r->kv, err);
+    p.kv_bytes = so.bytes;
     r->p = p;
     free(specs);
+    free(in_window);
     const int R = p.max_batch_tokens, S = p.max_seqs;
-    const int64_t meta_n = 2 * (int64_t)R + S + 1 + (int64_t)S * table_cols;
+    /* row_seq [R] | seq_start [S + 1] | slot [R] | window slot [R] | tables [S, tstride]: row s is sequence s's full
+     * table, then its window table (no window slots or tables without a window pool) */
+    const int64_t wslots = windowed ? R : 0, table_at = 2 * (int64_t)R + S + 1 + wslots;
+    const int64_t meta_n = table_at + (int64_t)S * r->tstride;
     if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, meta_n, 1, &r->meta, err);
     if (st == CINFER_OK) {
+        int32_t *tables = (int32_t *)r->meta.data + table_at;
         r->bv.pos = r->sc.pos;
         r->bv.row_seq = cf_rows(r->meta, 0, R);
         r->bv.seq_start = cf_rows(r->meta, R, S + 1);
         r->bv.slot = cf_rows(r->meta, R + S + 1, R);
-        r->bv.block_table = (cf_tensor){.data = (int32_t *)r->meta.data + 2 * R + S + 1, .dtype = CF_I32, .rows = S,
-                                        .cols = table_cols, .stride = table_cols};
+        r->bv.block_table = (cf_tensor){.data = tables, .dtype = CF_I32, .rows = S, .cols = table_cols, .stride = r->tstride};
+        if (windowed) {
+            r->bv_win = r->bv;
+            r->bv_win.slot = cf_rows(r->meta, 2 * (int64_t)R + S + 1, R);
+            r->bv_win.block_table.data = tables + table_cols;
+        }
     }
     if (st == CINFER_OK) st = be->ops->alloc(be, CF_F32, S, 1, &r->u, err);
     if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, S, 1, &r->picks, err);
@@ -158,18 +223,20 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
             r->h_row_seq = r->h_meta;
             r->h_seq_start = r->h_row_seq + R;
             r->h_slot = r->h_seq_start + S + 1;
-            r->h_table = r->h_slot + R;
+            r->h_wslot = windowed ? r->h_slot + R : NULL;
+            r->h_table = r->h_meta + table_at;
         }
         r->h_ids = malloc((size_t)R * sizeof *r->h_ids);
         r->h_u = malloc((size_t)S * sizeof *r->h_u);
         r->h_picks = malloc((size_t)S * sizeof *r->h_picks);
         r->h_logits = malloc((size_t)logit_rows * (size_t)hp->vocab * sizeof *r->h_logits);
         r->copies = malloc((size_t)S * sizeof *r->copies);
+        r->wcopies = malloc((size_t)S * sizeof *r->wcopies);
         r->lease_rq = malloc((size_t)S * sizeof *r->lease_rq);
         r->leases = malloc((size_t)S * sizeof *r->leases);
         r->out_first = malloc((size_t)S * sizeof *r->out_first);
         if (!r->h_pos || !r->h_meta || !r->h_ids || !r->h_u || !r->h_picks ||
-            !r->h_logits || !r->copies || !r->lease_rq || !r->leases || !r->out_first)
+            !r->h_logits || !r->copies || !r->wcopies || !r->lease_rq || !r->leases || !r->out_first)
             st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the runner's host buffers");
     }
     if (st != CINFER_OK) {
@@ -178,7 +245,9 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
     }
     /* pad rows name the scratch block everywhere; the device table starts so too */
     for (int64_t i = 0; i < meta_n; i++) r->h_meta[i] = 0;
-    for (int64_t i = 0; i < (int64_t)S * table_cols; i++) r->h_table[i] = r->kv->scratch_block;
+    for (int i = 0; i < S; i++)
+        for (int c = 0; c < r->tstride; c++)
+            r->h_table[(int64_t)i * r->tstride + c] = c < table_cols ? r->kv->scratch_block : r->kv->wscratch_block;
     be->ops->write(be, r->meta, r->h_meta);
     *out = r;
     return CINFER_OK;
@@ -208,6 +277,7 @@ cinfer_status cf_rseq_create(cf_runner *r, cf_rseq **out, cinfer_error *err) {
 void cf_rseq_free(cf_rseq *s) {
     if (!s) return;
     cf_block_table_release(s->r->kv->blocks, &s->t);
+    if (s->r->kv->wblocks) cf_block_table_release(s->r->kv->wblocks, &s->w);
     s->r->n_seqs_alive--;
     free(s->tokens);
     free(s);
@@ -216,14 +286,53 @@ void cf_rseq_free(cf_rseq *s) {
 int cf_rseq_len(const cf_rseq *s) { return s->t.n_tokens; }
 const int32_t *cf_rseq_tokens(const cf_rseq *s) { return s->tokens; }
 int cf_rseq_blocks_held(const cf_rseq *s) { return s->t.n_blocks; }
+int cf_rseq_wblocks_held(const cf_rseq *s) { return s->w.n_blocks - s->w.first; }
 
-int cf_rseq_blocks_needed(const cf_rseq *s, int n) {
-    const cf_block_pool *p = s->r->kv->blocks;
-    const int bs = s->r->kv->block_size;
-    const int need = (s->t.n_tokens + n + bs - 1) / bs - s->t.n_blocks;
-    const int last = s->t.n_tokens % bs ? s->t.n_tokens / bs : -1;
-    const int cow = last >= 0 && cf_block_refs(p, s->t.blocks[last]) > 1;
+/* Blocks appending n positions to t takes from p now: the new ones, and a copy of a shared partial last block. */
+static int table_needs(const cf_block_pool *p, const cf_block_table *t, int n) {
+    const int bs = cf_block_pool_block_size(p);
+    const int need = (t->n_tokens + n + bs - 1) / bs - t->n_blocks;
+    const int last = t->n_tokens % bs ? t->n_tokens / bs : -1;
+    const int cow = last >= 0 && t->blocks[last] >= 0 && cf_block_refs(p, t->blocks[last]) > 1;
     return (need > 0 ? need : 0) + cow;
+}
+
+int cf_rseq_blocks_needed(const cf_rseq *s, int n) { return table_needs(s->r->kv->blocks, &s->t, n); }
+
+/* Where a step drops s's window table below before reserving: what only the last step's rollback kept. */
+static int drop_point(const cf_rseq *s) { return s->w.n_tokens - (s->r->window - 1) - s->r->rollback; }
+
+int cf_rseq_wblocks_needed(const cf_rseq *s, int n) {
+    const cf_block_pool *p = s->r->kv->wblocks;
+    if (!p) return 0;
+    /* the blocks the step's drop gives back first (those no one else holds) count against what it takes */
+    const int bs = s->r->p.block_size, end = drop_point(s) > 0 ? drop_point(s) / bs : 0;
+    int back = 0;
+    for (int i = s->w.first; i < end && i < s->w.n_blocks; i++) back += s->w.blocks[i] >= 0 && cf_block_refs(p, s->w.blocks[i]) == 1;
+    const int need = table_needs(p, &s->w, n) - back;
+    return need > 0 ? need : 0;
+}
+
+int cf_rseq_wblocks_wanted(const cf_rseq *s, int n) {
+    const cf_runner *r = s->r;
+    if (!r->kv->wblocks || n <= 0) return 0;
+    const int step = n < r->p.max_batch_tokens ? n : r->p.max_batch_tokens;
+    const int peak = window_blocks(r->window, r->rollback, step, r->p.block_size, r->table_cols) - cf_rseq_wblocks_held(s);
+    const int exact = table_needs(r->kv->wblocks, &s->w, n);
+    return exact < peak ? exact : peak > 0 ? peak : 0;
+}
+
+int cf_runner_wblocks_for(const cf_runner *r, int n) {
+    if (!r->kv->wblocks || n <= 0) return 0;
+    const int step = n < r->p.max_batch_tokens ? n : r->p.max_batch_tokens;
+    const int peak = window_blocks(r->window, r->rollback, step, r->p.block_size, r->table_cols);
+    const int all = (int)(((int64_t)n + r->p.block_size - 1) / r->p.block_size);
+    return all < peak ? all : peak;
+}
+
+int cf_rseq_floor(const cf_rseq *s) {
+    if (!s->r->kv->wblocks || s->w.first == 0) return 0;
+    return s->w.first * s->r->p.block_size + s->r->window - 1;
 }
 
 cinfer_status cf_rseq_truncate(cf_rseq *s, int n, cinfer_error *err) {
@@ -232,17 +341,26 @@ cinfer_status cf_rseq_truncate(cf_rseq *s, int n, cinfer_error *err) {
                        s->ls.readers, s->ls.writer ? ", a write lease" : "");
     if (n < 0 || n > s->t.n_tokens)
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "cannot truncate a sequence of %d tokens to %d", s->t.n_tokens, n);
+    const int floor = cf_rseq_floor(s);
+    if (n > 0 && n < floor)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT,
+                       "cannot roll a sequence of %d tokens back to %d: its sliding-window layers (window %d) freed the positions "
+                       "below %d, so it can return to %d tokens at the least (or to 0); the runner keeps %d positions to roll back",
+                       s->t.n_tokens, n, s->r->window, s->w.first * s->r->p.block_size, floor, s->r->rollback);
     cf_block_table_truncate(s->r->kv->blocks, &s->t, n);
+    if (s->r->kv->wblocks) cf_block_table_truncate(s->r->kv->wblocks, &s->w, n);
     return CINFER_OK;
 }
 
 cinfer_status cf_rseq_fork(cf_rseq *src, cf_rseq **out, cinfer_error *err) {
-    cf_lease_request rq = {src->r->kv->blocks, &src->t, &src->ls, CF_LEASE_READ, "the sequence forked"};
+    cf_kv_pool *kv = src->r->kv;
+    cf_lease_request rq = {kv->blocks, &src->t, &src->ls, CF_LEASE_READ, "the sequence forked"};
     cf_kv_lease view;
     CF_TRY(cf_kv_lease_acquire(&rq, &view, err));
     cinfer_status st = cf_rseq_create(src->r, out, err);
     if (st == CINFER_OK) st = tokens_reserve(*out, view.n_tokens, err);
-    if (st == CINFER_OK) st = cf_block_table_fork(src->r->kv->blocks, &src->t, &(*out)->t, err);
+    if (st == CINFER_OK) st = cf_block_table_fork(kv->blocks, &src->t, &(*out)->t, err);
+    if (st == CINFER_OK && kv->wblocks) st = cf_block_table_fork(kv->wblocks, &src->w, &(*out)->w, err);
     if (st == CINFER_OK && view.n_tokens) memcpy((*out)->tokens, src->tokens, (size_t)view.n_tokens * sizeof *src->tokens);
     cf_kv_lease_release(&view);
     if (st != CINFER_OK) {
@@ -256,9 +374,24 @@ cinfer_status cf_rseq_adopt_prefix(cf_rseq *s, const int32_t *ids, int n, int *r
     *reused = 0;
     if (s->t.n_tokens) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a prefix is adopted by an empty sequence only");
     if (n > s->r->p.max_ctx) n = s->r->p.max_ctx;
+    cf_kv_pool *kv = s->r->kv;
     CF_TRY(tokens_reserve(s, n, err));
-    CF_TRY(cf_block_table_adopt_prefix(s->r->kv->blocks, &s->t, ids, n, 0, reused, err));
-    if (*reused) memcpy(s->tokens, ids, (size_t)*reused * sizeof *ids);
+    int k = 0;
+    CF_TRY(cf_block_table_adopt_prefix(kv->blocks, &s->t, ids, n, 0, &k, err));
+    if (k && kv->wblocks) {
+        /* the window layers' blocks the next query needs must be cached too; else reuse less */
+        const int bs = s->r->p.block_size;
+        int kw = 0;
+        cinfer_status st = cf_block_table_adopt_keyed(kv->wblocks, &s->w, ids, k / bs, s->r->window, 0, kv->blocks, &s->t, &kw, err);
+        if (st != CINFER_OK) {
+            cf_block_table_truncate(kv->blocks, &s->t, 0);
+            return st;
+        }
+        if (kw * bs < k) cf_block_table_truncate(kv->blocks, &s->t, kw * bs);
+        k = kw * bs;
+    }
+    *reused = k;
+    if (k) memcpy(s->tokens, ids, (size_t)k * sizeof *ids);
     return CINFER_OK;
 }
 
@@ -301,28 +434,32 @@ static cinfer_status check_items(cf_runner *r, const cf_batch_item *it, int n_it
 
 /* Lays the batch out on the host: rows, positions, slots, tables, the first logits row of each item. n_seqs = 0:
  * each item is a sequence. n_seqs > 0 (a decode graph's bucket): every row is a one-row sequence of its own with
- * its item's block table and position (so the rows of a verification, one sequence at consecutive positions, read
+ * its item's block tables and position (so the rows of a verification, one sequence at consecutive positions, read
  * the keys up to their own position, those of the rows before them included: the step stores every row's K/V before
  * attention), every row has logits, and the sequences after the last row are padding. Returns the rows. */
 static int layout(cf_runner *r, const cf_batch_item *it, int n_items, int n_seqs, int *out_rows) {
-    const int B = r->kv->block_size, C = r->table_cols;
+    const int B = r->kv->block_size, C = r->table_cols, T = r->tstride;
+    const int win = r->kv->wblocks != NULL, scratch = r->kv->scratch_block, wscratch = r->kv->wscratch_block;
     const int one_row = n_seqs > 0;
     int row = 0, orow = 0, seq = 0;
     for (int i = 0; i < n_items; i++) {
         const cf_rseq *s = it[i].seq;
-        int32_t *tab = r->h_table + (size_t)seq * C;
-        for (int c = 0; c < C; c++) tab[c] = c < s->t.n_blocks ? s->t.blocks[c] : r->kv->scratch_block;
+        int32_t *tab = r->h_table + (size_t)seq * T, *wtab = tab + C;
+        for (int c = 0; c < C; c++) tab[c] = c < s->t.n_blocks ? s->t.blocks[c] : scratch;
+        if (win)   /* dropped blocks are never read (attention starts at the window): they name the scratch block */
+            for (int c = 0; c < C; c++) wtab[c] = c < s->w.n_blocks && s->w.blocks[c] >= 0 ? s->w.blocks[c] : wscratch;
         if (!one_row) r->h_seq_start[seq] = row;
         for (int k = 0; k < it[i].n; k++, row++) {
             const int p = s->t.n_tokens + k;
             if (one_row) {
-                if (k) memcpy(r->h_table + (size_t)(seq + k) * C, tab, (size_t)C * sizeof *tab);
+                if (k) memcpy(r->h_table + (size_t)(seq + k) * T, tab, (size_t)T * sizeof *tab);
                 r->h_seq_start[seq + k] = row;
             }
             r->h_ids[row] = it[i].ids[k];
             r->h_pos[row] = p;
             r->h_row_seq[row] = one_row ? seq + k : seq;
             r->h_slot[row] = s->t.blocks[p / B] * B + p % B;
+            if (win) r->h_wslot[row] = s->w.blocks[p / B] * B + p % B;
         }
         seq += one_row ? it[i].n : 1;
         if (one_row) {
@@ -333,12 +470,17 @@ static int layout(cf_runner *r, const cf_batch_item *it, int n_items, int n_seqs
         orow += it[i].logits == CF_LOGITS_ALL ? it[i].n : it[i].logits == CF_LOGITS_LAST || it[i].pick ? 1 : 0;
     }
     for (; one_row && seq < n_seqs; seq++, row++) {
+        int32_t *tab = r->h_table + (size_t)seq * T;
         r->h_seq_start[seq] = row;
         r->h_ids[row] = 0;
         r->h_pos[row] = 0;
         r->h_row_seq[row] = seq;
-        r->h_slot[row] = r->kv->scratch_block * B;
-        for (int c = 0; c < C; c++) r->h_table[(size_t)seq * C + c] = r->kv->scratch_block;
+        r->h_slot[row] = scratch * B;
+        for (int c = 0; c < C; c++) tab[c] = scratch;
+        if (win) {
+            r->h_wslot[row] = wscratch * B;
+            for (int c = 0; c < C; c++) tab[C + c] = wscratch;
+        }
     }
     r->h_seq_start[seq] = row;
     *out_rows = one_row ? row : orow;
@@ -349,12 +491,12 @@ static void upload(cf_runner *r, int rows, int n_seqs) {
     cf_backend *be = r->m->be;
     be->ops->write(be, cf_rows(r->sc.ids, 0, rows), r->h_ids);
     be->ops->write(be, cf_rows(r->sc.pos, 0, rows), r->h_pos);
-    /* the metadata in one transfer: everything before the table, and the table's first n_seqs rows */
-    be->ops->write(be, cf_rows(r->meta, 0, (r->h_table - r->h_meta) + (int64_t)n_seqs * r->table_cols), r->h_meta);
+    /* the metadata in one transfer: everything before the tables, and the tables' first n_seqs rows */
+    be->ops->write(be, cf_rows(r->meta, 0, (r->h_table - r->h_meta) + (int64_t)n_seqs * r->tstride), r->h_meta);
 }
 
-static cf_batch_view view_of(const cf_runner *r, int rows, int n_seqs, int max_rows_per_seq) {
-    cf_batch_view v = r->bv;
+static cf_batch_view view_of(const cf_batch_view *base, int rows, int n_seqs, int max_rows_per_seq) {
+    cf_batch_view v = *base;
     v.pos = cf_rows(v.pos, 0, rows);
     v.row_seq = cf_rows(v.row_seq, 0, rows);
     v.seq_start = cf_rows(v.seq_start, 0, n_seqs + 1);
@@ -368,8 +510,9 @@ static cf_batch_view view_of(const cf_runner *r, int rows, int n_seqs, int max_r
 
 /* The layers and the logits of every row of a decode step of n_seqs one-row sequences. */
 static cinfer_status decode_ops(cf_runner *r, int n_seqs, cinfer_error *err) {
-    cf_batch_view v = view_of(r, n_seqs, n_seqs, 1);
-    cf_pass p = {.s = &r->sc, .n = n_seqs, .pool = r->kv, .bv = &v, .max_keys = r->p.max_ctx};
+    const int win = r->kv->wblocks != NULL;
+    cf_batch_view v = view_of(&r->bv, n_seqs, n_seqs, 1), vw = win ? view_of(&r->bv_win, n_seqs, n_seqs, 1) : (cf_batch_view){0};
+    cf_pass p = {.s = &r->sc, .n = n_seqs, .pool = r->kv, .bv = &v, .bv_win = win ? &vw : NULL, .max_keys = r->p.max_ctx};
     CF_TRY(cf_forward_layers(r->m, &p, err));
     cf_forward_logits(r->m, &r->sc, cf_rows(r->sc.x, 0, n_seqs));
     return CINFER_OK;
@@ -414,6 +557,38 @@ static int pick_row(const cf_runner *r, const cf_batch_item *b, int i) {
     return r->out_first[i] + (b->logits == CF_LOGITS_ALL ? b->n - 1 : 0);
 }
 
+/* Gives back the blocks a reserve_all took beyond the items' lengths. */
+static void release_reserved(cf_runner *r, cf_batch_item *it, int n) {
+    for (int i = 0; i < n; i++) {
+        cf_rseq *s = it[i].seq;
+        cf_block_table_truncate(r->kv->blocks, &s->t, s->t.n_tokens);
+        if (r->kv->wblocks) cf_block_table_truncate(r->kv->wblocks, &s->w, s->w.n_tokens);
+    }
+}
+
+/* Reserves every item's new positions in both pools, all or nothing, and enqueues the copy-on-write copies. */
+static cinfer_status reserve_all(cf_runner *r, cf_batch_item *it, int n_items, cinfer_error *err) {
+    cf_kv_pool *kv = r->kv;
+    int n_copies = 0, n_wcopies = 0, i = 0;
+    cinfer_status st = CINFER_OK;
+    for (; i < n_items && st == CINFER_OK; i++) {
+        cf_rseq *s = it[i].seq;
+        int nc = 0;
+        if (kv->wblocks) cf_block_table_drop(kv->wblocks, &s->w, drop_point(s));   /* the last step is confirmed */
+        st = cf_block_table_reserve(kv->blocks, &s->t, it[i].n, r->copies + n_copies, &nc, err);
+        n_copies += nc;
+        if (st == CINFER_OK && kv->wblocks) {
+            st = cf_block_table_reserve(kv->wblocks, &s->w, it[i].n, r->wcopies + n_wcopies, &nc, err);
+            n_wcopies += nc;
+        }
+    }
+    /* the copies even on failure: a table that took a copy keeps it after giving back what it reserved */
+    for (int c = 0; c < n_copies; c++) cf_kv_pool_copy_block(kv, 0, r->copies[c].src, r->copies[c].dst);
+    for (int c = 0; c < n_wcopies; c++) cf_kv_pool_copy_block(kv, 1, r->wcopies[c].src, r->wcopies[c].dst);
+    if (st != CINFER_OK) release_reserved(r, it, i);
+    return st;
+}
+
 /* The step of checked items whose sequences it holds. */
 static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_error *err) {
     cf_model *m = r->m;
@@ -423,18 +598,9 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
     r->hidden_rows = 0;
     for (int i = 0; i < n_items; i++) CF_TRY(tokens_reserve(it[i].seq, it[i].seq->t.n_tokens + it[i].n, err));
 
-    /* blocks for every item, all or nothing */
-    int n_copies = 0;
-    for (int i = 0; i < n_items; i++) {
-        int nc = 0;
-        cinfer_status st = cf_block_table_reserve(r->kv->blocks, &it[i].seq->t, it[i].n, r->copies + n_copies, &nc, err);
-        if (st != CINFER_OK) {
-            for (int j = 0; j < i; j++) cf_block_table_truncate(r->kv->blocks, &it[j].seq->t, it[j].seq->t.n_tokens);
-            return st;
-        }
-        n_copies += nc;
-    }
-    for (int i = 0; i < n_copies; i++) cf_kv_pool_copy_block(r->kv, r->copies[i].src, r->copies[i].dst);
+    /* blocks for every item in both pools, all or nothing */
+    cinfer_status st = reserve_all(r, it, n_items, err);
+    if (st != CINFER_OK) return st;
 
     /* a decode graph takes steps of one-row items and verifications (every row's logits), each row a sequence */
     int decode = 1, max_rows = 0, all_rows = 0;
@@ -447,17 +613,18 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
     const int graphs = !r->taps.hidden && decode && r->p.graphs && m->decode_graphs && op->graph_begin && n_seqs <= r->p.max_seqs;
     int out_rows = 0;
     const int rows = layout(r, it, n_items, graphs ? n_seqs : 0, &out_rows);
-    cinfer_status st = CINFER_OK;
     if (graphs) {
         upload(r, rows, n_seqs);
         st = run_decode_graph(r, n_seqs, err);
     } else {
         upload(r, rows, n_items);
-        cf_batch_view v = view_of(r, rows, n_items, max_rows);
+        const int win = r->kv->wblocks != NULL;
+        cf_batch_view v = view_of(&r->bv, rows, n_items, max_rows);
+        cf_batch_view vw = win ? view_of(&r->bv_win, rows, n_items, max_rows) : (cf_batch_view){0};
         int max_keys = 0;
         for (int i = 0; i < n_items; i++)
             if (it[i].seq->t.n_tokens + it[i].n > max_keys) max_keys = it[i].seq->t.n_tokens + it[i].n;
-        cf_pass p = {.s = &r->sc, .n = rows, .pool = r->kv, .bv = &v, .max_keys = max_keys};
+        cf_pass p = {.s = &r->sc, .n = rows, .pool = r->kv, .bv = &v, .bv_win = win ? &vw : NULL, .max_keys = max_keys};
         if (r->taps.hidden) p.taps = r->taps.layers, p.n_taps = r->taps.n, p.tap_out = r->tap_dev;
         st = cf_forward_layers(m, &p, err);
         if (st == CINFER_OK && out_rows) {
@@ -513,7 +680,7 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
     }
     if (st == CINFER_OK) st = op->sync(be, err);
     if (st != CINFER_OK) {
-        for (int i = 0; i < n_items; i++) cf_block_table_truncate(r->kv->blocks, &it[i].seq->t, it[i].seq->t.n_tokens);
+        release_reserved(r, it, n_items);
         return st;
     }
     for (int i = 0; i < n_items; i++) {
@@ -524,6 +691,14 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
         }
         memcpy(s->tokens + s->t.n_tokens, it[i].ids, (size_t)it[i].n * sizeof *it[i].ids);
         cf_block_table_commit(r->kv->blocks, &s->t, s->tokens, it[i].n, 0);
+        if (r->kv->wblocks) {
+            /* published under the full blocks just committed; then what no query to come can see is let go,
+             * keeping the rollback and, until the next step, the whole of this one (a truncate back to before it
+             * stays exact) */
+            cf_block_table_commit_keyed(r->kv->wblocks, &s->w, s->tokens, it[i].n, 0, r->kv->blocks, &s->t);
+            const int back = it[i].n > r->rollback ? it[i].n : r->rollback;
+            cf_block_table_drop(r->kv->wblocks, &s->w, s->w.n_tokens - (r->window - 1) - back);
+        }
     }
     if (r->taps.hidden) r->hidden_rows = rows;
     return CINFER_OK;

@@ -10,6 +10,15 @@
  * sequence and tries again). Full blocks are published to the prefix cache as they fill, under the chain
  * of their tokens; a new sequence adopts the longest cached prefix of its prompt (cf_rseq_adopt_prefix).
  *
+ * Sliding-window layers (whose readers all look back at most `window` positions) keep their K/V in a second pool
+ * (kv/kv_pool.h) where a sequence holds only what its future queries can see: after each step, the blocks whose
+ * positions all lie more than window - 1 + max(rollback, the step's tokens) positions behind its end go back to
+ * that pool (those of the step itself when the next step begins), so a truncate (rollback) of up to `rollback`
+ * positions, or to before its last step, stays exact; one further back fails, except to 0 (cf_rseq_floor). A
+ * prefix is reused only as far as the window layers' blocks its next query needs are still cached. The KV
+ * memory is split between the pools in proportion to what a sequence needs of each (kv/kv_split.h); a model
+ * without such layers has one pool, as has a runner with single_pool set.
+ *
  * A step holds a write lease (kv/lease.h) on each of its sequences, taken all or nothing before anything
  * else and released on every path.
  *
@@ -29,6 +38,8 @@ typedef struct cf_runner_params {
     int64_t kv_bytes;      /* KV memory; 0 = room for max_seqs full contexts, within 90% of the device's free memory */
     int block_size;        /* token slots per KV block; 0 = 16 */
     int graphs;            /* record decode steps (one graph per batch-size bucket) where the backend can; 0 = never */
+    int rollback;          /* window pool: positions a truncate can always go back; 0 = 32 */
+    int single_pool;       /* 1: every layer in one pool (sliding-window layers keep every block) */
 } cf_runner_params;
 
 cf_runner_params cf_runner_default_params(void);
@@ -44,6 +55,15 @@ cf_model *cf_runner_model(const cf_runner *r);
 int cf_runner_blocks_total(const cf_runner *r);
 int cf_runner_blocks_available(const cf_runner *r);   /* free + cached (unreferenced prefix blocks) */
 int cf_runner_blocks_cached(const cf_runner *r);
+int64_t cf_runner_block_bytes(const cf_runner *r);      /* a full-pool block over its layers */
+/* The window pool (0 for each when there is none): its blocks, the positions its layers look back, bytes a block. */
+int cf_runner_wblocks_total(const cf_runner *r);
+int cf_runner_wblocks_available(const cf_runner *r);
+int cf_runner_wblocks_cached(const cf_runner *r);
+int cf_runner_window(const cf_runner *r);
+int64_t cf_runner_wblock_bytes(const cf_runner *r);
+/* Window-pool blocks a new sequence takes at most while n positions are appended to it in steps. */
+int cf_runner_wblocks_for(const cf_runner *r, int n);
 
 /* ---- sequences ---- */
 typedef struct cf_rseq cf_rseq;
@@ -53,17 +73,25 @@ cinfer_status cf_rseq_create(cf_runner *r, cf_rseq **out, cinfer_error *err);
 void cf_rseq_free(cf_rseq *s);
 int cf_rseq_len(const cf_rseq *s);
 const int32_t *cf_rseq_tokens(const cf_rseq *s);     /* [cf_rseq_len] */
-/* Keeps the first n tokens (rollback); CINFER_E_BUSY while the sequence is leased. Exact: feeding the dropped tokens again gives a fresh run's logits. */
+/* Keeps the first n tokens (rollback); CINFER_E_BUSY while the sequence is leased; CINFER_E_INVALID_ARGUMENT for
+ * 0 < n < cf_rseq_floor. Exact: feeding the dropped tokens again gives a fresh run's logits. */
 cinfer_status cf_rseq_truncate(cf_rseq *s, int n, cinfer_error *err);
 /* A new sequence sharing src's blocks (copy-on-write); reads src through a read lease (kv/lease.h). */
 cinfer_status cf_rseq_fork(cf_rseq *src, cf_rseq **out, cinfer_error *err);
 /* s empty: takes the longest cached prefix of ids[0, n), whole blocks only and leaving at least one token to
  * compute (its logits are needed); *reused = the tokens taken (they count in cf_rseq_len). */
 cinfer_status cf_rseq_adopt_prefix(cf_rseq *s, const int32_t *ids, int n, int *reused, cinfer_error *err);
-/* The blocks appending n tokens would take from the pool now. */
+/* The least length above 0 a truncate can return to (0 when any can): the window pool freed what is below. */
+int cf_rseq_floor(const cf_rseq *s);
+/* The blocks appending n tokens in one step would take from the full pool now, and from the window pool (less
+ * what the step's own drop gives back first). */
 int cf_rseq_blocks_needed(const cf_rseq *s, int n);
-/* Blocks the sequence holds (shared ones included). */
+int cf_rseq_wblocks_needed(const cf_rseq *s, int n);
+/* Window-pool blocks appending n tokens in steps would take at most (a long input does not hold its whole length). */
+int cf_rseq_wblocks_wanted(const cf_rseq *s, int n);
+/* Blocks the sequence holds (shared ones included), in the full and the window pool. */
 int cf_rseq_blocks_held(const cf_rseq *s);
+int cf_rseq_wblocks_held(const cf_rseq *s);
 
 /* ---- steps ---- */
 typedef enum cf_logits_out { CF_LOGITS_NONE, CF_LOGITS_LAST, CF_LOGITS_ALL } cf_logits_out;
@@ -82,7 +110,7 @@ typedef struct cf_batch_item {
 
 /* Runs one forward pass over the items (at most max_seqs items, at most max_batch_tokens rows, no sequence
  * twice, logits rows (LAST: 1, ALL: n) at most max(max_seqs, 256) in all). Bad arguments, a sequence past
- * max_ctx or too few free blocks fail before anything changes; a device failure mid-step leaves the items'
+ * max_ctx or too few free blocks (in either pool) fail before anything changes; a device failure mid-step leaves the items'
  * sequences as before the step too (the KV rows past their length are not part of them). */
 cinfer_status cf_runner_step(cf_runner *r, cf_batch_item *items, int n_items, cinfer_error *err);
 

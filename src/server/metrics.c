@@ -148,6 +148,10 @@ int cf_metrics_render(cf_metrics *m, cinfer_engine *e, int model_loaded, cf_buf 
     bad |= gauge(out, "cinfer_kv_blocks_cached", "Free KV blocks holding a cached prompt prefix.", es.kv_blocks_cached);
     bad |= gauge(out, "cinfer_kv_usage_ratio", "Fraction of the KV memory held by sequences.",
                  es.kv_blocks_total ? (double)es.kv_blocks_used / es.kv_blocks_total : 0);
+    if (es.kv_window_blocks_total) {
+        bad |= gauge(out, "cinfer_kv_window_blocks_total", "Blocks of the sliding-window layers' own KV memory.", es.kv_window_blocks_total);
+        bad |= gauge(out, "cinfer_kv_window_blocks_used", "Sliding-window KV blocks held by sequences.", es.kv_window_blocks_used);
+    }
     bad |= counter(out, "cinfer_engine_steps_total", "Forward steps the engine has run.", (uint64_t)es.steps);
     return bad ? -1 : 0;
 }

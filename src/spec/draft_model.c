@@ -4,7 +4,8 @@
  * (only ids come back); drafting for many sources runs one runner step per drafted position over all of them.
  *
  * A source's sequence is kept a prefix of what it has seen (the committed context, then its own proposals):
- * commit truncates it to the longest prefix it shares with the new context (cf_rseq_truncate is exact), and the
+ * commit truncates it to the longest prefix it shares with the new context (cf_rseq_truncate is exact; to 0 where
+ * the draft's sliding-window layers no longer hold what that prefix needs, cf_rseq_floor), and the
  * next draft feeds what it lacks (after adopting the prefix cache when it is empty) together with the context's
  * last token, whose pick is the first proposal. The last proposal is never fed (it needs no KV).
  *
@@ -91,7 +92,8 @@ static cinfer_status set_context(dm_source *s, const int32_t *ids, int n, const 
     /* the sequence keeps its longest prefix shared with ids, at most n - 1 tokens */
     const int len = cf_rseq_len(s->seq);
     const int32_t *toks = cf_rseq_tokens(s->seq);
-    const int keep = common_prefix(toks, ids, len < n - 1 ? len : n - 1);
+    int keep = common_prefix(toks, ids, len < n - 1 ? len : n - 1);
+    if (keep > 0 && keep < cf_rseq_floor(s->seq)) keep = 0;   /* sliding-window layers freed what it needs: start over */
     if (keep < len) CF_TRY(cf_rseq_truncate(s->seq, keep, err));
     /* the context: only its changed tail is copied */
     const int same = common_prefix(s->ctx, ids, s->n_ctx < n ? s->n_ctx : n);
@@ -435,7 +437,7 @@ static int64_t kv_bytes_for(cf_model *m, int max_seqs, int max_ctx, int block_si
         specs[l] = (cf_kv_spec){.n_kv_heads = L->n_kv_heads, .head_dim = L->head_dim, .v_head_dim = L->v_head_dim,
                                 .window = L->window, .shared = L->kv_source != l};
     }
-    const int64_t per_block = cf_kv_pool_block_bytes(m->be, specs, hp->n_layers, block_size);
+    const int64_t per_block = cf_kv_pool_block_bytes(m->be, specs, NULL, hp->n_layers, block_size, 0);   /* every layer, as one pool */
     free(specs);
     int64_t bytes = (int64_t)max_seqs * ((max_ctx + block_size - 1) / block_size) * per_block;
     const int64_t avail = m->be->ops->mem_available ? m->be->ops->mem_available(m->be) : 0;

@@ -29,11 +29,15 @@ struct cf_target_txn {
 };
 
 /* The KV layout per layer, consecutive equal layers as one run: "2:4x16/16" (2 layers of 4 KV heads of 16, values
- * 16), "s" where a layer reads another layer's cache. */
+ * 16), "s" where a layer reads another layer's cache; "window=W rollback=R" first where sliding-window layers keep
+ * only their window in a pool of their own (model/runner.h). */
 static void state_abi(const cf_model *m, const cf_runner *r, char *out, size_t cap) {
     const cf_hparams *hp = &m->hp;
-    size_t k = (size_t)snprintf(out, cap, "paged-kv block=%d dtype=%s layers=", cf_runner_params_of(r)->block_size,
+    size_t k = (size_t)snprintf(out, cap, "paged-kv block=%d dtype=%s ", cf_runner_params_of(r)->block_size,
                                 cf_dtype_name(m->be->act_dtype));
+    if (k < cap && cf_runner_window(r))
+        k += (size_t)snprintf(out + k, cap - k, "window=%d rollback=%d ", cf_runner_window(r), cf_runner_params_of(r)->rollback);
+    if (k < cap) k += (size_t)snprintf(out + k, cap - k, "layers=");
     for (int l = 0; l < hp->n_layers && k < cap;) {
         const cf_layer_hp *L = &hp->layers[l];
         const int shared = L->kv_source != l;

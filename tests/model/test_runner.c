@@ -219,13 +219,15 @@ static void check_batch(cf_model *m, cf_runner *r) {
     CHECK(cf_runner_blocks_cached(r) > 0, "no block stayed in the prefix cache");
 }
 
-/* check_batch on a runner of 8 sequences, 128 tokens a step, KV blocks of block_size */
+/* check_batch on a runner of 8 sequences, 128 tokens a step, KV blocks of block_size; sliding-window layers free
+ * their old blocks but keep enough to roll back 60 positions (check_batch truncates from 96 to 37) */
 static void check_batch_runner(cf_model *m, int block_size) {
     cinfer_error err = {0};
     cf_runner_params p = cf_runner_default_params();
     p.block_size = block_size;
     p.max_seqs = 8;
     p.max_batch_tokens = 128;
+    p.rollback = 60;
     cf_runner *r = NULL;
     CHECK(cf_runner_create(m, &p, &r, &err) == CINFER_OK, "runner: %s", err.message);
     if (!r) return;
@@ -233,13 +235,15 @@ static void check_batch_runner(cf_model *m, int block_size) {
     cf_runner_free(r);
 }
 
-/* A pool of 8 blocks of 4: a step that needs more fails and changes nothing; so do bad items. */
+/* A pool of 8 blocks of 4 (one pool for every layer: test_window_kv checks the window pool's limits): a step that
+ * needs more fails and changes nothing; so do bad items. */
 static void check_limits(cf_model *m) {
     cinfer_error err = {0};
     cf_runner_params p = cf_runner_default_params();
     p.block_size = 4;
     p.max_seqs = 4;
     p.max_batch_tokens = 64;
+    p.single_pool = 1;
     cf_runner *r = NULL;
     p.kv_bytes = 1;
     CHECK(cf_runner_create(m, &p, &r, &err) == CINFER_E_INVALID_ARGUMENT, "a KV pool smaller than a block: %s", err.message);
