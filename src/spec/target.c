@@ -21,11 +21,13 @@ struct cf_target {
     cf_target_descriptor d;
 };
 
-struct cf_target_txn {
+struct cf_target_txn {   /* one allocation: a transaction is bound for every verify step */
     cf_target *t;
     int n;
-    cf_rseq **caches;
-    int *len;               /* each cache's length at the bind */
+    struct {
+        cf_rseq *cache;
+        int len;            /* its length at the bind */
+    } c[];
 };
 
 /* The KV layout per layer, consecutive equal layers as one run: "2:4x16/16" (2 layers of 4 KV heads of 16, values
@@ -139,30 +141,16 @@ cinfer_status cf_target_bind_rollback(cf_target *t, cf_rseq *const *caches, int 
         for (int j = 0; j < i; j++)
             if (caches[j] == caches[i]) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "caches %d and %d of the transaction are the same", j, i);
     }
-    cf_target_txn *x = calloc(1, sizeof *x);
-    if (x) {
-        x->caches = malloc((size_t)n * sizeof *x->caches);
-        x->len = malloc((size_t)n * sizeof *x->len);
-    }
-    if (!x || !x->caches || !x->len) {
-        if (x) free(x->caches), free(x->len);
-        free(x);
-        return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for a rollback transaction over %d caches", n);
-    }
+    cf_target_txn *x = malloc(sizeof *x + (size_t)n * sizeof x->c[0]);
+    if (!x) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for a rollback transaction over %d caches", n);
     x->t = t;
     x->n = n;
     for (int i = 0; i < n; i++) {
-        x->caches[i] = caches[i];
-        x->len[i] = cf_rseq_len(caches[i]);
+        x->c[i].cache = caches[i];
+        x->c[i].len = cf_rseq_len(caches[i]);
     }
     *out = x;
     return CINFER_OK;
-}
-
-static void txn_free(cf_target_txn *x) {
-    free(x->caches);
-    free(x->len);
-    free(x);
 }
 
 /* Truncates cache i to n[i]: every cache is tried; the first failure is reported. */
@@ -170,7 +158,7 @@ static cinfer_status truncate_all(cf_target_txn *x, const int *keep, cinfer_erro
     cinfer_status first = CINFER_OK;
     for (int i = 0; i < x->n; i++) {
         cinfer_error e = {0};
-        cinfer_status st = cf_rseq_truncate(x->caches[i], x->len[i] + (keep ? keep[i] : 0), &e);
+        cinfer_status st = cf_rseq_truncate(x->c[i].cache, x->c[i].len + (keep ? keep[i] : 0), &e);
         if (st != CINFER_OK && first == CINFER_OK) {
             first = st;
             if (err) *err = e;
@@ -182,13 +170,13 @@ static cinfer_status truncate_all(cf_target_txn *x, const int *keep, cinfer_erro
 cinfer_status cf_target_txn_abort(cf_target_txn *x, cinfer_error *err) {
     if (!x) return CINFER_OK;
     cinfer_status st = truncate_all(x, NULL, err);
-    txn_free(x);
+    free(x);
     return st;
 }
 
 cinfer_status cf_target_txn_commit(cf_target_txn *x, const int *keep, cinfer_error *err) {
     for (int i = 0; i < x->n; i++) {
-        const int gained = cf_rseq_len(x->caches[i]) - x->len[i];
+        const int gained = cf_rseq_len(x->c[i].cache) - x->c[i].len;
         if (!keep || keep[i] < 0 || keep[i] > gained) {
             cinfer_error ignored = {0};
             cf_target_txn_abort(x, &ignored);
@@ -198,7 +186,7 @@ cinfer_status cf_target_txn_commit(cf_target_txn *x, const int *keep, cinfer_err
         }
     }
     cinfer_status st = truncate_all(x, keep, err);
-    txn_free(x);
+    free(x);
     return st;
 }
 
