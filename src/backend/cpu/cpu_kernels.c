@@ -8,7 +8,7 @@
  * halves (lanes 0-7 and 8-15, added first), portable C in 16 floats with fmaf.
  *
  * Only the tiling changes with n. A tile holds the accumulators of MR weight rows x NR activation rows (16
- * on AVX-512: 4x4, 8x2, 16x1; 4 on AVX2: 2x2, 4x1), each weight vector widened to f32 once for the tile's
+ * on AVX-512: 4x4, 8x2, 16x1, and 8x1 for the GEMV; 4 on AVX2: 2x2, 4x1), each weight vector widened to f32 once for the tile's
  * activation rows, and sums them together with a butterfly that adds the same lanes in the same order as
  * the tree. Missing rows of a partial tile repeat its last row; their results are dropped. Activation rows
  * are taken in panels that fit in L2 (the weights are read once per panel), split into sub-panels that fit
@@ -302,8 +302,8 @@ AVX512 static INL __m512 red16(const __m512 *v) {
     return _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x88), _mm512_shuffle_ps(y[0], y[1], 0xDD));
 }
 
-/* MR x NR = 16: rows of x at x + r * xs (r < nv), rows of w at w + m * rb bytes (m < mv); out[r * os + m];
- * G weight rows at a time; pf: the next tile's weight rows to prefetch, or NULL. */
+/* MR x NR <= 16 (unused accumulators stay zero): rows of x at x + r * xs (r < nv), rows of w at w + m * rb
+ * bytes (m < mv); out[r * os + m]; G weight rows at a time; pf: the next tile's weight rows to prefetch, or NULL. */
 AVX512 static INL void tile16(const int MR, const int NR, const int G, const int T, const int L1, const float *x, int64_t xs, int nv, const char *w,
                               int64_t rb, int mv, int64_t k, float *o, int64_t os, const char *pf) {
     const float *xr[16];
