@@ -1,7 +1,8 @@
 /* test_cpu_kernels.c: every matmul kernel this CPU runs (portable C, AVX2, AVX-512; each forced in turn) for
  * f32/bf16/f16 weights:
  *  - accuracy against a double precision reference, for 1 to 5 and 17 activation rows, lengths with and
- *    without a vector tail, weight row counts that leave partial tiles, strided rows and outputs;
+ *    without a vector tail, on both sides of the 1-row path's switch from one fma chain to tiles of several
+ *    weight rows (2048 values), weight row counts that leave partial tiles, strided rows and outputs;
  *  - batch invariance: out[i][j] is bit-identical to the row computed alone (n = 1) by the portable C kernel,
  *    for every kernel (so the instruction sets agree too), n = 1, 3, 4, 5, 16, 17, 64, rows at several
  *    offsets in x, weight rows split at any row, panels of x crossed;
@@ -61,10 +62,10 @@ static const void *wrow(const mats *m, cf_dtype t, int64_t j, int64_t ws) {
 }
 
 static void test_accuracy(cf_gemm_fn gemm, int isa, cf_dtype t) {
-    static const int lengths[] = {1, 7, 8, 15, 16, 17, 31, 64, 100, 4096 + 13};
+    static const int lengths[] = {1, 7, 8, 15, 16, 17, 31, 64, 100, 2048, 2049, 4096 + 13};
     static const int rows[] = {1, 2, 3, 4, 5, 17};
-    static const int douts[] = {1, 3, 16, 21};
-    enum { XS = 4200, WS = 4111, NMAX = 17, DMAX = 21, OS = 29 };
+    static const int douts[] = {1, 3, 16, 21, 45};  /* 45: two full 16-row blocks, then 8 + 5 rows of the 1-row tiles */
+    enum { XS = 4200, WS = 4111, NMAX = 17, DMAX = 45, OS = 53 };
     mats m;
     if (!make(&m, t, DMAX, WS, NMAX, XS)) { CHECK(0, "out of memory"); unmake(&m); return; }
     float *out = malloc(sizeof(float) * NMAX * OS);
@@ -102,7 +103,7 @@ static void test_accuracy(cf_gemm_fn gemm, int isa, cf_dtype t) {
 
 /* every row of every call bit-identical to that row computed alone by the portable C kernel */
 static void test_invariance(cf_dtype t) {
-    static const int lengths[] = {64, 100, 768, 4096 + 13};  /* the last crosses panels of x at n = 64 */
+    static const int lengths[] = {64, 100, 768, 2049, 4096 + 13};  /* the last crosses panels of x at n = 64 */
     static const int ns[] = {1, 3, 4, 5, 16, 17, 64};
     static const int offsets[] = {0, 1, 2, 3, 5};
     static const int wsplits[] = {0, 5, 16};  /* the call's first weight row */

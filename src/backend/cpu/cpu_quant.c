@@ -137,6 +137,20 @@ AVX2 static INL float sb_x86(const void *p, int t, int64_t i) {
 
 AVX2 static float sb_avx2(const void *p, int t, int64_t i) { return sb_x86(p, t, i); }
 
+/* scale or bias i widened to f32 in every lane. BF16: the 32-bit word that ends with value i, broadcast
+ * from memory (a load, no shuffle and no move from a general register) and masked to its high half, which
+ * is value i's f32 bits (value 0, which has no word before it, is shifted up instead). */
+AVX2 static INL __m256 sb_bcast_avx2(const void *p, const int t, int64_t i) {
+    if (t == CF_BF16) {
+        const uint16_t *h = p;
+        int32_t wd;
+        if (i == 0) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_set1_epi32(h[0]), 16));
+        memcpy(&wd, h + i - 1, sizeof wd);
+        return _mm256_castsi256_ps(_mm256_and_si256(_mm256_set1_epi32(wd), _mm256_set1_epi32((int32_t)0xFFFF0000u)));
+    }
+    return _mm256_set1_ps(sb_x86(p, t, i));
+}
+
 AVX2 static void generic_avx2(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
                               float *out, int64_t os) {
     generic(x, xs, n, w, r0, r1, out, os, sb_avx2);
@@ -235,8 +249,8 @@ AVX2 static INL void gemv_rows_avx2(const int BITS, const int G, const int SB, c
     for (int64_t g = 0; g < ng; g++) {
         __m256 s[8], b[8];
         for (int m = 0; m < R; m++) {
-            s[m] = _mm256_set1_ps(sb_x86(w->scales, SB, (r + m) * ng + g));
-            b[m] = _mm256_set1_ps(sb_x86(w->biases, SB, (r + m) * ng + g));
+            s[m] = sb_bcast_avx2(w->scales, SB, (r + m) * ng + g);
+            b[m] = sb_bcast_avx2(w->biases, SB, (r + m) * ng + g);
         }
         if (BITS == 4) {
             for (int u = 0; u < G; u += 32) {
@@ -377,9 +391,21 @@ AVX2 static void tiled8_avx2(const float *x, int64_t xs, int64_t n, const cf_qma
 /* ---- AVX-512: one register per 16-lane accumulator ---- */
 
 /* 4 bits: the table of a group, lane v = fma(scale, v, bias) */
-AVX512 static INL __m512 table16(float s, float b) {
+AVX512 static INL __m512 table16(__m512 s, __m512 b) {
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    return _mm512_fmadd_ps(_mm512_set1_ps(s), iota, _mm512_set1_ps(b));
+    return _mm512_fmadd_ps(s, iota, b);
+}
+
+/* sb_bcast_avx2 in 16 lanes */
+AVX512 static INL __m512 sb_bcast_avx512(const void *p, const int t, int64_t i) {
+    if (t == CF_BF16) {
+        const uint16_t *h = p;
+        int32_t wd;
+        if (i == 0) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_set1_epi32(h[0]), 16));
+        memcpy(&wd, h + i - 1, sizeof wd);
+        return _mm512_castsi512_ps(_mm512_and_si512(_mm512_set1_epi32(wd), _mm512_set1_epi32((int32_t)0xFFFF0000u)));
+    }
+    return _mm512_set1_ps(sb_x86(p, t, i));
 }
 
 /* 4 bits: the 32 weights of 16 packed bytes at p in pair order, looked up in the group's table (vpermps
@@ -415,7 +441,7 @@ AVX512 static INL void gemv_rows_x_avx512(const int BITS, const int G, const int
         if (BITS == 4) {
             __m512 tbl[8];
             for (int m = 0; m < R; m++)
-                tbl[m] = table16(sb_x86(w->scales, SB, (r + m) * ng + g), sb_x86(w->biases, SB, (r + m) * ng + g));
+                tbl[m] = table16(sb_bcast_avx512(w->scales, SB, (r + m) * ng + g), sb_bcast_avx512(w->biases, SB, (r + m) * ng + g));
             for (int u = 0; u < G; u += 32) {
                 const int64_t c = g * G + u;
                 __m512 xe[4], xo[4];
@@ -433,8 +459,8 @@ AVX512 static INL void gemv_rows_x_avx512(const int BITS, const int G, const int
         } else {
             __m512 s[8], b[8];
             for (int m = 0; m < R; m++) {
-                s[m] = _mm512_set1_ps(sb_x86(w->scales, SB, (r + m) * ng + g));
-                b[m] = _mm512_set1_ps(sb_x86(w->biases, SB, (r + m) * ng + g));
+                s[m] = sb_bcast_avx512(w->scales, SB, (r + m) * ng + g);
+                b[m] = sb_bcast_avx512(w->biases, SB, (r + m) * ng + g);
             }
             for (int u = 0; u < G; u += 16) {
                 const int64_t c = g * G + u;
@@ -514,7 +540,7 @@ AVX512 static INL void deq_tile_avx512(const int BITS, const cf_qmat *w, int64_t
             const float s = sb_x86(w->scales, w->sb_dtype, (r + m) * ng + g);
             const float b = sb_x86(w->biases, w->sb_dtype, (r + m) * ng + g);
             if (BITS == 4) {
-                const __m512 tbl = table16(s, b);
+                const __m512 tbl = table16(_mm512_set1_ps(s), _mm512_set1_ps(b));
                 for (int64_t c = g * G; c < (g + 1) * G; c += 32) {
                     __m512 wa, wb;
                     deq32_q4_avx512(q + c / 2, tbl, &wa, &wb);
