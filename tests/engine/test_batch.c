@@ -20,6 +20,7 @@
 #include "tiny_model.h"
 #include "gate.h"
 #include "../check.h"
+#include "../model_ref.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -262,25 +263,6 @@ static void compare_all(const char *what, const output *got, const output *want,
     }
 }
 
-/* Greedy continuation by cf_model_eval + argmax: the cold reference. */
-static int ref_greedy(const int32_t *prompt, int np, int n, int32_t *out) {
-    cinfer_error err = {0};
-    cf_seq *s = NULL;
-    float *lg = malloc((size_t)V * sizeof *lg);
-    int rc = cf_seq_create(REF, 0, &s, &err) != CINFER_OK || cf_model_eval(REF, s, prompt, np, lg, 0, &err) != CINFER_OK;
-    for (int i = 0; !rc && i < n; i++) {
-        int b = 0;
-        for (int k = 1; k < V; k++)
-            if (lg[k] > lg[b]) b = k;
-        out[i] = b;
-        if (i + 1 < n) rc = cf_model_eval(REF, s, &out[i], 1, lg, 0, &err) != CINFER_OK;
-    }
-    if (rc) fprintf(stderr, "reference: %s\n", err.message);
-    free(lg);
-    cf_seq_free(s);
-    return rc;
-}
-
 /* Two consecutive printable ASCII bytes of a text after its first 3, as a stop string; "" when none. */
 static void stop_from(const output *o, char *stop) {
     stop[0] = 0;
@@ -370,7 +352,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N_SPECS; i++) run_one(e, &sp[i], &alone[i]);
     for (int i = 0; i < 2; i++) {
         int32_t want[64];
-        CHECK(!ref_greedy(sp[i].prompt, sp[i].np, sp[i].max_tokens, want) && alone[i].n_tokens == sp[i].max_tokens &&
+        CHECK(!ref_greedy(REF, V, sp[i].prompt, sp[i].np, sp[i].max_tokens, want) && alone[i].n_tokens == sp[i].max_tokens &&
                   !memcmp(alone[i].tokens, want, (size_t)sp[i].max_tokens * sizeof *want),
               "request %d alone differs from cf_model_eval + argmax", i);
     }
@@ -411,7 +393,7 @@ int main(int argc, char **argv) {
         run_one(e, &a, &oa);
         run_one(e, &b, &ob);
         int32_t want[N];
-        CHECK(!ref_greedy(b.prompt, b.np, N, want) && ob.n_tokens == N && !memcmp(ob.tokens, want, sizeof want),
+        CHECK(!ref_greedy(REF, V, b.prompt, b.np, N, want) && ob.n_tokens == N && !memcmp(ob.tokens, want, sizeof want),
               "shared prefix: the output differs from a cold run");
         CHECK(oa.cached == 0 && ob.cached == P, "shared prefix: cached %d then %d tokens, want 0 then %d", oa.cached, ob.cached, P);
 
@@ -426,7 +408,7 @@ int main(int argc, char **argv) {
         CHECK(o2.cached == fed / bs * bs, "second turn: %d cached tokens, want %d (the first turn's full blocks)", o2.cached,
               fed / bs * bs);
         int32_t want2[12];
-        CHECK(!ref_greedy(t2.prompt, t2.np, 12, want2) && o2.n_tokens == 12 && !memcmp(o2.tokens, want2, sizeof want2),
+        CHECK(!ref_greedy(REF, V, t2.prompt, t2.np, 12, want2) && o2.n_tokens == 12 && !memcmp(o2.tokens, want2, sizeof want2),
               "second turn: the output differs from a cold run");
         printf("  prefix cache: %d of %d prompt tokens reused; a second turn of %d tokens reused %d\n", ob.cached, b.np, t2.np,
                o2.cached);

@@ -12,6 +12,7 @@
 #include "cinfer.h"
 #include "model/model.h"
 #include "../check.h"
+#include "../model_ref.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,24 +29,6 @@ static void fill_prompt(int32_t *ids, int n, unsigned seed) {
         seed = seed * 1103515245u + 12345u;
         ids[i] = 3 + (int32_t)((seed >> 8) % (unsigned)(V - 3));
     }
-}
-
-static int ref_greedy(const int32_t *prompt, int np, int n, int32_t *out) {
-    cinfer_error err = {0};
-    cf_seq *s = NULL;
-    float *lg = malloc((size_t)V * sizeof *lg);
-    int rc = !lg || cf_seq_create(REF, 0, &s, &err) != CINFER_OK || cf_model_eval(REF, s, prompt, np, lg, 0, &err) != CINFER_OK;
-    for (int i = 0; !rc && i < n; i++) {
-        int b = 0;
-        for (int k = 1; k < V; k++)
-            if (lg[k] > lg[b]) b = k;
-        out[i] = b;
-        if (i + 1 < n) rc = cf_model_eval(REF, s, &out[i], 1, lg, 0, &err) != CINFER_OK;
-    }
-    if (rc) fprintf(stderr, "reference: %s\n", err.message);
-    free(lg);
-    cf_seq_free(s);
-    return rc;
 }
 
 static cinfer_engine *engine(int max_batch, int64_t kv_memory) {
@@ -100,7 +83,7 @@ static void finish_job(job *j) {
 
 static void check_exact(const job *j, const char *what) {
     int32_t want[MAX_IDS];
-    CHECK(!ref_greedy(j->prompt, j->np, j->max_tokens, want) && j->n_tokens == j->max_tokens &&
+    CHECK(!ref_greedy(REF, V, j->prompt, j->np, j->max_tokens, want) && j->n_tokens == j->max_tokens &&
               !memcmp(j->tokens, want, (size_t)j->max_tokens * sizeof *want),
           "%s: the output (%d tokens) differs from the cold reference", what, j->n_tokens);
 }

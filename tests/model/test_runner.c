@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "../check.h"
+#include "../model_ref.h"
 #include "recorder.h"
 
 #define N_SEQ 6
@@ -33,19 +34,6 @@ static double tol_rel;   /* 0: bit-identical */
 static double tol;       /* the bound check_batch applies: tol_rel, or more (spread()) */
 static double worst, worst_all;   /* this check_batch's, every one's */
 static int worst_seq = -1, worst_pos = -1;
-
-/* The reference: logits of every position of ids[0, n) evaluated alone. */
-static float *reference(cf_model *m, const int32_t *ids, int n) {
-    cf_seq *s = NULL;
-    cinfer_error err = {0};
-    float *out = malloc((size_t)n * V * sizeof *out);
-    if (!out || cf_seq_create(m, 0, &s, &err) != CINFER_OK || cf_model_eval(m, s, ids, n, out, 1, &err) != CINFER_OK) {
-        fprintf(stderr, "reference: %s\n", err.message);
-        exit(1);
-    }
-    cf_seq_free(s);
-    return out;
-}
 
 /* max |got - want| over max |want| */
 static double rel_diff(const float *got, const float *want) {
@@ -117,7 +105,7 @@ static void check_batch(cf_model *m, cf_runner *r) {
     cf_rseq *s[N_SEQ];
     for (int i = 0; i < N_SEQ; i++) {
         fill_ids(ids[i], total, 77u + 13u * (unsigned)i);
-        ref[i] = reference(m, ids[i], total);
+        ref[i] = ref_logits(m, V, ids[i], total);
         CHECK(cf_rseq_create(r, &s[i], &err) == CINFER_OK, "rseq_create: %s", err.message);
     }
     worst = 0, worst_seq = worst_pos = -1;

@@ -18,24 +18,13 @@
 #include <string.h>
 
 #include "../check.h"
+#include "../model_ref.h"
 
 #define BS 4
 #define ROLLBACK 4
 #define STEP 16
 
 static int V, L, WIN;   /* vocab, the context used, the largest window */
-
-static float *reference(cf_model *m, const int32_t *ids, int n) {
-    cf_seq *s = NULL;
-    cinfer_error err = {0};
-    float *out = malloc((size_t)n * V * sizeof *out);
-    if (!out || cf_seq_create(m, 0, &s, &err) != CINFER_OK || cf_model_eval(m, s, ids, n, out, 1, &err) != CINFER_OK) {
-        fprintf(stderr, "reference: %s\n", err.message);
-        exit(1);
-    }
-    cf_seq_free(s);
-    return out;
-}
 
 static void fill_ids(int32_t *ids, int n, unsigned seed) {
     for (int i = 0; i < n; i++) {
@@ -88,7 +77,7 @@ static void check_advance(cf_model *m) {
     for (int i = 0; i < 2; i++) {
         ids[i] = malloc((size_t)L * sizeof *ids[i]);
         fill_ids(ids[i], L, 11u + 7u * (unsigned)i);
-        ref[i] = reference(m, ids[i], L);
+        ref[i] = ref_logits(m, V, ids[i], L);
         CHECK(cf_rseq_create(w, &s[i], &err) == CINFER_OK && cf_rseq_create(one, &t[i], &err) == CINFER_OK, "sequences");
     }
     const int prompt[2] = {37, 5};
@@ -156,7 +145,7 @@ static void check_rollback(cf_model *m) {
     fill_ids(ids, L, 3);
     memcpy(alt, ids, (size_t)n * sizeof *ids);
     fill_ids(alt + n, L - n, 99);
-    float *ref = reference(m, ids, L), *ref_alt = reference(m, alt, L);
+    float *ref = ref_logits(m, V, ids, L), *ref_alt = ref_logits(m, V, alt, L);
     cf_rseq *s = NULL, *f = NULL;
     CHECK(cf_rseq_create(r, &s, &err) == CINFER_OK, "create");
     cinfer_status st = CINFER_OK;
@@ -231,7 +220,7 @@ static void check_prefix(cf_model *m) {
     int32_t *ids = malloc((size_t)L * sizeof *ids), *other = malloc((size_t)L * sizeof *other);
     fill_ids(ids, L, 21);
     fill_ids(other, L, 22);
-    float *ref = reference(m, ids, L), *ref_other = reference(m, other, L);
+    float *ref = ref_logits(m, V, ids, L), *ref_other = ref_logits(m, V, other, L);
     const int n = 101, full = (n - 1) / BS * BS;
     /* plenty of memory: the window blocks around position 100 left the first sequence but stay cached */
     cf_runner *r = runner(m, 4, 0, 0);
@@ -272,7 +261,7 @@ static void check_long_fit(cf_model *m) {
     cf_runner_free(probe);
     int32_t *ids = malloc((size_t)L * sizeof *ids);
     fill_ids(ids, L, 5);
-    float *ref = reference(m, ids, L);
+    float *ref = ref_logits(m, V, ids, L);
 
     cf_runner *one = runner(m, 1, least, 1);
     if (one) {
