@@ -267,6 +267,9 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *   pdl               CINFER_CUDA_PDL           1: programmatic dependent launch
  *   gemv_unroll       CINFER_GEMV_UNROLL        0: by row length; 1 or 2 chunks a row a batch (k_gemv.cuh)
  *   gemv_max_rows     CINFER_GEMV_MAX_ROWS      8: matmuls with at most this many rows use the GEMV kernel, more cuBLAS
+ *   gemv_tc_max_rows  CINFER_GEMV_TC_MAX_ROWS   16: bf16 weights and activations with 2 to this many rows (at most 16) run
+ *                                               the tensor-core GEMV (k_gemv_tc.cu), whatever gemv_max_rows says; 0: off
+ *   gemv_tc_warps     CINFER_GEMV_TC_WARPS      16: warps per SM the tensor-core GEMV aims for
  *   gemv_warps        CINFER_GEMV_WARPS         8: warps per SM a GEMV aims to keep busy
  *   gemv_block_warps  CINFER_GEMV_BLOCK_WARPS   4: warps per GEMV block (2, 4 or 8)
  *   attn_bc           CINFER_ATTN_BC            32: keys per tile of the prefill attention kernel (head size 128)
@@ -288,7 +291,7 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
 typedef struct cf_tuning {
     int fused_ops, decode_graphs, device_sampling;
     int cuda_direct_alloc, cuda_f32_act, pdl;
-    int gemv_unroll, gemv_max_rows, gemv_warps, gemv_block_warps;
+    int gemv_unroll, gemv_max_rows, gemv_tc_max_rows, gemv_tc_warps, gemv_warps, gemv_block_warps;
     int attn_bc, attn_hpb, attn_group, attn_group_splits;
     int paged_mma_group, paged_sm_blocks, attn_paged_d512;
     int qmma_max_rows, qgemv_warps, qgemv_tc;

@@ -103,16 +103,18 @@ static void gemv_work(void *c, int i) {
     op->matmul(be, g->out, g->x, g->w[i % g->nw], none);
 }
 
+/* Weight GB/s by activation rows: the defaults (1 row: the CUDA-core GEMV; 2 to 16 bf16 rows: the tensor-core GEMV
+ * aiming at gemv_tc_warps 16 warps an SM), the tensor-core GEMV at 8 and 32 warps, and without it (gemv_tc_max_rows 0:
+ * the CUDA-core GEMV up to 8 rows, cuBLAS above). */
 static void bench_gemv(int quick) {
     struct { const char *name; int d, k; } shapes[] = {
         {"q/o   4096x4096", 4096, 4096}, {"k/v   1024x4096", 1024, 4096}, {"gate 14336x4096", 14336, 4096},
         {"down 4096x14336", 4096, 14336}, {"lm_head 128256x4096", 128256, 4096},
     };
-    int rows[] = {1, 4, 8}, unrolls[] = {2, 1, 2}, warps[] = {8, 8, 32};
-    const int dflt_u = cfk_cfg.gemv_unroll, dflt_w = cfk_cfg.gemv_warps;
-    printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth, by 16-byte chunks of each row per batch and lane\n"
-           "## and the warps per SM a launch aims for before splitting rows over warps (the defaults for these rows: 2 and 8)\n");
-    printf("| shape | rows | 2, 8 | 1, 8 | 2, 32 |\n|---|---:|---:|---:|---:|\n");
+    int rows[] = {1, 2, 4, 8, 12, 16}, tc_rows[] = {16, 16, 16, 0}, tc_warps[] = {16, 8, 32, 16};
+    const int dflt_r = cfk_cfg.gemv_tc_max_rows, dflt_w = cfk_cfg.gemv_tc_warps;
+    printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth by activation rows\n");
+    printf("| shape | rows | default | tc, 8 warps | tc, 32 warps | no tc |\n|---|---:|---:|---:|---:|---:|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         gemv_ctx g;
         const double bytes = 2.0 * shapes[s].d * shapes[s].k;
@@ -122,13 +124,13 @@ static void bench_gemv(int quick) {
         if (quick && g.nw > 4) g.nw = 4;
         for (int i = 0; i < g.nw; i++) g.w[i] = rnd(shapes[s].d, shapes[s].k, 0.02f, 100 + i);
         for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
-            if ((quick || short_run) && r) break;
+            if ((quick || short_run) && r > 1) break;
             g.x = rnd(rows[r], shapes[s].k, 1.0f, 7);
             g.out = alloc(CF_BF16, rows[r], shapes[s].d);
             printf("| %s | %d |", shapes[s].name, rows[r]);
-            for (size_t u = 0; u < 3; u++) {
-                cfk_cfg.gemv_unroll = unrolls[u];
-                cfk_cfg.gemv_warps = warps[u];
+            for (size_t u = 0; u < 4; u++) {
+                cfk_cfg.gemv_tc_max_rows = tc_rows[u];
+                cfk_cfg.gemv_tc_warps = tc_warps[u];
                 double t = time_graph(gemv_work, &g, quick ? 8 : 4 * g.nw);
                 double gbs = bytes / t / 1e9;
                 printf(" %.0f (%.0f%%) |", gbs, 100 * gbs / copy_bw);
@@ -139,8 +141,8 @@ static void bench_gemv(int quick) {
         }
         for (int i = 0; i < g.nw; i++) op->free_tensor(be, &g.w[i]);
     }
-    cfk_cfg.gemv_unroll = dflt_u;
-    cfk_cfg.gemv_warps = dflt_w;
+    cfk_cfg.gemv_tc_max_rows = dflt_r;
+    cfk_cfg.gemv_tc_warps = dflt_w;
 }
 
 /* ---- attention ---- */

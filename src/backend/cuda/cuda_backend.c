@@ -21,7 +21,7 @@
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
-cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 8, .gemv_warps = 8, .gemv_block_warps = 4,
+cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 8, .gemv_tc_max_rows = 16, .gemv_tc_warps = 16, .gemv_warps = 8, .gemv_block_warps = 4,
                       .attn_bc = 32, .attn_hpb = 2, .attn_group = 1, .attn_group_splits = 64,
                       .paged_mma_group = 0, .paged_sm_blocks = 4, .qmma_max_rows = 128, .qgemv_warps = 24, .qgemv_tc = 1, .n_sm = 132};
 
@@ -456,7 +456,7 @@ static void gemm(cuda_backend *b, cf_tensor out, cf_tensor x, cf_tensor w, cf_te
 
 /* whether a GEMV (few rows, the vector kernel) takes x . w^T */
 static int gemv_ok(cf_tensor x, cf_tensor w) {
-    return x.rows <= cfk_cfg.gemv_max_rows && cfk_gemv_vec_ok(x, w);
+    return (x.rows <= cfk_cfg.gemv_max_rows && cfk_gemv_vec_ok(x, w)) || cfk_gemv_tc_ok(x, w);
 }
 
 static void qjob_run(cuda_backend *b, const cfk_qjob *j, cf_tensor gate, cf_tensor up, const char *what);
@@ -470,7 +470,7 @@ static void cuda_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w,
         qjob_run(b, &j, none, none, "matmul (quantized)");
         return;
     }
-    if (x.rows > cfk_cfg.gemv_max_rows && (w.dtype == CF_BF16 || w.dtype == CF_F16)) {
+    if (x.rows > cfk_cfg.gemv_max_rows && !cfk_gemv_tc_ok(x, w) && (w.dtype == CF_BF16 || w.dtype == CF_F16)) {
         gemm(b, out, x, w, bias);
         return;
     }
@@ -948,6 +948,8 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     cfk_cfg.pdl = t->pdl;
     cfk_cfg.gemv_unroll = t->gemv_unroll;
     cfk_cfg.gemv_max_rows = t->gemv_max_rows;
+    cfk_cfg.gemv_tc_max_rows = t->gemv_tc_max_rows;
+    cfk_cfg.gemv_tc_warps = t->gemv_tc_warps;
     /* gemv_warps 8: every Llama-3-8B GEMV one warp a unit (its step on the H200: 239.2 tokens/s against 236.6
      * with 16, one chunk a batch; one-row units earlier: 224.2-224.7 against 217.7-218.0 with 16, 215.9-216.3
      * with 32) */

@@ -21,6 +21,8 @@ typedef struct cfk_config {
     int gemv_unroll;    /* 16-byte chunks of each of a unit's two rows per batch and lane in the GEMV kernel (two batches in flight): 1, 2, or 0: by row length */
     int gemv_max_rows;  /* matmuls with at most this many activation rows use the GEMV kernel, the rest cuBLAS */
     int gemv_warps;     /* warps per SM a GEMV aims to keep busy: fewer weight rows than that are split over warps */
+    int gemv_tc_max_rows;   /* bf16 weights and activations, 2 to this many rows (at most 16): the tensor-core GEMV */
+    int gemv_tc_warps;      /* warps per SM the tensor-core GEMV aims for when it splits a tile's columns over warps */
     int gemv_block_warps;   /* warps per GEMV block (2, 4 or 8): smaller blocks leave a shorter tail at the end of a launch */
     int attn_bc;        /* keys per tile of the prefill attention kernel for head size 128: 32 (faster on the H200) or 64 */
     int attn_hpb;       /* query heads of one GQA group per prefill attention block, sharing its K/V tiles: 1, 2 or 4 */
@@ -100,6 +102,8 @@ typedef struct cfk_gemv_job {
 } cfk_gemv_job;
 /* whether x and w suit the vectorized kernel (the only one that fuses) */
 int cfk_gemv_vec_ok(cf_tensor x, cf_tensor w);
+/* whether x . w^T runs on the tensor-core GEMV (k_gemv_tc.cu): then cfk_gemv takes it, whatever gemv_max_rows says */
+int cfk_gemv_tc_ok(cf_tensor x, cf_tensor w);
 cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *job);
 
 /* Quantized weights kept packed on the device (k_quant.cu; MLX affine, 4 and 8 bits, groups 32, 64, 128). A CF_Q
