@@ -21,7 +21,7 @@
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
-cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 8, .gemv_tc_max_rows = 16, .gemv_tc_warps = 16, .gemv_warps = 8, .gemv_block_warps = 4,
+cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 8, .gemv_tc_max_rows = 16, .gemv_tc_warps = 16, .gemv_tc_min_rows = 2, .gemv_tc_unroll = 4, .gemv_warps = 8, .gemv_block_warps = 4,
                       .attn_bc = 32, .attn_hpb = 2, .attn_group = 1, .attn_group_splits = 64,
                       .paged_mma_group = 0, .paged_sm_blocks = 4, .qmma_max_rows = 128, .qgemv_warps = 24, .qgemv_tc = 1, .n_sm = 132};
 

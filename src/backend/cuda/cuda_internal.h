@@ -23,6 +23,8 @@ typedef struct cfk_config {
     int gemv_warps;     /* warps per SM a GEMV aims to keep busy: fewer weight rows than that are split over warps */
     int gemv_tc_max_rows;   /* bf16 weights and activations, 2 to this many rows (at most 16): the tensor-core GEMV */
     int gemv_tc_warps;      /* warps per SM the tensor-core GEMV aims for when it splits a tile's columns over warps */
+    int gemv_tc_min_rows;   /* the tensor-core GEMV from this many rows (1 or 2) */
+    int gemv_tc_unroll;     /* 32-column steps a batch in the tensor-core GEMV (2 or 4) */
     int gemv_block_warps;   /* warps per GEMV block (2, 4 or 8): smaller blocks leave a shorter tail at the end of a launch */
     int attn_bc;        /* keys per tile of the prefill attention kernel for head size 128: 32 (faster on the H200) or 64 */
     int attn_hpb;       /* query heads of one GQA group per prefill attention block, sharing its K/V tiles: 1, 2 or 4 */

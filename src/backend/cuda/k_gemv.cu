@@ -54,7 +54,7 @@ static cudaError_t rope_and_store(cudaStream_t st, const cfk_gemv_job *j) {
  * gemv_tc_max_rows (at most 16) rows, k a multiple of 32 */
 static bool tc_ok(const cfk_gemv_job *j) {
     const int max_rows = cfk_cfg.gemv_tc_max_rows < 16 ? cfk_cfg.gemv_tc_max_rows : 16;
-    if (j->x.rows < 2 || j->x.rows > max_rows || j->x.dtype != CF_BF16 || j->x.cols % 32) return false;
+    if (j->x.rows < cfk_cfg.gemv_tc_min_rows || j->x.rows > max_rows || j->x.dtype != CF_BF16 || j->x.cols % 32) return false;
     for (int s = 0; s < j->n_seg; s++)
         if (j->w[s].dtype != CF_BF16) return false;
     return true;
@@ -62,7 +62,7 @@ static bool tc_ok(const cfk_gemv_job *j) {
 
 extern "C" int cfk_gemv_tc_ok(cf_tensor x, cf_tensor w) {
     const int max_rows = cfk_cfg.gemv_tc_max_rows < 16 ? cfk_cfg.gemv_tc_max_rows : 16;
-    return x.rows >= 2 && x.rows <= max_rows && x.dtype == CF_BF16 && w.dtype == CF_BF16 && x.cols % 32 == 0 && cfk_gemv_vec_ok(x, w);
+    return x.rows >= cfk_cfg.gemv_tc_min_rows && x.rows <= max_rows && x.dtype == CF_BF16 && w.dtype == CF_BF16 && x.cols % 32 == 0 && cfk_gemv_vec_ok(x, w);
 }
 
 /* The job on the tensor cores: tiles of 8 units, wpr warps a tile while there are fewer than gemv_tc_warps per SM

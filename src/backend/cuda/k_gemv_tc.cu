@@ -39,7 +39,10 @@ __global__ void __launch_bounds__(256) gemv_tc_kernel(GemvArgs g) {
     const bool xr0 = gi < g.n, xr1 = gi + 8 < g.n;
     const uint4 *x0 = reinterpret_cast<const uint4 *>(x + (xr0 ? gi : 0) * g.xstride) + q;
     const uint4 *x1 = reinterpret_cast<const uint4 *>(x + (xr1 ? gi + 8 : 0) * g.xstride) + q;
-    const int64_t steps = g.k / 32, stride = g.wpr;   /* 32-column steps; this warp takes sub, sub + wpr, ... */
+    /* 32-column steps in batches of U; this warp takes a contiguous range of batches, so that a batch reads U * 64
+     * contiguous bytes of each of its 16 rows */
+    const int64_t steps = g.k / 32, batches = (steps + U - 1) / U;
+    const int64_t b_end = batches * (sub + 1) / g.wpr;
 
     float acc[NT][4];
 #pragma unroll
@@ -47,18 +50,19 @@ __global__ void __launch_bounds__(256) gemv_tc_kernel(GemvArgs g) {
 
     uint4 wa[U][2], wb[U][2];
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    auto fetch = [&](uint4 (&wv)[U][2], int64_t s0) {
+    auto fetch = [&](uint4 (&wv)[U][2], int64_t bi) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int64_t s = s0 + u * stride;
-            wv[u][0] = s < steps && row_ok ? ld_stream(w0 + s * 4) : zero;
-            wv[u][1] = s < steps && row2_ok ? ld_stream(w1 + s * 4) : zero;
+            const int64_t s = bi * U + u;
+            const bool in = bi < b_end && s < steps;
+            wv[u][0] = in && row_ok ? ld_stream(w0 + s * 4) : zero;
+            wv[u][1] = in && row2_ok ? ld_stream(w1 + s * 4) : zero;
         }
     };
-    auto use = [&](const uint4 (&wv)[U][2], int64_t s0) {
+    auto use = [&](const uint4 (&wv)[U][2], int64_t bi) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int64_t s = s0 + u * stride;
+            const int64_t s = bi * U + u;
             if (s >= steps) break;   /* uniform over the warp */
             const uint32_t a0[4] = {wv[u][0].x, wv[u][1].x, wv[u][0].y, wv[u][1].y};
             const uint32_t a1[4] = {wv[u][0].z, wv[u][1].z, wv[u][0].w, wv[u][1].w};
@@ -72,21 +76,18 @@ __global__ void __launch_bounds__(256) gemv_tc_kernel(GemvArgs g) {
             }
         }
     };
-    int64_t s = sub;
-    const int64_t batch = (int64_t)U * stride;
-    fetch(wa, s);
-    fetch(wb, s + batch);
+    int64_t bi = batches * sub / g.wpr;
+    fetch(wa, bi);
+    fetch(wb, bi + 1);
     pdl_wait();
     pdl_launch_next();
-    while (s < steps) {
-        use(wa, s);
-        s += batch;
-        if (s >= steps) break;
-        fetch(wa, s + batch);
-        use(wb, s);
-        s += batch;
-        if (s >= steps) break;
-        fetch(wb, s + batch);
+    while (bi < b_end) {
+        use(wa, bi);
+        if (++bi >= b_end) break;
+        fetch(wa, bi + 1);
+        use(wb, bi);
+        if (++bi >= b_end) break;
+        fetch(wb, bi + 1);
     }
     if (g.wpr > 1) {
         __shared__ float red[8][NT * 4][32];
@@ -120,6 +121,10 @@ __global__ void __launch_bounds__(256) gemv_tc_kernel(GemvArgs g) {
 /* blocks: tiles of 8 units / (block_warps / wpr), as the caller counted them */
 cudaError_t gemv_tc_launch(cudaStream_t st, const GemvArgs &g, int64_t blocks) {
     const dim3 grid((unsigned)blocks), block((unsigned)g.block_warps * 32);
-    if (g.n <= 8) return launch(gemv_tc_kernel<1, 2>, grid, block, 0, st, g);
-    return launch(gemv_tc_kernel<2, 2>, grid, block, 0, st, g);
+    if (cfk_cfg.gemv_tc_unroll == 2) {
+        if (g.n <= 8) return launch(gemv_tc_kernel<1, 2>, grid, block, 0, st, g);
+        return launch(gemv_tc_kernel<2, 2>, grid, block, 0, st, g);
+    }
+    if (g.n <= 8) return launch(gemv_tc_kernel<1, 4>, grid, block, 0, st, g);
+    return launch(gemv_tc_kernel<2, 4>, grid, block, 0, st, g);
 }
