@@ -266,10 +266,9 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *   cuda_f32_act      CINFER_CUDA_F32_ACT       0: bf16 activations; 1: f32
  *   pdl               CINFER_CUDA_PDL           1: programmatic dependent launch
  *   gemv_unroll       CINFER_GEMV_UNROLL        0: by row length; 1 or 2 chunks a row a batch (k_gemv.cuh)
- *   gemv_max_rows     CINFER_GEMV_MAX_ROWS      8: matmuls with at most this many rows use the GEMV kernel, more cuBLAS
- *   gemv_tc_max_rows  CINFER_GEMV_TC_MAX_ROWS   16: bf16 weights and activations with 2 to this many rows (at most 16) run
- *                                               the tensor-core GEMV (k_gemv_tc.cu), whatever gemv_max_rows says; 0: off
- *   gemv_tc_warps     CINFER_GEMV_TC_WARPS      16: warps per SM the tensor-core GEMV aims for
+ *   gemv_max_rows     CINFER_GEMV_MAX_ROWS      1: bf16/f16 matmuls with at most this many rows (up to 8) use the GEMV kernel,
+ *                                               more cuBLAS (H200: cuBLAS streams 87-102% of the copy rate from 2 rows on,
+ *                                               where the GEMV's cost grows with the rows: bench/results/README.md)
  *   gemv_warps        CINFER_GEMV_WARPS         8: warps per SM a GEMV aims to keep busy
  *   gemv_block_warps  CINFER_GEMV_BLOCK_WARPS   4: warps per GEMV block (2, 4 or 8)
  *   attn_bc           CINFER_ATTN_BC            32: keys per tile of the prefill attention kernel (head size 128)
@@ -280,9 +279,11 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *   paged_sm_blocks   CINFER_PAGED_SM_BLOCKS    4: blocks per SM the paged decode kernel sizes its key splits for
  *   attn_paged_d512   CINFER_ATTN_PAGED_D512    1: decode attention_pos at head size 512 runs the paged decode kernel; 0: the
  *                                               generic split kernel
- *   qmma_max_rows     CINFER_QMMA_MAX_ROWS      128: CUDA matmuls with 4/8-bit weights and more rows than gemv_max_rows (at most
+ *   qmma_max_rows     CINFER_QMMA_MAX_ROWS      128: CUDA matmuls with 4/8-bit weights and more rows than qgemv_max_rows (at most
  *                                               8) up to this many run the tensor-core kernel on the packed weights; more
  *                                               rows dequantize the weight to bf16 scratch and use cuBLAS
+ *   qgemv_max_rows    CINFER_QGEMV_MAX_ROWS     8: CUDA matmuls with 4/8-bit weights and at most this many rows (up to 8) run the
+ *                                               quantized GEMV
  *   qgemv_warps       CINFER_QGEMV_WARPS        24: warps per SM the quantized GEMV aims for when it splits a unit of 4 weight
  *                                               rows over 2 or 4 warps (few rows or long ones)
  *   qgemv_tc          CINFER_QGEMV_TC           1: CUDA decode with 4-bit weights and bf16 activations runs on the tensor
@@ -291,10 +292,10 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
 typedef struct cf_tuning {
     int fused_ops, decode_graphs, device_sampling;
     int cuda_direct_alloc, cuda_f32_act, pdl;
-    int gemv_unroll, gemv_max_rows, gemv_tc_max_rows, gemv_tc_warps, gemv_warps, gemv_block_warps;
+    int gemv_unroll, gemv_max_rows, gemv_warps, gemv_block_warps;
     int attn_bc, attn_hpb, attn_group, attn_group_splits;
     int paged_mma_group, paged_sm_blocks, attn_paged_d512;
-    int qmma_max_rows, qgemv_warps, qgemv_tc;
+    int qmma_max_rows, qgemv_max_rows, qgemv_warps, qgemv_tc;
 } cf_tuning;
 
 cf_tuning cf_tuning_defaults(void);

@@ -103,21 +103,19 @@ static void gemv_work(void *c, int i) {
     op->matmul(be, g->out, g->x, g->w[i % g->nw], none);
 }
 
-/* Weight GB/s by activation rows: the defaults (1 row: the CUDA-core GEMV; 2 to 16 bf16 rows: the tensor-core GEMV,
- * 4 steps a batch, aiming at 16 warps an SM), the tensor-core GEMV for every row count, at 2 steps a batch, at 8 and
- * 32 warps, and without it (the CUDA-core GEMV up to 8 rows, cuBLAS above). */
+/* Weight GB/s by activation rows: the GEMV kernel (forced up to 8 rows) by 16-byte chunks of each row per batch and
+ * lane and the warps per SM a launch aims for before splitting rows over warps, and the default (the GEMV for 1 row,
+ * cuBLAS from 2). */
 static void bench_gemv(int quick) {
     struct { const char *name; int d, k; } shapes[] = {
         {"q/o   4096x4096", 4096, 4096}, {"k/v   1024x4096", 1024, 4096}, {"gate 14336x4096", 14336, 4096},
         {"down 4096x14336", 4096, 14336}, {"lm_head 128256x4096", 128256, 4096},
     };
-    enum { NV = 7 };
-    int rows[] = {1, 2, 4, 8, 12, 16}, tc_rows[NV] = {16, 16, 16, 16, 16, 0, 0}, tc_min[NV] = {2, 1, 1, 1, 1, 2, 2};
-    int tc_warps[NV] = {16, 16, 16, 8, 32, 16, 16}, tc_unroll[NV] = {4, 4, 2, 4, 4, 4, 4}, max_rows[NV] = {8, 8, 8, 8, 8, 8, 1};
-    const int dflt_g = cfk_cfg.gemv_max_rows;
-    const int dflt_r = cfk_cfg.gemv_tc_max_rows, dflt_w = cfk_cfg.gemv_tc_warps, dflt_m = cfk_cfg.gemv_tc_min_rows, dflt_u = cfk_cfg.gemv_tc_unroll;
-    printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth by activation rows\n");
-    printf("| shape | rows | default | tc | tc, 2 steps | tc, 8 warps | tc, 32 warps | no tc | cuBLAS from 2 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    int rows[] = {1, 2, 4, 8, 16}, unrolls[] = {2, 1, 2, 0}, warps[] = {8, 8, 32, 8}, max_rows[] = {8, 8, 8, 1};
+    const int dflt_u = cfk_cfg.gemv_unroll, dflt_w = cfk_cfg.gemv_warps, dflt_r = cfk_cfg.gemv_max_rows;
+    printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth by activation rows: the GEMV kernel\n"
+           "## (chunks a batch, warps an SM) and the default (GEMV for 1 row, cuBLAS from 2)\n");
+    printf("| shape | rows | GEMV 2, 8 | GEMV 1, 8 | GEMV 2, 32 | default |\n|---|---:|---:|---:|---:|---:|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         gemv_ctx g;
         const double bytes = 2.0 * shapes[s].d * shapes[s].k;
@@ -127,15 +125,13 @@ static void bench_gemv(int quick) {
         if (quick && g.nw > 4) g.nw = 4;
         for (int i = 0; i < g.nw; i++) g.w[i] = rnd(shapes[s].d, shapes[s].k, 0.02f, 100 + i);
         for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
-            if (quick && r > 1) break;
+            if (quick && r) break;
             g.x = rnd(rows[r], shapes[s].k, 1.0f, 7);
             g.out = alloc(CF_BF16, rows[r], shapes[s].d);
             printf("| %s | %d |", shapes[s].name, rows[r]);
-            for (size_t u = 0; u < NV; u++) {
-                cfk_cfg.gemv_tc_max_rows = tc_rows[u];
-                cfk_cfg.gemv_tc_min_rows = tc_min[u];
-                cfk_cfg.gemv_tc_warps = tc_warps[u];
-                cfk_cfg.gemv_tc_unroll = tc_unroll[u];
+            for (size_t u = 0; u < 4; u++) {
+                cfk_cfg.gemv_unroll = unrolls[u];
+                cfk_cfg.gemv_warps = warps[u];
                 cfk_cfg.gemv_max_rows = max_rows[u];
                 double t = time_graph(gemv_work, &g, quick ? 8 : 4 * g.nw);
                 double gbs = bytes / t / 1e9;
@@ -147,11 +143,9 @@ static void bench_gemv(int quick) {
         }
         for (int i = 0; i < g.nw; i++) op->free_tensor(be, &g.w[i]);
     }
-    cfk_cfg.gemv_tc_max_rows = dflt_r;
-    cfk_cfg.gemv_tc_warps = dflt_w;
-    cfk_cfg.gemv_tc_min_rows = dflt_m;
-    cfk_cfg.gemv_tc_unroll = dflt_u;
-    cfk_cfg.gemv_max_rows = dflt_g;
+    cfk_cfg.gemv_unroll = dflt_u;
+    cfk_cfg.gemv_warps = dflt_w;
+    cfk_cfg.gemv_max_rows = dflt_r;
 }
 
 /* ---- attention ---- */

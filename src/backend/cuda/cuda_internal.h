@@ -19,12 +19,8 @@ extern "C" {
 typedef struct cfk_config {
     int pdl;            /* launch with programmatic dependent launch (overlaps a kernel's start with the previous one's end) */
     int gemv_unroll;    /* 16-byte chunks of each of a unit's two rows per batch and lane in the GEMV kernel (two batches in flight): 1, 2, or 0: by row length */
-    int gemv_max_rows;  /* matmuls with at most this many activation rows use the GEMV kernel, the rest cuBLAS */
+    int gemv_max_rows;  /* bf16/f16 matmuls with at most this many activation rows (<= 8) use the GEMV kernel, the rest cuBLAS */
     int gemv_warps;     /* warps per SM a GEMV aims to keep busy: fewer weight rows than that are split over warps */
-    int gemv_tc_max_rows;   /* bf16 weights and activations, 2 to this many rows (at most 16): the tensor-core GEMV */
-    int gemv_tc_warps;      /* warps per SM the tensor-core GEMV aims for when it splits a tile's columns over warps */
-    int gemv_tc_min_rows;   /* the tensor-core GEMV from this many rows (1 or 2) */
-    int gemv_tc_unroll;     /* 32-column steps a batch in the tensor-core GEMV (2 or 4) */
     int gemv_block_warps;   /* warps per GEMV block (2, 4 or 8): smaller blocks leave a shorter tail at the end of a launch */
     int attn_bc;        /* keys per tile of the prefill attention kernel for head size 128: 32 (faster on the H200) or 64 */
     int attn_hpb;       /* query heads of one GQA group per prefill attention block, sharing its K/V tiles: 1, 2 or 4 */
@@ -32,8 +28,9 @@ typedef struct cfk_config {
     int attn_group_splits;   /* its key splits per (query, KV head) at most: 1 to 64 (paged decode too) */
     int paged_mma_group;     /* paged decode on tensor cores for GQA groups of at least this many query heads (0: never, the default) */
     int paged_sm_blocks;     /* blocks per SM a paged decode launch aims for before splitting keys further */
-    int qmma_max_rows;       /* quantized matmuls with more activation rows than gemv_max_rows and at most this many use the
+    int qmma_max_rows;       /* quantized matmuls with more activation rows than qgemv_max_rows and at most this many use the
                                 tensor-core kernel of k_quant.cu; more: dequantize to bf16 scratch and cuBLAS */
+    int qgemv_max_rows;      /* quantized matmuls with at most this many rows (<= 8) use the quantized GEMV */
     int qgemv_warps;         /* warps per SM the quantized GEMV aims for when it splits its units over warps */
     int qgemv_tc;            /* 4-bit decode on the tensor cores (qgemv_tc_kernel) where it applies */
     int n_sm;
@@ -104,8 +101,6 @@ typedef struct cfk_gemv_job {
 } cfk_gemv_job;
 /* whether x and w suit the vectorized kernel (the only one that fuses) */
 int cfk_gemv_vec_ok(cf_tensor x, cf_tensor w);
-/* whether x . w^T runs on the tensor-core GEMV (k_gemv_tc.cu): then cfk_gemv takes it, whatever gemv_max_rows says */
-int cfk_gemv_tc_ok(cf_tensor x, cf_tensor w);
 cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *job);
 
 /* Quantized weights kept packed on the device (k_quant.cu; MLX affine, 4 and 8 bits, groups 32, 64, 128). A CF_Q

@@ -50,70 +50,6 @@ static cudaError_t rope_and_store(cudaStream_t st, const cfk_gemv_job *j) {
     return cudaSuccess;
 }
 
-/* whether the tensor-core kernel (k_gemv_tc.cu) takes the job: bf16 weights and activations, 2 to
- * gemv_tc_max_rows (at most 16) rows, k a multiple of 32 */
-static bool tc_ok(const cfk_gemv_job *j) {
-    const int max_rows = cfk_cfg.gemv_tc_max_rows < 16 ? cfk_cfg.gemv_tc_max_rows : 16;
-    if (j->x.rows < cfk_cfg.gemv_tc_min_rows || j->x.rows > max_rows || j->x.dtype != CF_BF16 || j->x.cols % 32) return false;
-    for (int s = 0; s < j->n_seg; s++)
-        if (j->w[s].dtype != CF_BF16) return false;
-    return true;
-}
-
-extern "C" int cfk_gemv_tc_ok(cf_tensor x, cf_tensor w) {
-    const int max_rows = cfk_cfg.gemv_tc_max_rows < 16 ? cfk_cfg.gemv_tc_max_rows : 16;
-    return x.rows >= cfk_cfg.gemv_tc_min_rows && x.rows <= max_rows && x.dtype == CF_BF16 && w.dtype == CF_BF16 && x.cols % 32 == 0 && cfk_gemv_vec_ok(x, w);
-}
-
-/* The job on the tensor cores: tiles of 8 units, wpr warps a tile while there are fewer than gemv_tc_warps per SM
- * (long rows: four times that) and each warp keeps 8 or more 32-column steps. */
-static cudaError_t gemv_tc(cudaStream_t st, const cfk_gemv_job *j, const int64_t *units, bool fold) {
-    const bool glu = j->glu_out.data != NULL;
-    const int64_t k = j->x.cols, steps = k / 32;
-    int64_t tiles[CFK_MAX_SEG], n_tiles = 0;
-    for (int s = 0; s < j->n_seg; s++) {
-        tiles[s] = ceil_div(units[s], 8);
-        n_tiles += glu && s ? 0 : tiles[s];
-    }
-    const int64_t warps = (int64_t)cfk_cfg.n_sm * cfk_cfg.gemv_tc_warps * (k >= 8192 ? 4 : 1);
-    int wpr = 1;
-    while (wpr < 8 && n_tiles * wpr * 2 <= warps && steps >= (int64_t)wpr * 16) wpr *= 2;
-    const int bw = cfk_cfg.gemv_block_warps > wpr ? cfk_cfg.gemv_block_warps : wpr, tpb = bw / wpr;
-    GemvArgs g = {};
-    g.x = j->x.data;
-    g.xstride = j->x.stride;
-    g.k = k;
-    g.n = (int)j->x.rows;
-    g.wpr = wpr;
-    g.block_warps = bw;
-    g.nseg = j->n_seg;
-    g.act = (int)j->act;
-    int64_t blocks = 0;
-    Seg *segs[3] = {&g.s0, &g.s1, &g.s2};
-    for (int s = 0; s < j->n_seg; s++) {
-        *segs[s] = seg_of(j, s, 0, g.n, blocks);
-        if (!glu) blocks += ceil_div(tiles[s], tpb);
-    }
-    if (glu) blocks = ceil_div(tiles[0], tpb);
-    if (j->mul.data) g.mul = tv(j->mul);
-    if (glu) g.glu = tv(j->glu_out);
-    if (fold) {
-        for (int s = 0; s < j->n_seg; s++) {
-            segs[s]->rope = j->rope[s];
-            segs[s]->cache = tv(j->cache[s]);
-        }
-        g.pos = tv(j->pos);
-        g.store_pos = j->store_pos.data ? tv(j->store_pos) : TV{};
-        g.inv_freq = (const float *)j->inv_freq.data;
-        g.half = j->head_dim / 2;
-        g.pos0 = j->store_pos0;
-        g.cap = j->cap;
-    }
-    const cudaError_t e = gemv_tc_launch(st, g, blocks);
-    if (e != cudaSuccess) return e;
-    return fold ? cudaSuccess : rope_and_store(st, j);
-}
-
 extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
     const cf_tensor x = j->x, w = j->w[0];
     const int64_t k = x.cols;
@@ -139,7 +75,6 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
         units[s] = glu ? j->w[s].rows : fold && j->rope[s] ? j->w[s].rows / 2 : ceil_div(j->w[s].rows, 2);
         n_units += glu && s ? 0 : units[s];
     }
-    if (tc_ok(j)) return gemv_tc(st, j, units, fold);
     int wpr = 1;
     /* units are split over warps only while there are fewer than cfk_cfg.gemv_warps per SM (long rows:
      * four times that). A lone 4096x14336 GEMV streams faster split over 4 warps (92% of copy bandwidth
