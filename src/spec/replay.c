@@ -116,3 +116,16 @@ oom:
     }
     return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the replay provider");
 }
+
+cinfer_status cf_replay_provider_replace(cf_draft_provider *base, int i, const int32_t *seq, int len, cinfer_error *err) {
+    replay_provider *p = (replay_provider *)base;
+    if (!p || base->ops != &replay_provider_ops || i < 0 || i >= p->n_seqs || len < 0)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "replay provider: no recording %d to replace (or length %d)", i, len);
+    int32_t *s = malloc(((size_t)len + 1) * sizeof *s);
+    if (!s) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the replay provider");
+    if (len) memcpy(s, seq, (size_t)len * sizeof *s);
+    free(p->seqs[i]);
+    p->seqs[i] = s;
+    p->lens[i] = len;
+    return CINFER_OK;
+}

@@ -11,5 +11,8 @@
  * once the context leaves every recording it proposes nothing. */
 cinfer_status cf_replay_provider_create(const int32_t *const *seqs, const int *lens, int n_seqs, cf_draft_provider **out,
                                         cinfer_error *err);
+/* Recording i (of a provider made by cf_replay_provider_create) becomes a copy of seq[0, len); sources opened
+ * afterwards follow it. Not while a source of the provider is open. On failure recording i is left as it was. */
+cinfer_status cf_replay_provider_replace(cf_draft_provider *p, int i, const int32_t *seq, int len, cinfer_error *err);
 
 #endif
