@@ -266,7 +266,7 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *   cuda_f32_act      CINFER_CUDA_F32_ACT       0: bf16 activations; 1: f32
  *   pdl               CINFER_CUDA_PDL           1: programmatic dependent launch
  *   gemv_unroll       CINFER_GEMV_UNROLL        0: by row length; 1 or 2 chunks a row a batch (k_gemv.cuh)
- *   gemv_max_rows     CINFER_GEMV_MAX_ROWS      1: bf16/f16 matmuls with at most this many rows (up to 8) use the GEMV kernel,
+ *   gemv_max_rows     CINFER_GEMV_MAX_ROWS      1: bf16/f16 matmuls with at most this many rows (up to 8; f32 activations: 8) use the GEMV kernel,
  *                                               more cuBLAS (H200: cuBLAS streams 87-102% of the copy rate from 2 rows on,
  *                                               where the GEMV's cost grows with the rows: bench/results/README.md)
  *   gemv_warps        CINFER_GEMV_WARPS         8: warps per SM a GEMV aims to keep busy

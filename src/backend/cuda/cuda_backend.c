@@ -454,9 +454,14 @@ static void gemm(cuda_backend *b, cf_tensor out, cf_tensor x, cf_tensor w, cf_te
     if (bias.data) check(b, cfk_elementwise(b->stream, CFK_ADD, out, out, bias, 0), "matmul (bias)");
 }
 
+/* whether the GEMV takes x's rows: up to gemv_max_rows, and f32 x up to 8 rows (cuBLAS would round it to bf16 first) */
+static int gemv_rows(cf_tensor x) {
+    return x.rows <= cfk_cfg.gemv_max_rows || (x.dtype == CF_F32 && x.rows <= 8);
+}
+
 /* whether a GEMV (few rows, the vector kernel) takes x . w^T */
 static int gemv_ok(cf_tensor x, cf_tensor w) {
-    return x.rows <= cfk_cfg.gemv_max_rows && cfk_gemv_vec_ok(x, w);
+    return gemv_rows(x) && cfk_gemv_vec_ok(x, w);
 }
 
 static void qjob_run(cuda_backend *b, const cfk_qjob *j, cf_tensor gate, cf_tensor up, const char *what);
@@ -470,7 +475,7 @@ static void cuda_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w,
         qjob_run(b, &j, none, none, "matmul (quantized)");
         return;
     }
-    if (x.rows > cfk_cfg.gemv_max_rows && (w.dtype == CF_BF16 || w.dtype == CF_F16)) {
+    if (!gemv_rows(x) && (w.dtype == CF_BF16 || w.dtype == CF_F16)) {
         gemm(b, out, x, w, bias);
         return;
     }
@@ -947,7 +952,7 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     const cf_tuning *t = &p->tuning;
     cfk_cfg.pdl = t->pdl;
     cfk_cfg.gemv_unroll = t->gemv_unroll;
-    /* gemv_max_rows 1: Llama-3-8B through the engine on the H200, 8 sequences 1495 tokens/s (5.26 ms a step) with cuBLAS
+    /* gemv_max_rows 1 (f32 x: 8, see gemv_rows): Llama-3-8B through the engine on the H200, 8 sequences 1495 tokens/s (5.26 ms a step) with cuBLAS
      * from 2 rows against 588 (13.6 ms) with the GEMV up to 8 rows; the GEMV's cost grows with its rows (one load of x
      * and 16 FMAs a row per 16 bytes of weight: 22-27% of the copy rate at 8 rows) where cuBLAS's does not */
     cfk_cfg.gemv_max_rows = t->gemv_max_rows < 8 ? t->gemv_max_rows : 8;
