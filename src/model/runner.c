@@ -14,8 +14,6 @@
 
 #define MIN_LOGIT_ROWS 256
 #define N_BUCKETS 12          /* decode graphs for 1, 2, 4, ... 2048 sequences */
-#define GRAPH_MAX_ITEM_ROWS 32   /* a verification of at most this many rows runs in a decode graph; longer runs of rows
-                                    with every row's logits (scoring a text) take the prefill path */
 #define DEFAULT_ROLLBACK 32   /* positions a truncate can always go back where window layers free blocks */
 
 struct cf_runner {
@@ -432,58 +430,45 @@ static cinfer_status check_items(cf_runner *r, const cf_batch_item *it, int n_it
     return CINFER_OK;
 }
 
-/* Lays the batch out on the host: rows, positions, slots, tables, the first logits row of each item. n_seqs = 0:
- * each item is a sequence. n_seqs > 0 (a decode graph's bucket): every row is a one-row sequence of its own with
- * its item's block tables and position (so the rows of a verification, one sequence at consecutive positions, read
- * the keys up to their own position, those of the rows before them included: the step stores every row's K/V before
- * attention), every row has logits, and the sequences after the last row are padding. Returns the rows. */
+/* Lays the batch out on the host: rows, positions, slots, tables, the first logits row of each item.
+ * n_seqs >= n_items: the rest are padding sequences of one row (graph buckets). Returns the rows. */
 static int layout(cf_runner *r, const cf_batch_item *it, int n_items, int n_seqs, int *out_rows) {
-    const int B = r->kv->block_size, C = r->table_cols, T = r->tstride;
+    const int B = r->kv->block_size, C = r->table_cols;
     const int win = r->kv->wblocks != NULL, scratch = r->kv->scratch_block, wscratch = r->kv->wscratch_block;
-    const int one_row = n_seqs > 0;
-    int row = 0, orow = 0, seq = 0;
-    for (int i = 0; i < n_items; i++) {
+    int row = 0, orow = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        r->h_seq_start[i] = row;
+        int32_t *tab = r->h_table + (size_t)i * r->tstride, *wtab = tab + C;
+        if (i >= n_items) {
+            r->h_ids[row] = 0;
+            r->h_pos[row] = 0;
+            r->h_row_seq[row] = i;
+            r->h_slot[row] = scratch * B;
+            for (int c = 0; c < C; c++) tab[c] = scratch;
+            if (win) {
+                r->h_wslot[row] = wscratch * B;
+                for (int c = 0; c < C; c++) wtab[c] = wscratch;
+            }
+            row++;
+            continue;
+        }
         const cf_rseq *s = it[i].seq;
-        int32_t *tab = r->h_table + (size_t)seq * T, *wtab = tab + C;
         for (int c = 0; c < C; c++) tab[c] = c < s->t.n_blocks ? s->t.blocks[c] : scratch;
         if (win)   /* dropped blocks are never read (attention starts at the window): they name the scratch block */
             for (int c = 0; c < C; c++) wtab[c] = c < s->w.n_blocks && s->w.blocks[c] >= 0 ? s->w.blocks[c] : wscratch;
-        if (!one_row) r->h_seq_start[seq] = row;
         for (int k = 0; k < it[i].n; k++, row++) {
             const int p = s->t.n_tokens + k;
-            if (one_row) {
-                if (k) memcpy(r->h_table + (size_t)(seq + k) * T, tab, (size_t)T * sizeof *tab);
-                r->h_seq_start[seq + k] = row;
-            }
             r->h_ids[row] = it[i].ids[k];
             r->h_pos[row] = p;
-            r->h_row_seq[row] = one_row ? seq + k : seq;
+            r->h_row_seq[row] = i;
             r->h_slot[row] = s->t.blocks[p / B] * B + p % B;
             if (win) r->h_wslot[row] = s->w.blocks[p / B] * B + p % B;
-        }
-        seq += one_row ? it[i].n : 1;
-        if (one_row) {
-            r->out_first[i] = row - it[i].n;
-            continue;
         }
         r->out_first[i] = orow;
         orow += it[i].logits == CF_LOGITS_ALL ? it[i].n : it[i].logits == CF_LOGITS_LAST || it[i].pick ? 1 : 0;
     }
-    for (; one_row && seq < n_seqs; seq++, row++) {
-        int32_t *tab = r->h_table + (size_t)seq * T;
-        r->h_seq_start[seq] = row;
-        r->h_ids[row] = 0;
-        r->h_pos[row] = 0;
-        r->h_row_seq[row] = seq;
-        r->h_slot[row] = scratch * B;
-        for (int c = 0; c < C; c++) tab[c] = scratch;
-        if (win) {
-            r->h_wslot[row] = wscratch * B;
-            for (int c = 0; c < C; c++) tab[C + c] = wscratch;
-        }
-    }
-    r->h_seq_start[seq] = row;
-    *out_rows = one_row ? row : orow;
+    r->h_seq_start[n_seqs] = row;
+    *out_rows = orow;
     return row;
 }
 
@@ -602,18 +587,17 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
     cinfer_status st = reserve_all(r, it, n_items, err);
     if (st != CINFER_OK) return st;
 
-    /* a decode graph takes steps of one-row items and verifications (every row's logits), each row a sequence */
-    int decode = 1, max_rows = 0, all_rows = 0;
+    int decode = 1, max_rows = 0;
     for (int i = 0; i < n_items; i++) {
-        decode &= it[i].logits == CF_LOGITS_ALL ? it[i].n <= GRAPH_MAX_ITEM_ROWS : it[i].n == 1;
+        decode &= it[i].n == 1 && it[i].logits != CF_LOGITS_ALL;
         if (it[i].n > max_rows) max_rows = it[i].n;
-        all_rows += it[i].n;
     }
-    const int n_seqs = 1 << bucket_of(all_rows);
-    const int graphs = !r->taps.hidden && decode && r->p.graphs && m->decode_graphs && op->graph_begin && n_seqs <= r->p.max_seqs;
+    const int graphs = !r->taps.hidden && decode && r->p.graphs && m->decode_graphs && op->graph_begin;
+    const int n_seqs = graphs ? 1 << bucket_of(n_items) : n_items;
     int out_rows = 0;
-    const int rows = layout(r, it, n_items, graphs ? n_seqs : 0, &out_rows);
-    if (graphs) {
+    const int rows = layout(r, it, n_items, graphs && n_seqs <= r->p.max_seqs ? n_seqs : n_items, &out_rows);
+    if (graphs && n_seqs <= r->p.max_seqs) {
+        for (int i = 0; i < n_items; i++) r->out_first[i] = i;   /* the graph computes every row's logits */
         upload(r, rows, n_seqs);
         st = run_decode_graph(r, n_seqs, err);
     } else {
