@@ -2,7 +2,9 @@
  * concurrency c, c in-process clients open greedy sessions at once through the public API (distinct random
  * prompts, ignore_eos, max_tokens = --gen) and stamp every token event as it is delivered. Reported per run:
  * aggregate decode tokens/s (tokens after each session's first / the span from the earliest first token to
- * the last token), output tokens/s over the whole run, time to first token and inter-token latency (p50,
+ * the last token, so other sessions' prefills chunked into those steps count against it), the steady rate
+ * while all c sessions decode (tokens delivered from the last session's first token to the first session's
+ * last token / that span: what llama-batched-bench calls generation speed; 0 when no such span), output tokens/s over the whole run, time to first token and inter-token latency (p50,
  * p99), and the aggregate against its bandwidth roofline (c tokens a step read the weights once and c
  * sequences' KV: c x bandwidth / (weight bytes + c x KV bytes)). The KV memory's pools are reported too: the
  * full-attention layers' blocks, the sliding-window layers' own blocks, and the blocks one pool for every layer
@@ -43,7 +45,7 @@ static double quantile(double *v, size_t n, double q) {
 
 typedef struct run_result {
     int concurrency;
-    double decode_tps, output_tps, ttft_p50, ttft_p99, itl_p50, itl_p99, roofline_tps, wall_s;
+    double decode_tps, all_tps, output_tps, ttft_p50, ttft_p99, itl_p50, itl_p99, roofline_tps, wall_s;
     char plan[48];
 } run_result;
 
@@ -105,8 +107,17 @@ static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen,
         decoded += n_gen - 1;
         output += n_gen;
     }
+    double all_first = 0, all_last = INFINITY;   /* the span in which every session decodes */
+    for (int i = 0; !rc && i < c; i++) {
+        all_first = fmax(all_first, cl[i].t[0]);
+        all_last = fmin(all_last, cl[i].t[n_gen - 1]);
+    }
+    long in_span = 0;
+    for (int i = 0; !rc && i < c && all_last > all_first; i++)
+        for (int k = 1; k < n_gen; k++) in_span += cl[i].t[k] > all_first && cl[i].t[k] <= all_last;
     if (!rc) {
         r->concurrency = c;
+        r->all_tps = all_last > all_first ? (double)in_span / (all_last - all_first) : 0;
         r->wall_s = last - t0;
         r->decode_tps = last > first ? (double)decoded / (last - first) : 0;
         r->output_tps = (double)output / (last - t0);
@@ -163,10 +174,11 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
                a->label, a->device, a->n_prompt, a->n_gen, a->bandwidth_gbs);
         for (int k = 0; k < a->n_concurrency; k++) {
             const run_result *r = &runs[k];
-            printf("%s{\"concurrency\":%d,\"plan\":\"%s\",\"decode_tokens_per_s\":%.3f,\"output_tokens_per_s\":%.3f,"
+            printf("%s{\"concurrency\":%d,\"plan\":\"%s\",\"decode_tokens_per_s\":%.3f,\"all_decoding_tokens_per_s\":%.3f,"
+                   "\"output_tokens_per_s\":%.3f,"
                    "\"ttft_p50_s\":%.5f,\"ttft_p99_s\":%.5f,\"itl_p50_s\":%.6f,\"itl_p99_s\":%.6f,"
                    "\"roofline_tokens_per_s\":%.3f,\"roofline_fraction\":%.4f,\"wall_s\":%.3f}",
-                   k ? "," : "", r->concurrency, r->plan, r->decode_tps, r->output_tps, r->ttft_p50, r->ttft_p99, r->itl_p50,
+                   k ? "," : "", r->concurrency, r->plan, r->decode_tps, r->all_tps, r->output_tps, r->ttft_p50, r->ttft_p99, r->itl_p50,
                    r->itl_p99, r->roofline_tps, r->decode_tps / r->roofline_tps, r->wall_s);
         }
         printf("],\"kv\":{\"bytes\":%lld,\"block_tokens\":%d,\"full_blocks\":%d,\"window_blocks\":%d,\"window\":%d,"
@@ -182,12 +194,12 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
                    (long long)one_pool, (long long)one_pool * kv.kv_block_tokens);
         else
             printf("kv           %.1f MiB: %d blocks of %d tokens\n", kv_total / 1048576.0, kv.kv_blocks_total, kv.kv_block_tokens);
-        printf("%11s %-16s %14s %14s %18s %18s %9s\n", "concurrency", "plan", "decode tok/s", "output tok/s",
+        printf("%11s %-16s %14s %14s %14s %18s %18s %9s\n", "concurrency", "plan", "decode tok/s", "all decoding", "output tok/s",
                "TTFT p50/p99 ms", "ITL p50/p99 ms", "roofline");
         for (int k = 0; k < a->n_concurrency; k++) {
             const run_result *r = &runs[k];
-            printf("%11d %-16s %14.2f %14.2f %8.1f / %7.1f %8.2f / %7.2f %8.1f%%\n", r->concurrency, r->plan, r->decode_tps,
-                   r->output_tps, 1e3 * r->ttft_p50, 1e3 * r->ttft_p99, 1e3 * r->itl_p50, 1e3 * r->itl_p99,
+            printf("%11d %-16s %14.2f %14.2f %14.2f %8.1f / %7.1f %8.2f / %7.2f %8.1f%%\n", r->concurrency, r->plan, r->decode_tps,
+                   r->all_tps, r->output_tps, 1e3 * r->ttft_p50, 1e3 * r->ttft_p99, 1e3 * r->itl_p50, 1e3 * r->itl_p99,
                    100 * r->decode_tps / r->roofline_tps);
         }
     }
