@@ -1,9 +1,10 @@
-/* bench_spec.c: `cinfer bench --spec ngram|oracle`: speculative decoding against plain decoding, side by side
- * in one run, one greedy session at a time through the engine (the public session API; the oracle through the
+/* bench_spec.c: `cinfer bench --spec ngram|draft|oracle`: speculative decoding against plain decoding, side by
+ * side in one run, one greedy session at a time through the engine (the public session API; the oracle through the
  * engine's internal provider hook).
  *
  *   ngram   on a copy-heavy prompt (a passage given twice and begun a third time) and an open-ended one: plain and
  *           speculative decode tokens/s (medians over --reps), the speedup, drafts and acceptance;
+ *   draft   the same with a draft model's greedy continuation as the drafts (the engine's draft_model);
  *   oracle  a replay of the target's own greedy output, so every draft is accepted: for k = 1, 2, 4, 8, 16 drafts
  *           per step (draft_max), decode tokens/s, the time of a verify step against a plain step (cost, from the
  *           engine's step count) and the speedup; the speedup at k = 8 is the figure of merit of the machinery.
@@ -185,9 +186,10 @@ static int32_t *make_prompt(cinfer_model *m, const char *text, int copy, int np,
     return ids;
 }
 
-static cinfer_engine *make_engine(cinfer_model *m) {
+static cinfer_engine *make_engine(cinfer_model *m, cinfer_model *draft) {
     cinfer_engine_params ep = cinfer_engine_default_params();
     ep.max_batch = 1;
+    ep.draft_model = draft;
     cinfer_engine *e = NULL;
     cinfer_error err = {0};
     if (cinfer_engine_create(m, &ep, &e, &err) != CINFER_OK) fprintf(stderr, "cinfer bench: %s\n", err.message);
@@ -218,6 +220,7 @@ int cf_bench_spec(cf_model *model, const bench_spec_args *a) {
     int32_t *open = make_prompt(m, open_text, 0, a->n_prompt, vocab, &n_open);
     one_run *pr = calloc(1, sizeof *pr), *sr = calloc(1, sizeof *sr);
     cinfer_engine *e = NULL;
+    cinfer_model *draft = NULL;         /* --spec draft: the draft model, outliving the engine */
     cf_draft_provider *oracle = NULL;   /* owned by the engine once added */
     if (!copy || !open || !pr || !sr) {
         rc = 1;
@@ -235,10 +238,24 @@ int cf_bench_spec(cf_model *model, const bench_spec_args *a) {
     if (n_open > room) n_open = room;
     printf("spec         %s on %s, greedy (T=1: sampled, seed 7), %d tokens generated per run, medians of %d runs each way (plain and speculative "
            "alternated); outputs compared\n", a->label, model->be->ops->name, a->n_gen, a->reps);
-    if (!strcmp(a->source, "ngram")) {
-        if (!(e = make_engine(m))) { rc = 1; goto done; }
-        rc = run_one(e, open, n_open, a->n_gen < 16 ? a->n_gen : 16, "ngram", 0, pr);   /* warm-up */
-        printf("%-30s %14s %14s %9s %9s %9s %11s\n", "prompt", "plain tok/s", "ngram tok/s", "speedup", "drafted", "accepted",
+    if (!strcmp(a->source, "ngram") || !strcmp(a->source, "draft")) {
+        const int is_draft = !strcmp(a->source, "draft");
+        if (is_draft) {
+            cinfer_model_params mp = cinfer_model_default_params();
+            mp.device = a->dev;
+            mp.n_threads = a->threads;
+            if (cinfer_model_load(a->draft_dir, &mp, &draft, &err) != CINFER_OK) {
+                fprintf(stderr, "cinfer bench: the draft model %s: %s\n", a->draft_dir, err.message);
+                rc = 1;
+                goto done;
+            }
+            printf("draft        %s, %s\n", a->draft_dir, a->draft_max ? "fixed draft length (--draft-max)" : "adaptive draft length");
+        }
+        if (!(e = make_engine(m, draft))) { rc = 1; goto done; }
+        rc = run_one(e, open, n_open, a->n_gen < 16 ? a->n_gen : 16, a->source, a->draft_max, pr);   /* warm-up */
+        char head[24];
+        snprintf(head, sizeof head, "%s tok/s", a->source);
+        printf("%-30s %14s %14s %9s %9s %9s %11s\n", "prompt", "plain tok/s", head, "speedup", "drafted", "accepted",
                "acceptance");
         const char *names[3] = {"copy-heavy", "open-ended", "open-ended T=1"};
         int32_t *ps[3] = {copy, open, open};
@@ -246,7 +263,7 @@ int cf_bench_spec(cf_model *model, const bench_spec_args *a) {
         for (int k = 0; !rc && k < 3; k++) {
             double pt = 0, st = 0;
             temperature = k == 2 ? 1.0f : 0.0f;
-            rc = side_by_side(e, ps[k], ns[k], a->n_gen, "ngram", a->draft_max, a->reps, &pt, &st, pr, sr);
+            rc = side_by_side(e, ps[k], ns[k], a->n_gen, a->source, a->draft_max, a->reps, &pt, &st, pr, sr);
             if (rc) break;
             char label[48];
             snprintf(label, sizeof label, "%s (%d tokens)", names[k], ns[k]);
@@ -257,7 +274,7 @@ int cf_bench_spec(cf_model *model, const bench_spec_args *a) {
     }
     /* oracle: record the plain greedy output, then replay it */
     /* (after a warm-up run: the first run of an engine records its decode graphs where the backend has them) */
-    if (!(e = make_engine(m)) || run_one(e, open, n_open, a->n_gen, "none", 0, pr) || run_one(e, open, n_open, a->n_gen, "none", 0, pr)) {
+    if (!(e = make_engine(m, NULL)) || run_one(e, open, n_open, a->n_gen, "none", 0, pr) || run_one(e, open, n_open, a->n_gen, "none", 0, pr)) {
         rc = 1;
         goto done;
     }
@@ -274,7 +291,7 @@ int cf_bench_spec(cf_model *model, const bench_spec_args *a) {
         cinfer_status st = cf_replay_provider_create(seqs, lens, 1, &p, &err);
         oracle = p;
         free(rec);
-        if (st != CINFER_OK || !(e = make_engine(m))) {
+        if (st != CINFER_OK || !(e = make_engine(m, NULL))) {
             if (st != CINFER_OK) fprintf(stderr, "cinfer bench: %s\n", err.message);
             cf_draft_provider_free(p);
             rc = 1;
@@ -322,6 +339,7 @@ int cf_bench_spec(cf_model *model, const bench_spec_args *a) {
                1e3 * plain_step);
 done:
     cinfer_engine_free(e);
+    cinfer_model_free(draft);
     cinfer_model_free(m);
     free(copy);
     free(open);

@@ -1,11 +1,12 @@
-/* bench_spec.h: `cinfer bench --spec ngram|oracle`: speculative against plain decoding, side by side. */
+/* bench_spec.h: `cinfer bench --spec ngram|draft|oracle`: speculative against plain decoding, side by side. */
 #ifndef CF_CLI_BENCH_SPEC_H
 #define CF_CLI_BENCH_SPEC_H
 
 #include "model/model.h"
 
 typedef struct bench_spec_args {
-    const char *source;       /* "ngram" or "oracle" */
+    const char *source;       /* "ngram", "draft" or "oracle" */
+    const char *draft_dir;    /* draft: the draft model's folder */
     int draft_max;            /* 0: adaptive (ngram) / every k of the table (oracle) */
     int n_prompt, n_gen, reps;
     const char *label, *device;

@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "cli/bench_engine.h"
 #include "cli/bench_spec.h"
+#include "cli/gen.h"
 #include "backend/cpu/cpu_bandwidth.h"
 #include "model/model.h"
 #include "base/status.h"
@@ -106,11 +107,12 @@ static const char *bench_help =
     "  --kv-memory MIB   with --concurrency: KV cache memory in MiB (default: room for max-batch full contexts\n"
     "                    within 90% of the free memory)\n"
     "  --json            print one JSON object instead of a table\n"
-    "  --spec ngram|oracle\n"
+    "  --spec ngram|draft|oracle\n"
     "                    instead: speculative decoding against plain decoding through the engine, side by\n"
-    "                    side (one session; outputs compared: identical on the CPU). ngram: a copy-heavy and\n"
-    "                    an open-ended prompt, greedy, and the open-ended one sampled at temperature 1:\n"
-    "                    tokens/s, speedup and acceptance. oracle (greedy): drafts replaying the\n"
+    "                    side (one session; outputs compared: identical on the CPU). ngram, draft: a copy-heavy\n"
+    "                    and an open-ended prompt, greedy, and the open-ended one sampled at temperature 1:\n"
+    "                    tokens/s, speedup and acceptance (draft: a model folder's, and --draft-model DIR, by\n"
+    "                    default the embedded model's draft). oracle (greedy): drafts replaying the\n"
     "                    model's own output (all accepted): for k = 1, 2, 4, 8, 16 drafts a step, tokens/s,\n"
     "                    the cost of a verify step against a plain step, and the speedup\n"
     "  --draft-max K     with --spec: drafts per step at most, 1..16 (oracle: only that k)\n"
@@ -125,6 +127,7 @@ int cf_cmd_bench(int argc, char **argv) {
     int json = 0;
     const char *decode_opt = "auto", *conc_opt = NULL, *quant_opt = NULL, *spec_opt = NULL;
     long draft_max = 0;
+    const char *draft_dir = NULL;
     for (int i = 1; i < argc; i++) {
         int r;
         if (cf_is_help(argv[i])) { fputs(bench_help, stdout); return 0; }
@@ -133,10 +136,11 @@ int cf_cmd_bench(int argc, char **argv) {
         if ((r = cf_flag_value(verb, argc, argv, &i, "--concurrency", &conc_opt)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
         if ((r = cf_flag_value(verb, argc, argv, &i, "--spec", &spec_opt)) != 0) {
             if (r < 0) return CF_EXIT_USAGE;
-            if (strcmp(spec_opt, "ngram") && strcmp(spec_opt, "oracle"))
-                return cf_usage_error(verb, "--spec must be ngram or oracle, got '%s'", spec_opt);
+            if (strcmp(spec_opt, "ngram") && strcmp(spec_opt, "draft") && strcmp(spec_opt, "oracle"))
+                return cf_usage_error(verb, "--spec must be ngram, draft or oracle, got '%s'", spec_opt);
             continue;
         }
+        if ((r = cf_flag_value(verb, argc, argv, &i, "--draft-model", &draft_dir)) != 0) { if (r < 0) return CF_EXIT_USAGE; continue; }
         if ((r = cf_flag_value(verb, argc, argv, &i, "--draft-max", &v)) != 0) {
             if (r < 0) return CF_EXIT_USAGE;
             if (cf_parse_long(v, 1, 16, &draft_max)) return cf_usage_error(verb, "--draft-max must be an integer in [1, 16], got '%s'", v);
@@ -178,6 +182,12 @@ int cf_cmd_bench(int argc, char **argv) {
     if (spec_opt && conc_opt && strcmp(spec_opt, "ngram"))
         return cf_usage_error(verb, "--concurrency takes --spec ngram only (the oracle is a single-session benchmark)");
     if (draft_max && conc_opt) return cf_usage_error(verb, "--draft-max goes with --spec alone, not --concurrency");
+    if (draft_dir && !(spec_opt && !strcmp(spec_opt, "draft"))) return cf_usage_error(verb, "--draft-model goes with --spec draft");
+    if (spec_opt && !strcmp(spec_opt, "draft")) {
+        if (random_cfg) return cf_usage_error(verb, "--spec draft needs a model folder (its tokenizer is checked against the draft's)");
+        if (!(draft_dir = cf_gen_draft_dir(o.model, draft_dir)))
+            return cf_usage_error(verb, "--spec draft needs --draft-model DIR (only the embedded model has a default draft)");
+    }
 
     int32_t *conc = NULL;
     int n_conc = 0;
@@ -196,8 +206,8 @@ int cf_cmd_bench(int argc, char **argv) {
 
     if (spec_opt && !conc_opt && !random_cfg) {   /* the folder's tokenizer gives text prompts */
         free(conc);
-        const bench_spec_args sa = {.source = spec_opt, .draft_max = (int)draft_max, .n_prompt = (int)n_prompt, .n_gen = (int)n_gen,
-                                    .reps = (int)reps, .label = o.model, .dir = o.model,
+        const bench_spec_args sa = {.source = spec_opt, .draft_dir = draft_dir, .draft_max = (int)draft_max, .n_prompt = (int)n_prompt,
+                                    .n_gen = (int)n_gen, .reps = (int)reps, .label = o.model, .dir = o.model,
                                     .dev = o.device == CF_DEVICE_CUDA ? CINFER_DEVICE_CUDA : CINFER_DEVICE_CPU, .threads = o.threads};
         return cf_bench_spec(NULL, &sa);
     }

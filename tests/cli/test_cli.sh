@@ -170,11 +170,18 @@ PY
   check "bench --spec bogus" 2 "$bin" bench --model "$model" --spec medusa
   check "bench --draft-max without --spec" 2 "$bin" bench --model "$model" --draft-max 4
   check "bench --spec oracle with --concurrency" 2 "$bin" bench --model "$model" --spec oracle --concurrency 1
+  check "bench --spec draft without a draft model" 2 "$bin" bench --model "$model" --spec draft
+  check "bench --draft-model without --spec draft" 2 "$bin" bench --model "$model" --spec ngram --draft-model "$model"
   plain=$("$bin" run --model "$model" --prompt-ids 5,6,7,5,6,7,5,6 --max-tokens 24 --output ids --ignore-eos 2>/dev/null)
   spec=$("$bin" run --model "$model" --prompt-ids 5,6,7,5,6,7,5,6 --max-tokens 24 --output ids --ignore-eos --spec ngram --draft-max 3 2>/dev/null)
   if [ -n "$plain" ] && [ "$plain" = "$spec" ]; then pass=$((pass+1)); else echo "FAIL run --spec ngram: '$spec' vs plain '$plain'"; fails=$((fails+1)); fi
   out=$("$bin" bench --model "$model" --prompt 12 --gen 6 --reps 1 --threads 1 --spec ngram 2>&1)
   if [[ "$out" == *"ngram tok/s"* && "$out" == *"copy-heavy"* ]]; then pass=$((pass+1)); else echo "FAIL bench --spec ngram: $out"; fails=$((fails+1)); fi
+  # the embedded model with its draft (the default pairing): drafts proposed on the open-ended prompt, and the
+  # speculative output the plain one (the bench fails otherwise on the CPU)
+  out=$("$bin" bench --prompt 12 --gen 24 --reps 1 --threads 1 --spec draft --draft-max 4 2>&1); st=$?
+  drafted=$(printf '%s\n' "$out" | awk '/^open-ended \(/ {print $(NF-2)}')
+  if [ "$st" = 0 ] && [[ "$out" == *"cinfer-tiny-draft"* && "$out" == *"draft tok/s"* ]] && [ "${drafted:-0}" -gt 0 ]; then pass=$((pass+1)); else echo "FAIL bench --spec draft: exit $st: $out"; fails=$((fails+1)); fi
   out=$("$bin" bench --model "$model" --prompt 12 --gen 6 --reps 1 --threads 1 --spec oracle --draft-max 2 2>&1)
   if [[ "$out" == *"oracle tok/s"* && "$out" == *"cost vs plain"* ]]; then pass=$((pass+1)); else echo "FAIL bench --spec oracle: $out"; fails=$((fails+1)); fi
 fi
