@@ -470,10 +470,12 @@ static void add_item(cinfer_engine *e, int k, cinfer_session *s, int len, int n)
     e->item_s[k] = s;
 }
 
-/* Item k: s's pending token and its drafts d1..dk after it, with the logits of every row (verification). */
+/* Item k: s's pending token and its drafts d1..dk after it, with the logits of every row (verification), or every
+ * row's token picked on the device where the session picks there and greedily (only ids come back). */
 static void add_spec_item(cinfer_engine *e, int k, cinfer_session *s, int len) {
     memcpy(s->ids + s->n_ids, s->draft, (size_t)s->n_draft * sizeof *s->ids);
     e->items[k] = (cf_batch_item){.seq = s->rs, .ids = s->ids + len, .n = 1 + s->n_draft, .logits = CF_LOGITS_ALL};
+    if (s->device_pick && cf_sampling_is_greedy(s->pick_args.temperature)) e->items[k].pick = &s->pick_args;
     e->item_s[k] = s;
 }
 
@@ -747,10 +749,19 @@ static int verify(cinfer_engine *e, cinfer_session *s, const cf_batch_item *it, 
     for (int r = 0; r <= k; r++) {
         cf_sample_result sr;
         memset(&sr, 0, sizeof sr);
-        memcpy(s->logits, it->out + (size_t)r * (size_t)V, (size_t)V * sizeof *s->logits);
-        if (cf_sampler_sample(s->smp, s->logits, &sr, &end->err) != CINFER_OK) {
-            end->outcome = CINFER_OUTCOME_FAILED;
-            return 1;
+        if (it->tokens) {   /* picked on the device, as plain decoding picks */
+            sr.token = it->tokens[r];
+            if (sr.token < 0) {
+                cf_fail(&end->err, CINFER_E_NOT_A_NUMBER, "the model produced non-finite logits (NaN/inf) at position %d", s->n_ids - 1);
+                end->outcome = CINFER_OUTCOME_FAILED;
+                return 1;
+            }
+        } else {
+            memcpy(s->logits, it->out + (size_t)r * (size_t)V, (size_t)V * sizeof *s->logits);
+            if (cf_sampler_sample(s->smp, s->logits, &sr, &end->err) != CINFER_OK) {
+                end->outcome = CINFER_OUTCOME_FAILED;
+                return 1;
+            }
         }
         if (commit(e, s, &sr, end)) {
             s->draft_tokens += k;

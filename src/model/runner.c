@@ -30,7 +30,8 @@ struct cf_runner {
     cf_tensor u, picks;          /* F32 [max_seqs, 1] uniforms; I32 [max_seqs, 1] picked tokens */
     cf_tensor meta;              /* I32: the views in bv and bv_win (laid out in cf_runner_create) */
     int32_t *h_meta, *h_pos, *h_row_seq, *h_seq_start, *h_slot, *h_wslot, *h_table, *h_ids;
-    float *h_u, *h_picks;
+    float *h_u, *h_picks;         /* [max_seqs]; [logit_rows]: picks by logits row */
+    int32_t *h_tokens;            /* [logit_rows]: the every-row picks handed out (cf_batch_item.tokens) */
     float *h_logits;             /* [logit_rows, vocab] */
     cf_block_copy *copies, *wcopies;   /* [max_seqs] each: copy-on-write in the full and window pools */
     cf_lease_request *lease_rq;  /* [max_seqs]: a step's write leases on its sequences */
@@ -92,6 +93,7 @@ void cf_runner_free(cf_runner *r) {
     free(r->h_ids);
     free(r->h_u);
     free(r->h_picks);
+    free(r->h_tokens);
     free(r->h_logits);
     free(r->copies);
     free(r->wcopies);
@@ -213,7 +215,7 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
         }
     }
     if (st == CINFER_OK) st = be->ops->alloc(be, CF_F32, S, 1, &r->u, err);
-    if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, S, 1, &r->picks, err);
+    if (st == CINFER_OK) st = be->ops->alloc(be, CF_I32, logit_rows, 1, &r->picks, err);
     if (st == CINFER_OK) {
         r->h_pos = malloc((size_t)R * sizeof *r->h_pos);
         r->h_meta = malloc((size_t)meta_n * sizeof *r->h_meta);
@@ -226,14 +228,15 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
         }
         r->h_ids = malloc((size_t)R * sizeof *r->h_ids);
         r->h_u = malloc((size_t)S * sizeof *r->h_u);
-        r->h_picks = malloc((size_t)S * sizeof *r->h_picks);
+        r->h_picks = malloc((size_t)logit_rows * sizeof *r->h_picks);
+        r->h_tokens = malloc((size_t)logit_rows * sizeof *r->h_tokens);
         r->h_logits = malloc((size_t)logit_rows * (size_t)hp->vocab * sizeof *r->h_logits);
         r->copies = malloc((size_t)S * sizeof *r->copies);
         r->wcopies = malloc((size_t)S * sizeof *r->wcopies);
         r->lease_rq = malloc((size_t)S * sizeof *r->lease_rq);
         r->leases = malloc((size_t)S * sizeof *r->leases);
         r->out_first = malloc((size_t)S * sizeof *r->out_first);
-        if (!r->h_pos || !r->h_meta || !r->h_ids || !r->h_u || !r->h_picks ||
+        if (!r->h_pos || !r->h_meta || !r->h_ids || !r->h_u || !r->h_picks || !r->h_tokens ||
             !r->h_logits || !r->copies || !r->wcopies || !r->lease_rq || !r->leases || !r->out_first)
             st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the runner's host buffers");
     }
@@ -418,6 +421,8 @@ static cinfer_status check_items(cf_runner *r, const cf_batch_item *it, int n_it
         if (b->logits != CF_LOGITS_NONE && b->logits != CF_LOGITS_LAST && b->logits != CF_LOGITS_ALL)
             return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "item %d: logits mode %d", i, (int)b->logits);
         if (b->pick) CF_TRY(cf_model_check_pick(m, b->pick, b->u, err));
+        if (b->pick && b->logits == CF_LOGITS_ALL && !is_greedy(b->pick))
+            return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "item %d: every row picked on the device is greedy only (temperature 0)", i);
         rows += b->n;
         out_rows += b->logits == CF_LOGITS_ALL ? b->n : b->logits == CF_LOGITS_LAST || b->pick ? 1 : 0;
     }
@@ -537,10 +542,8 @@ cinfer_status cf_runner_step(cf_runner *r, cf_batch_item *it, int n_items, cinfe
     return st;
 }
 
-/* The logits row item i picks from: its last. */
-static int pick_row(const cf_runner *r, const cf_batch_item *b, int i) {
-    return r->out_first[i] + (b->logits == CF_LOGITS_ALL ? b->n - 1 : 0);
-}
+/* Whether item b picks every row (a greedy verification); an item's picks go to the picks rows of its logits rows. */
+static int picks_all(const cf_batch_item *b) { return b->pick && b->logits == CF_LOGITS_ALL; }
 
 /* Gives back the blocks a reserve_all took beyond the items' lengths. */
 static void release_reserved(cf_runner *r, cf_batch_item *it, int n) {
@@ -624,35 +627,42 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
         }
     }
 
-    /* picks on the device, one launch for each run of neighbours that pick alike; then everything back to the
-     * host, a read for each run of neighbouring logits rows */
-    int any_pick = 0;
+    /* picks on the device into the picks row of their logits row: one launch for each run of neighbours that pick
+     * one row alike, one for each item that picks every row (greedy: a verification); then everything back to the
+     * host, a read for each run of neighbouring logits rows that are not picked whole */
+    int any_pick = 0, pick_end = 0;
     for (int i = 0; i < n_items && st == CINFER_OK; i++) {
         if (!it[i].pick) continue;
         any_pick = 1;
         r->h_u[i] = is_greedy(it[i].pick) ? 0.0f : it[i].u;
+        const int end = r->out_first[i] + (picks_all(&it[i]) ? it[i].n : 1);
+        if (end > pick_end) pick_end = end;
     }
     if (st == CINFER_OK && any_pick) {
         op->write(be, cf_rows(r->u, 0, n_items), r->h_u);
         for (int i = 0, j; i < n_items; i = j) {
             j = i + 1;
             if (!it[i].pick) continue;
-            const int row = pick_row(r, &it[i], i);
+            const int row = r->out_first[i];
+            if (picks_all(&it[i])) {
+                op->argmax(be, cf_rows(r->picks, row, it[i].n), cf_rows(r->sc.logits, row, it[i].n));
+                continue;
+            }
             const int greedy = is_greedy(it[i].pick);
-            while (j < n_items && it[j].pick && pick_row(r, &it[j], j) == row + (j - i) &&
+            while (j < n_items && it[j].pick && !picks_all(&it[j]) && r->out_first[j] == row + (j - i) &&
                    (greedy ? is_greedy(it[j].pick) : cf_sample_args_equal(it[j].pick, it[i].pick)))
                 j++;
-            cf_tensor lg = cf_rows(r->sc.logits, row, j - i), id = cf_rows(r->picks, i, j - i);
+            cf_tensor lg = cf_rows(r->sc.logits, row, j - i), id = cf_rows(r->picks, row, j - i);
             if (greedy) op->argmax(be, id, lg);
             else op->sample(be, id, lg, cf_rows(r->u, i, j - i), it[i].pick);
         }
-        st = op->read(be, r->h_picks, cf_rows(r->picks, 0, n_items), err);
+        st = op->read(be, r->h_picks, cf_rows(r->picks, 0, pick_end), err);
     }
     for (int i = 0, j; i < n_items && st == CINFER_OK; i = j) {
         j = i + 1;
-        if (it[i].logits == CF_LOGITS_NONE) continue;
+        if (it[i].logits == CF_LOGITS_NONE || picks_all(&it[i])) continue;
         int end = r->out_first[i] + (it[i].logits == CF_LOGITS_ALL ? it[i].n : 1);
-        while (j < n_items && it[j].logits != CF_LOGITS_NONE && r->out_first[j] == end)
+        while (j < n_items && it[j].logits != CF_LOGITS_NONE && !picks_all(&it[j]) && r->out_first[j] == end)
             end += it[j].logits == CF_LOGITS_ALL ? it[j].n : 1, j++;
         st = op->read(be, r->h_logits + (size_t)r->out_first[i] * V, cf_rows(r->sc.logits, r->out_first[i], end - r->out_first[i]), err);
         for (int k = i; k < j; k++) it[k].out = r->h_logits + (size_t)r->out_first[k] * V;
@@ -669,9 +679,17 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
     }
     for (int i = 0; i < n_items; i++) {
         cf_rseq *s = it[i].seq;
+        it[i].tokens = NULL;
         if (it[i].pick) {
-            const float id = r->h_picks[i];
-            it[i].token = id >= 0 && id < (float)V ? (int32_t)id : -1;
+            const int n_picked = picks_all(&it[i]) ? it[i].n : 1;
+            int32_t *tok = r->h_tokens + r->out_first[i];
+            for (int k = 0; k < n_picked; k++) {
+                const float id = r->h_picks[r->out_first[i] + k];
+                tok[k] = id >= 0 && id < (float)V ? (int32_t)id : -1;
+            }
+            it[i].token = tok[n_picked - 1];
+            it[i].tokens = picks_all(&it[i]) ? tok : NULL;
+            if (picks_all(&it[i])) it[i].out = NULL;
         }
         memcpy(s->tokens + s->t.n_tokens, it[i].ids, (size_t)it[i].n * sizeof *it[i].ids);
         cf_block_table_commit(r->kv->blocks, &s->t, s->tokens, it[i].n, 0);

@@ -100,12 +100,15 @@ typedef struct cf_batch_item {
     cf_rseq *seq;
     const int32_t *ids;         /* n tokens, each in [0, vocab) */
     int n;                      /* >= 1 */
-    cf_logits_out logits;       /* copied to the host as f32 */
-    const cf_sample_args *pick; /* non-NULL: pick a token on the device from the last row's logits */
+    cf_logits_out logits;       /* copied to the host as f32 (ALL with a pick: picked instead, see tokens) */
+    const cf_sample_args *pick; /* non-NULL: pick a token on the device from the last row's logits; with logits
+                                 * ALL (greedy only: a verification): from every row's, no logits copied back */
     float u;                    /* pick: the draw's uniform in [0, 1) (unused when greedy) */
     /* results */
-    int32_t token;              /* pick: the token; -1 when the logits were not finite */
-    const float *out;           /* logits: [1 or n, vocab], valid until the runner's next step */
+    int32_t token;              /* pick: the (last row's) token; -1 when the logits were not finite */
+    const int32_t *tokens;      /* pick with logits ALL: [n] every row's token (-1: not finite), valid until the runner's
+                                 * next step; else NULL */
+    const float *out;           /* logits: [1 or n, vocab], valid until the runner's next step (NULL when picked whole) */
 } cf_batch_item;
 
 /* Runs one forward pass over the items (at most max_seqs items, at most max_batch_tokens rows, no sequence

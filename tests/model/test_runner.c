@@ -177,6 +177,32 @@ static void check_batch(cf_model *m, cf_runner *r) {
     for (int j = 0; ok && j < 9; j++) bad += !same_row(it2[1].out + (size_t)j * V, ref[3] + (size_t)(50 + j) * V, 3, 50 + j);
     CHECK(bad == 0, "%d rows after truncate / fork differ from a fresh run", bad);
 
+    /* every row picked on the device (a greedy verification): the argmax of each row of the same step asking for
+     * the logits, no logits back; a sampled pick of every row is refused and changes nothing */
+    {
+        cf_rseq *g1 = NULL, *g2 = NULL;
+        CHECK(cf_rseq_create(r, &g1, &err) == CINFER_OK && cf_rseq_create(r, &g2, &err) == CINFER_OK, "create: %s", err.message);
+        const cf_sample_args greedy = {.temperature = 0.0f, .top_p = 1.0f}, sampled = {.temperature = 1.0f, .top_p = 1.0f};
+        cf_batch_item a = {.seq = g1, .ids = ids[4], .n = 9, .logits = CF_LOGITS_ALL},
+                      b = {.seq = g2, .ids = ids[4], .n = 9, .logits = CF_LOGITS_ALL, .pick = &sampled, .u = 0.5f};
+        CHECK(cf_runner_step(r, &b, 1, &err) == CINFER_E_INVALID_ARGUMENT && cf_rseq_len(g2) == 0, "a sampled pick of every row: %s",
+              err.message);
+        ok = cf_runner_step(r, &a, 1, &err) == CINFER_OK;
+        CHECK(ok, "every row's logits: %s", err.message);
+        int want[9];
+        for (int j = 0; ok && j < 9; j++) want[j] = argmax(a.out + (size_t)j * V);
+        b.pick = &greedy;
+        ok = ok && cf_runner_step(r, &b, 1, &err) == CINFER_OK;
+        CHECK(ok, "every row picked: %s", err.message);
+        CHECK(!ok || (b.tokens && !b.out && b.token == b.tokens[8]), "every row picked: tokens %p, logits %p", (const void *)b.tokens,
+              (const void *)b.out);
+        int differ = 0;
+        for (int j = 0; ok && b.tokens && j < 9; j++) differ += b.tokens[j] != want[j];
+        CHECK(differ == 0, "%d of 9 rows picked on the device differ from the argmax of the same rows' logits", differ);
+        cf_rseq_free(g1);
+        cf_rseq_free(g2);
+    }
+
     /* a prefix-cache hit: sequence 5's first 64 tokens are published; a new sequence adopts them */
     cf_rseq *c = NULL;
     int reused = 0;
