@@ -197,6 +197,15 @@ static void unit_many_and_replay(void) {
     s->ops->prefill(s, r1, 3, &err);
     CHECK(s->ops->draft(s, 3, b0, &g, &err) == CINFER_OK && g == 1 && b0[0] == 9, "replay of the other recording");
     cf_draft_close(s);
+    /* a recording replaced: sources opened afterwards follow the new one; a bad index or length changes nothing */
+    const int32_t r2[] = {1, 2, 3, 7, 7};
+    CHECK(cf_replay_provider_replace(rp, 0, r2, 5, &err) == CINFER_OK, "replace: %s", err.message);
+    CHECK(cf_replay_provider_replace(rp, 2, r2, 5, &err) == CINFER_E_INVALID_ARGUMENT, "replace recording 2 of 2");
+    CHECK(cf_replay_provider_replace(rp, 0, r2, -1, &err) == CINFER_E_INVALID_ARGUMENT, "replace with length -1");
+    cf_draft_open(rp, &s, &err);
+    s->ops->prefill(s, r2, 3, &err);
+    CHECK(s->ops->draft(s, 3, b0, &g, &err) == CINFER_OK && g == 2 && b0[0] == 7 && b0[1] == 7, "the replaced recording: %d", g);
+    cf_draft_close(s);
     cf_draft_provider_free(rp);
 }
 
