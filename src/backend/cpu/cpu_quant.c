@@ -38,6 +38,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CF_X86 1
+#include "backend/cpu/cpu_tile512.h"
 #endif
 
 #define INL inline __attribute__((always_inline))
@@ -527,20 +528,30 @@ AVX512 static void small8_avx512(const float *x, int64_t xs, int64_t n, const cf
 DEF_GEMV_ALL(AVX512, avx512)
 GEMV_TABLE(avx512)
 
+/* AVX-512 prefill geometry: rows of x per panel (at most), weight rows per block (one tile of 16
+ * accumulators per row of x for the reduction). Stack: accumulators (Q_PANEL + 6) * Q_BLOCK * 64 bytes, the
+ * dequantized tile Q_BLOCK * T_KB * 4, 4 bits' x in pair order Q_PANEL * T_KB * 4 (120 KiB in all). */
+#ifndef Q_PANEL
+#define Q_PANEL 48
+#endif
+#define Q_BLOCK 16
+
+/* rows r .. r + nr of the block (the last one repeated up to Q_BLOCK rows: their results are dropped),
+ * columns k0 .. k0 + kl, dequantized into wt (row stride T_KB floats; 4 bits in pair order); the same columns
+ * of the next block's rows prefetched (prefetch_next) */
 AVX512 static INL void deq_tile_avx512(const int BITS, const cf_qmat *w, int64_t r, int nr, int64_t k0, int64_t kl,
                                        float *wt, int prefetch_next) {
     const int G = w->group;
     const int64_t ng = w->cols / G, rb = w->cols * BITS / 8;
     for (int m = 0; m < nr; m++) {
         const uint8_t *q = (const uint8_t *)w->q + (r + m) * rb;
-        if (prefetch_next) /* the same columns of the next block's row: read one block from now */
-            for (int64_t pb = 0; pb < kl * BITS / 8; pb += 64) _mm_prefetch((const char *)q + T_BLOCK * rb + k0 * BITS / 8 + pb, _MM_HINT_T0);
+        if (prefetch_next)
+            for (int64_t pb = 0; pb < kl * BITS / 8; pb += 64) _mm_prefetch((const char *)q + Q_BLOCK * rb + k0 * BITS / 8 + pb, _MM_HINT_T0);
         float *wr = wt + m * T_KB;
         for (int64_t g = k0 / G; g < (k0 + kl) / G; g++) {
-            const float s = sb_x86(w->scales, w->sb_dtype, (r + m) * ng + g);
-            const float b = sb_x86(w->biases, w->sb_dtype, (r + m) * ng + g);
             if (BITS == 4) {
-                const __m512 tbl = table16(_mm512_set1_ps(s), _mm512_set1_ps(b));
+                const __m512 tbl = table16(sb_bcast_avx512(w->scales, w->sb_dtype, (r + m) * ng + g),
+                                           sb_bcast_avx512(w->biases, w->sb_dtype, (r + m) * ng + g));
                 for (int64_t c = g * G; c < (g + 1) * G; c += 32) {
                     __m512 wa, wb;
                     deq32_q4_avx512(q + c / 2, tbl, &wa, &wb);
@@ -548,44 +559,32 @@ AVX512 static INL void deq_tile_avx512(const int BITS, const cf_qmat *w, int64_t
                     _mm512_storeu_ps(wr + (c - k0) + 16, wb);
                 }
             } else {
-                const __m512 sv = _mm512_set1_ps(s), bv = _mm512_set1_ps(b);
+                const __m512 sv = sb_bcast_avx512(w->scales, w->sb_dtype, (r + m) * ng + g),
+                             bv = sb_bcast_avx512(w->biases, w->sb_dtype, (r + m) * ng + g);
                 for (int64_t c = g * G; c < (g + 1) * G; c += 16) _mm512_storeu_ps(wr + (c - k0), deq16_q8_avx512(q + c, sv, bv));
             }
         }
     }
-    for (int m = nr; m < T_BLOCK; m++) memcpy(wt + m * T_KB, wt + (nr - 1) * T_KB, (size_t)kl * sizeof(float));
+    for (int m = nr; m < ((nr + 3) & ~3); m++) memcpy(wt + m * T_KB, wt + (nr - 1) * T_KB, (size_t)kl * sizeof(float));
 }
 
-/* MR = 4 weight rows (wt rows 0..3) x NR rows of x, over kl columns; accumulators as in micro_avx2 */
-AVX512 static INL void micro_avx512(const int NR, const float *x, int64_t xs, const float *wt, int64_t kl, float *acc) {
-    __m512 a[4][4];
-    for (int m = 0; m < 4; m++)
-        for (int i = 0; i < NR; i++) a[m][i] = _mm512_loadu_ps(acc + (i * T_BLOCK + m) * 16);
-    for (int64_t c = 0; c < kl; c += 16) {
-        __m512 xv[4];
-        for (int i = 0; i < NR; i++) xv[i] = _mm512_loadu_ps(x + i * xs + c);
-        for (int m = 0; m < 4; m++) {
-            const __m512 wv = _mm512_loadu_ps(wt + m * T_KB + c);
-            for (int i = 0; i < NR; i++) a[m][i] = _mm512_fmadd_ps(xv[i], wv, a[m][i]);
-        }
-    }
-    for (int m = 0; m < 4; m++)
-        for (int i = 0; i < NR; i++) _mm512_storeu_ps(acc + (i * T_BLOCK + m) * 16, a[m][i]);
-}
-
+/* Per panel of rows of x and block of Q_BLOCK weight rows: each T_KB-column step of the block dequantized once
+ * (deq_tile_avx512) and swept by cf_t512_sweep (4 weight rows x 6 rows of x), the accumulators kept between
+ * the steps (cf_t512_acc_at's order) and reduced 16 at a time at the end. Panels split n evenly. */
 AVX512 static INL void tiled_avx512(const int BITS, const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0,
                                     int64_t r1, float *out, int64_t os) {
-    float acc[T_PANEL * T_BLOCK * 16], wt[T_BLOCK * T_KB], xb[BITS == 4 ? T_PANEL * T_KB : 1];
-    const int64_t K = w->cols;
-    for (int64_t i0 = 0; i0 < n; i0 += T_PANEL) {
-        const int np = (int)min64(T_PANEL, n - i0);
+    float acc[(Q_PANEL + CF_T512_NR) * Q_BLOCK * 16], wt[Q_BLOCK * T_KB], xb[BITS == 4 ? Q_PANEL * T_KB : 1];
+    const int64_t K = w->cols, panels = (n + Q_PANEL - 1) / Q_PANEL;
+    int64_t P = (n + panels - 1) / panels;
+    P = min64(Q_PANEL, (P + CF_T512_NR - 1) / CF_T512_NR * CF_T512_NR);
+    for (int64_t i0 = 0; i0 < n; i0 += P) {
+        const int np = (int)min64(P, n - i0);
         const float *xp = x + i0 * xs;
-        for (int64_t jb = r0; jb < r1; jb += T_BLOCK) {
-            const int nr = (int)min64(T_BLOCK, r1 - jb);
-            memset(acc, 0, sizeof(float) * (size_t)(np * T_BLOCK * 16));
+        for (int64_t jb = r0; jb < r1; jb += Q_BLOCK) {
+            const int nr = (int)min64(Q_BLOCK, r1 - jb);
             for (int64_t k0 = 0; k0 < K; k0 += T_KB) {
                 const int64_t kl = min64(T_KB, K - k0);
-                deq_tile_avx512(BITS, w, jb, nr, k0, kl, wt, jb + 2 * T_BLOCK <= w->rows);
+                deq_tile_avx512(BITS, w, jb, nr, k0, kl, wt, jb + 2 * Q_BLOCK <= w->rows);
                 const float *xk = xp + k0;
                 int64_t xks = xs;
                 if (BITS == 4) { /* this step's columns of the panel in pair order */
@@ -598,20 +597,10 @@ AVX512 static INL void tiled_avx512(const int BITS, const float *x, int64_t xs, 
                         }
                     xk = xb, xks = T_KB;
                 }
-                for (int i = 0; i < np; i += 4)
-                    for (int m = 0; m < nr; m += 4) {
-                        const float *xi = xk + i * xks, *wm = wt + m * T_KB;
-                        float *a = acc + (i * T_BLOCK + m) * 16;
-                        switch (min64(4, np - i)) {
-                        case 4: micro_avx512(4, xi, xks, wm, kl, a); break;
-                        case 3: micro_avx512(3, xi, xks, wm, kl, a); break;
-                        case 2: micro_avx512(2, xi, xks, wm, kl, a); break;
-                        default: micro_avx512(1, xi, xks, wm, kl, a); break;
-                        }
-                    }
+                cf_t512_sweep(xk, xks, np, wt, T_KB, (nr + 3) & ~3, Q_BLOCK, kl, acc, k0 == 0);
             }
             for (int i = 0; i < np; i++)
-                for (int m = 0; m < nr; m++) out[(i0 + i) * os + (jb - r0) + m] = tree16(acc + (i * T_BLOCK + m) * 16);
+                _mm512_mask_storeu_ps(out + (i0 + i) * os + (jb - r0), (__mmask16)((1u << nr) - 1), cf_t512_reduce(acc, i, 0, Q_BLOCK));
         }
     }
 }
