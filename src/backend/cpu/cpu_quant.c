@@ -1,5 +1,5 @@
 /* cpu_quant.c: out = x . w^T for f32 activation rows against MLX affine-quantized weight rows (cf_qmat, read
- * in place); owns no memory (its scratch is on the stack: at most 128 KiB, in the tiled path).
+ * in place); owns no memory (its scratch is on the stack: at most 190 KiB, in the AVX-512 tiled path).
  *
  * One definition of every output element (cpu_quant.h): w = fmaf(scale, q, bias) in f32, then the 16-lane
  * fma accumulation (4 bits in pair order: lane l takes columns 2l, 2l + 1 of every 32, the low and high
@@ -528,15 +528,14 @@ AVX512 static void small8_avx512(const float *x, int64_t xs, int64_t n, const cf
 DEF_GEMV_ALL(AVX512, avx512)
 GEMV_TABLE(avx512)
 
-/* AVX-512 prefill geometry: rows of x per panel (at most), weight rows per block (one tile of 16
- * accumulators per row of x for the reduction). Stack: accumulators (Q_PANEL + 6) * Q_BLOCK * 64 bytes, the
- * dequantized tile Q_BLOCK * T_KB * 4, 4 bits' x in pair order Q_PANEL * T_KB * 4 (120 KiB in all). */
-#ifndef Q_PANEL
+/* AVX-512 prefill geometry: rows of x per panel (at most), weight rows per block (a multiple of 16: the
+ * reduction takes 16 accumulators at a time): 32 for 4 bits, whose step puts the panel's x in pair order
+ * once per block, 16 for 8 bits. Stack: accumulators (Q_PANEL + 6) * block * 64 bytes, the dequantized tile
+ * block * T_KB * 4, 4 bits' x in pair order Q_PANEL * T_KB * 4 (190 KiB for the larger block). */
 #define Q_PANEL 48
-#endif
-#define Q_BLOCK 16
+#define Q_BLOCK(BITS) ((BITS) == 4 ? 32 : 16)
 
-/* rows r .. r + nr of the block (the last one repeated up to Q_BLOCK rows: their results are dropped),
+/* rows r .. r + nr of the block (the last one repeated up to a multiple of 4 rows: their results are dropped),
  * columns k0 .. k0 + kl, dequantized into wt (row stride T_KB floats; 4 bits in pair order); the same columns
  * of the next block's rows prefetched (prefetch_next) */
 AVX512 static INL void deq_tile_avx512(const int BITS, const cf_qmat *w, int64_t r, int nr, int64_t k0, int64_t kl,
@@ -546,7 +545,7 @@ AVX512 static INL void deq_tile_avx512(const int BITS, const cf_qmat *w, int64_t
     for (int m = 0; m < nr; m++) {
         const uint8_t *q = (const uint8_t *)w->q + (r + m) * rb;
         if (prefetch_next)
-            for (int64_t pb = 0; pb < kl * BITS / 8; pb += 64) _mm_prefetch((const char *)q + Q_BLOCK * rb + k0 * BITS / 8 + pb, _MM_HINT_T0);
+            for (int64_t pb = 0; pb < kl * BITS / 8; pb += 64) _mm_prefetch((const char *)q + Q_BLOCK(BITS) * rb + k0 * BITS / 8 + pb, _MM_HINT_T0);
         float *wr = wt + m * T_KB;
         for (int64_t g = k0 / G; g < (k0 + kl) / G; g++) {
             if (BITS == 4) {
@@ -568,23 +567,24 @@ AVX512 static INL void deq_tile_avx512(const int BITS, const cf_qmat *w, int64_t
     for (int m = nr; m < ((nr + 3) & ~3); m++) memcpy(wt + m * T_KB, wt + (nr - 1) * T_KB, (size_t)kl * sizeof(float));
 }
 
-/* Per panel of rows of x and block of Q_BLOCK weight rows: each T_KB-column step of the block dequantized once
+/* Per panel of rows of x and block of weight rows: each T_KB-column step of the block dequantized once
  * (deq_tile_avx512) and swept by cf_t512_sweep (4 weight rows x 6 rows of x), the accumulators kept between
  * the steps (cf_t512_acc_at's order) and reduced 16 at a time at the end. Panels split n evenly. */
 AVX512 static INL void tiled_avx512(const int BITS, const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0,
                                     int64_t r1, float *out, int64_t os) {
-    float acc[(Q_PANEL + CF_T512_NR) * Q_BLOCK * 16], wt[Q_BLOCK * T_KB], xb[BITS == 4 ? Q_PANEL * T_KB : 1];
+    const int B = Q_BLOCK(BITS);
+    float acc[(Q_PANEL + CF_T512_NR) * Q_BLOCK(4) * 16], wt[Q_BLOCK(4) * T_KB], xb[Q_PANEL * T_KB];
     const int64_t K = w->cols, panels = (n + Q_PANEL - 1) / Q_PANEL;
     int64_t P = (n + panels - 1) / panels;
     P = min64(Q_PANEL, (P + CF_T512_NR - 1) / CF_T512_NR * CF_T512_NR);
     for (int64_t i0 = 0; i0 < n; i0 += P) {
         const int np = (int)min64(P, n - i0);
         const float *xp = x + i0 * xs;
-        for (int64_t jb = r0; jb < r1; jb += Q_BLOCK) {
-            const int nr = (int)min64(Q_BLOCK, r1 - jb);
+        for (int64_t jb = r0; jb < r1; jb += B) {
+            const int nr = (int)min64(B, r1 - jb);
             for (int64_t k0 = 0; k0 < K; k0 += T_KB) {
                 const int64_t kl = min64(T_KB, K - k0);
-                deq_tile_avx512(BITS, w, jb, nr, k0, kl, wt, jb + 2 * Q_BLOCK <= w->rows);
+                deq_tile_avx512(BITS, w, jb, nr, k0, kl, wt, jb + 2 * B <= w->rows);
                 const float *xk = xp + k0;
                 int64_t xks = xs;
                 if (BITS == 4) { /* this step's columns of the panel in pair order */
@@ -597,10 +597,13 @@ AVX512 static INL void tiled_avx512(const int BITS, const float *x, int64_t xs, 
                         }
                     xk = xb, xks = T_KB;
                 }
-                cf_t512_sweep(xk, xks, np, wt, T_KB, (nr + 3) & ~3, Q_BLOCK, kl, acc, k0 == 0);
+                cf_t512_sweep(xk, xks, np, wt, T_KB, (nr + 3) & ~3, B, kl, acc, k0 == 0);
             }
             for (int i = 0; i < np; i++)
-                _mm512_mask_storeu_ps(out + (i0 + i) * os + (jb - r0), (__mmask16)((1u << nr) - 1), cf_t512_reduce(acc, i, 0, Q_BLOCK));
+                for (int m0 = 0; m0 < nr; m0 += 16) {
+                    const int nv = (int)min64(16, nr - m0);
+                    _mm512_mask_storeu_ps(out + (i0 + i) * os + (jb - r0) + m0, (__mmask16)((1u << nv) - 1), cf_t512_reduce(acc, i, m0, B));
+                }
         }
     }
 }
