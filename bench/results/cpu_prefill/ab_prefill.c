@@ -3,7 +3,9 @@
  * Llama-3.2-1B shapes, weights split between threads by whole CF_GEMM_ROW_BLOCK blocks as cpu_dense_matmul
  * does. Timed by each thread's own CPU time (CLOCK_THREAD_CPUTIME_ID, the slowest thread's), so a thread
  * descheduled by other work on this shared machine does not count; old and new alternate, the order flipped
- * every round; medians, and the bits of the two compared (they must agree). Quantized weights (DTYPE 3, 4):
+ * every round; medians, and the bits of the two compared (they must agree). Each call reads the next copy of
+ * its weights in a 512 MiB buffer (beyond the last-level cache, as in a forward pass, where every weight
+ * comes from memory). Quantized weights (DTYPE 3, 4):
  * cf_cpu_qgemm_isa, MLX affine 4 or 8 bits, group 64, bf16 scales and biases. Build (repository root, after
  * a Release build; BASE: the commit to compare against):
  *   git show BASE:src/backend/cpu/cpu_kernels.c > /tmp/old_kernels.c
@@ -28,10 +30,15 @@ typedef int (*qgemm_fn)(cf_cpu_isa_level, const float *, int64_t, int64_t, const
 static int qbits, qisa;  /* quantized weights: 4 or 8 bits (0: none), the instruction set */
 static qgemm_fn qfn[2] = {old_cf_cpu_qgemm_isa, cf_cpu_qgemm_isa};
 static cf_qmat qm;
+#define WBYTES ((size_t)512 << 20)
+static size_t cold_off;  /* the next call's weights: this far into the buffer */
 static int cmpd(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
 static double cpu_now(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
 static double tcpu[64];
 static double call(cf_gemm_fn g, int v, const float *x, int64_t n, const char *w, size_t es, int64_t d, int64_t k, float *o, int nt) {
+    const size_t mb = (size_t)d * k * (qbits ? 1 : es);
+    if (cold_off + mb > WBYTES) cold_off = 0;
+    w += cold_off, cold_off += mb;
     const int64_t blocks = (d + CF_GEMM_ROW_BLOCK - 1) / CF_GEMM_ROW_BLOCK;
     #pragma omp parallel num_threads(nt)
     {
@@ -41,7 +48,7 @@ static double call(cf_gemm_fn g, int v, const float *x, int64_t n, const char *w
         const double c0 = cpu_now();
         if (j1 > j0 && qbits) {
             cf_qmat m = qm;
-            m.rows = d, m.cols = k;
+            m.q = (const uint32_t *)w, m.rows = d, m.cols = k;
             qfn[v]((cf_cpu_isa_level)qisa, x, k, n, &m, j0, j1, o + j0, d);
         } else if (j1 > j0) g(x, k, n, w + (size_t)j0 * k * es, k, j1 - j0, k, o + j0, d);
         tcpu[t] = cpu_now() - c0;
@@ -57,17 +64,17 @@ int main(int argc, char **argv) {
     const cf_dtype wdt = dt == 0 ? CF_F32 : dt == 2 ? CF_F16 : CF_BF16;
     qbits = dt == 3 ? 4 : dt == 4 ? 8 : 0, qisa = isa;
     const size_t es = wdt == CF_F32 ? 4 : 2;
-    /* q, k/v, o, gate/up, down: per layer 1, 2, 1, 2, 1 */
+    /* per layer: q and o, k and v, gate and up, down */
     const int64_t shapes[][2] = {{2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}};
     const double cnt[] = {2, 2, 2, 1};
     const int ns = 4;
-    char *w = aligned_alloc(4096, (size_t)8192 * 2048 * 4);
-    for (size_t i = 0; i < (size_t)8192 * 2048; i++) {
+    char *w = aligned_alloc(4096, WBYTES);
+    for (size_t i = 0; i < WBYTES / es; i++) {
         const float v = (float)((int)(i % 13) - 6) / 64.0f;
         if (es == 4) ((float *)w)[i] = v;
         else { uint32_t b; memcpy(&b, &v, 4); ((uint16_t *)w)[i] = wdt == CF_BF16 ? (uint16_t)(b >> 16) : (uint16_t)(b >> 16); }
     }
-    if (wdt == CF_F16) for (size_t i = 0; i < (size_t)8192 * 2048; i++) ((uint16_t *)w)[i] = (uint16_t)(0x3000 + i % 997);
+    if (wdt == CF_F16) for (size_t i = 0; i < WBYTES / 2; i++) ((uint16_t *)w)[i] = (uint16_t)(0x3000 + i % 997);
     if (qbits) { /* packed values from the weight buffer's bytes, scales and biases bf16 around 1/64 and -1/8 */
         uint16_t *sb = malloc(sizeof(uint16_t) * 2 * 8192 * 2048 / 64);
         for (size_t i = 0; i < (size_t)8192 * 2048 / 64; i++) sb[i] = (uint16_t)(0x3c80 + i % 17), sb[8192 * 2048 / 64 + i] = (uint16_t)(0xbe00 + i % 5);
@@ -87,8 +94,8 @@ int main(int argc, char **argv) {
             }
     int same = 1;
     for (int s = 0; s < ns; s++) {
-        call(g[0], 0, x, n, w, es, shapes[s][0], shapes[s][1], o[0], nt);
-        call(g[1], 1, x, n, w, es, shapes[s][0], shapes[s][1], o[1], nt);
+        cold_off = 0, call(g[0], 0, x, n, w, es, shapes[s][0], shapes[s][1], o[0], nt);
+        cold_off = 0, call(g[1], 1, x, n, w, es, shapes[s][0], shapes[s][1], o[1], nt);
         same &= memcmp(o[0], o[1], (size_t)4 * n * shapes[s][0]) == 0;
     }
     double st[2] = {0, 0}, fl = 0;

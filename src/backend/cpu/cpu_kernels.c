@@ -342,7 +342,7 @@ AVX512 static INL void tile16(const int MR, const int NR, const int G, const int
 /* Prefill (PANEL_MIN_ROWS rows of x or more): per panel of up to PANEL_X rows of x and block of PANEL_W weight
  * rows, the block is widened to f32 PANEL_K columns at a time into a tile in L1 (once for the whole panel,
  * the next step's weights prefetched meanwhile) and swept by cf_t512_sweep (4 weight rows x 6 rows of x);
- * the accumulators wait in a stack buffer between the column steps and are reduced 16 at a time at the end.
+ * the accumulators wait in a stack buffer between the column steps and the last step writes the sums.
  * Stack: PANEL_X * PANEL_W * 64 + PANEL_W * PANEL_K * 4 bytes (112 KiB). */
 #define PANEL_MIN_ROWS 8
 #ifndef PANEL_X
@@ -387,14 +387,9 @@ AVX512 static INL void panel_gemm(const int T, const float *x, int64_t xs, int64
                                : jb + PANEL_W < d ? wb + PANEL_W * rb : NULL;
                 const int64_t pfb = min64(PANEL_K, k0 + PANEL_K < k ? k - k0 - PANEL_K : k) * (int64_t)esize(T);
                 widen_tile(T, wb, rb, nr, k0, kl, wt, pf, pfb);
-                cf_t512_sweep(x + i0 * xs + k0, xs, np, wt, PANEL_K, (nr + 3) & ~3, PANEL_W, kl, acc, k0 == 0);
+                cf_t512_sweep(x + i0 * xs + k0, xs, np, wt, PANEL_K, nr, PANEL_W, kl, acc, k0 == 0,
+                              k0 + PANEL_K >= k ? out + i0 * os + jb : NULL, os);
             }
-            for (int i = 0; i < np; i++)
-                for (int m0 = 0; m0 < nr; m0 += 16) {
-                    const int nv = (int)min64(16, nr - m0);
-                    _mm512_mask_storeu_ps(out + (i0 + i) * os + jb + m0, (__mmask16)((1u << nv) - 1),
-                                          cf_t512_reduce(acc, i, m0, PANEL_W));
-                }
         }
     }
 }

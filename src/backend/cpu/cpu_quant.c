@@ -528,8 +528,7 @@ AVX512 static void small8_avx512(const float *x, int64_t xs, int64_t n, const cf
 DEF_GEMV_ALL(AVX512, avx512)
 GEMV_TABLE(avx512)
 
-/* AVX-512 prefill geometry: rows of x per panel (at most), weight rows per block (a multiple of 16: the
- * reduction takes 16 accumulators at a time): 32 for 4 bits, whose step puts the panel's x in pair order
+/* AVX-512 prefill geometry: rows of x per panel (at most), weight rows per block: 32 for 4 bits, whose step puts the panel's x in pair order
  * once per block, 16 for 8 bits. Stack: accumulators (Q_PANEL + 6) * block * 64 bytes, the dequantized tile
  * block * T_KB * 4, 4 bits' x in pair order Q_PANEL * T_KB * 4 (190 KiB for the larger block). */
 #define Q_PANEL 48
@@ -569,7 +568,7 @@ AVX512 static INL void deq_tile_avx512(const int BITS, const cf_qmat *w, int64_t
 
 /* Per panel of rows of x and block of weight rows: each T_KB-column step of the block dequantized once
  * (deq_tile_avx512) and swept by cf_t512_sweep (4 weight rows x 6 rows of x), the accumulators kept between
- * the steps (cf_t512_acc_at's order) and reduced 16 at a time at the end. Panels split n evenly. */
+ * the steps (cf_t512_acc_at's order), the last step writing the sums. Panels split n evenly. */
 AVX512 static INL void tiled_avx512(const int BITS, const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0,
                                     int64_t r1, float *out, int64_t os) {
     const int B = Q_BLOCK(BITS);
@@ -597,13 +596,8 @@ AVX512 static INL void tiled_avx512(const int BITS, const float *x, int64_t xs, 
                         }
                     xk = xb, xks = T_KB;
                 }
-                cf_t512_sweep(xk, xks, np, wt, T_KB, (nr + 3) & ~3, B, kl, acc, k0 == 0);
+                cf_t512_sweep(xk, xks, np, wt, T_KB, nr, B, kl, acc, k0 == 0, k0 + T_KB >= K ? out + i0 * os + (jb - r0) : NULL, os);
             }
-            for (int i = 0; i < np; i++)
-                for (int m0 = 0; m0 < nr; m0 += 16) {
-                    const int nv = (int)min64(16, nr - m0);
-                    _mm512_mask_storeu_ps(out + (i0 + i) * os + (jb - r0) + m0, (__mmask16)((1u << nv) - 1), cf_t512_reduce(acc, i, m0, B));
-                }
         }
     }
 }

@@ -1,6 +1,6 @@
 /* cpu_tile512.h: the AVX-512 pieces shared by the prefill (many-row) paths of cpu_kernels.c and cpu_quant.c: a
  * register tile that sweeps an f32 weight tile (already widened or dequantized, in L1) with rows of x, its
- * accumulators kept in a buffer between column steps, and the tree reduction of 16 accumulators at once.
+ * accumulators kept in a buffer between column steps and summed by the tree in registers after the last.
  * Both files define every output element as a 16-lane fma accumulation along k then one tree (distance 8,
  * 4, 2, 1); these functions compute exactly that, only the grouping of the work is theirs. Included only by
  * x86 builds; the functions carry their own target attribute, so no -march flags are needed. */
@@ -38,22 +38,26 @@ CF_T512 static CF_T512_INL __m512 cf_t512_red16(const __m512 *v) {
     return _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x88), _mm512_shuffle_ps(y[0], y[1], 0xDD));
 }
 
-/* Accumulators m = 0..15 of x row i, weight rows m0..m0 + 15 (m0 a multiple of 4; see cf_t512_acc_at)
- * reduced: lane m holds the sum of accumulator m. */
-CF_T512 static CF_T512_INL __m512 cf_t512_reduce(const float *acc, int64_t i, int64_t m0, int64_t mb) {
+/* The sums of the tile's accumulators a[m][i] for rows i0 .. i0 + 3 of x (those below NR), written to
+ * out[(i - i0) * os + m] for m < mv: lane 4 * (i - i0) + m of the reduction. */
+CF_T512 static CF_T512_INL void cf_t512_tile_out(const int NR, __m512 a[4][CF_T512_NR], int i0, float *out, int64_t os, int mv) {
     __m512 v[16];
-    for (int m = 0; m < 16; m++) v[m] = _mm512_loadu_ps(acc + cf_t512_acc_at(i, m0 + m, mb));
-    /* lane 4 * (m % 4) + m / 4 -> lane m */
+    for (int i = 0; i < 4; i++)
+        for (int m = 0; m < 4; m++) v[4 * i + m] = i0 + i < NR ? a[m][i0 + i] : _mm512_setzero_ps();
+    /* lane 4 * (a % 4) + a / 4 holds the sum of v[a]; a = 4 * i + m -> lane 4 * i + m */
     const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(idx, cf_t512_red16(v));
+    float s[16];
+    _mm512_storeu_ps(s, _mm512_permutexvar_ps(idx, cf_t512_red16(v)));
+    for (int i = 0; i < 4 && i0 + i < NR; i++) _mm_mask_storeu_ps(out + i * os, (__mmask8)((1u << mv) - 1), _mm_loadu_ps(s + 4 * i));
 }
 
 /* The register tile: 4 weight rows (wt + m * wts, f32, zero padded to a multiple of 16 columns) x NR rows of
  * x (x + i * xs), over kl columns, the last kl % 16 of x read masked (zeros after them). The accumulator of
  * x row i and weight row m is acc + (i * 4 + m) * 16 (one tile's accumulators are consecutive); first:
- * start from zero instead of reading them. */
+ * start from zero instead of reading them. out: NULL, or the last columns: the accumulators are summed (the
+ * tree) and written to out[i * os + m] for m < mv instead of stored. */
 CF_T512 static CF_T512_INL void cf_t512_tile(const int NR, const float *x, int64_t xs, const float *wt, int64_t wts,
-                                             int64_t kl, float *acc, int first) {
+                                             int64_t kl, float *acc, int first, float *out, int64_t os, int mv) {
     __m512 a[4][CF_T512_NR];
     for (int m = 0; m < 4; m++)
         for (int i = 0; i < NR; i++) a[m][i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (i * 4 + m) * 16);
@@ -81,32 +85,39 @@ CF_T512 static CF_T512_INL void cf_t512_tile(const int NR, const float *x, int64
             a[3][i] = _mm512_fmadd_ps(xv, w3, a[3][i]);
         }
     }
+    if (out) {
+        cf_t512_tile_out(NR, a, 0, out, os, mv);
+        if (NR > 4) cf_t512_tile_out(NR, a, 4, out + 4 * os, os, mv);
+        return;
+    }
     for (int m = 0; m < 4; m++)
         for (int i = 0; i < NR; i++) _mm512_storeu_ps(acc + (i * 4 + m) * 16, a[m][i]);
 }
 
-/* The tile over np rows of x (x + i * xs) and mr weight rows (a multiple of 4, at most mb), tiles of
- * CF_T512_NR rows of x with the rest in one smaller tile; each tile of x sweeps all the weight rows while it
- * is in L1. Accumulators as cf_t512_acc_at. */
-CF_T512 static CF_T512_INL void cf_t512_sweep(const float *x, int64_t xs, int np, const float *wt, int64_t wts, int mr,
-                                              int mb, int64_t kl, float *acc, int first) {
+/* The tile over np rows of x (x + i * xs) and nr weight rows (rows up to a multiple of 4 present in wt, at
+ * most mb), tiles of CF_T512_NR rows of x with the rest in one smaller tile; each tile of x sweeps all the
+ * weight rows while it is in L1. Accumulators as cf_t512_acc_at; out: NULL, or the last columns: the results
+ * out[i * os + m] (m < nr). */
+CF_T512 static CF_T512_INL void cf_t512_sweep(const float *x, int64_t xs, int np, const float *wt, int64_t wts, int nr,
+                                              int mb, int64_t kl, float *acc, int first, float *out, int64_t os) {
     int i = 0;
+#define CF_T512_TILE(NR)                                                                                         \
+    cf_t512_tile(NR, x + i * xs, xs, wt + m * wts, wts, kl, acc + cf_t512_acc_at(i, m, mb), first,                \
+                 out ? out + i * os + m : NULL, os, nr - m < 4 ? nr - m : 4)
     for (; i + CF_T512_NR <= np; i += CF_T512_NR)
-        for (int m = 0; m < mr; m += 4)
-            cf_t512_tile(CF_T512_NR, x + i * xs, xs, wt + m * wts, wts, kl, acc + cf_t512_acc_at(i, m, mb), first);
+        for (int m = 0; m < nr; m += 4) CF_T512_TILE(CF_T512_NR);
     const int rest = np - i;
     if (rest > 0)
-        for (int m = 0; m < mr; m += 4) {
-            const float *xi = x + i * xs, *wm = wt + m * wts;
-            float *am = acc + cf_t512_acc_at(i, m, mb);
+        for (int m = 0; m < nr; m += 4) {
             switch (rest) {
-            case 5: cf_t512_tile(5, xi, xs, wm, wts, kl, am, first); break;
-            case 4: cf_t512_tile(4, xi, xs, wm, wts, kl, am, first); break;
-            case 3: cf_t512_tile(3, xi, xs, wm, wts, kl, am, first); break;
-            case 2: cf_t512_tile(2, xi, xs, wm, wts, kl, am, first); break;
-            default: cf_t512_tile(1, xi, xs, wm, wts, kl, am, first); break;
+            case 5: CF_T512_TILE(5); break;
+            case 4: CF_T512_TILE(4); break;
+            case 3: CF_T512_TILE(3); break;
+            case 2: CF_T512_TILE(2); break;
+            default: CF_T512_TILE(1); break;
             }
         }
+#undef CF_T512_TILE
 }
 
 #endif
