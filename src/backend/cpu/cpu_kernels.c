@@ -345,15 +345,9 @@ AVX512 static INL void tile16(const int MR, const int NR, const int G, const int
  * the accumulators wait in a stack buffer between the column steps and the last step writes the sums.
  * Stack: PANEL_X * PANEL_W * 64 + PANEL_W * PANEL_K * 4 bytes (112 KiB). */
 #define PANEL_MIN_ROWS 8
-#ifndef PANEL_X
 #define PANEL_X 96
-#endif
-#ifndef PANEL_W
 #define PANEL_W 16
-#endif
-#ifndef PANEL_K
 #define PANEL_K 256
-#endif
 
 AVX512 static INL void widen_tile(const int T, const char *w, int64_t rb, int nr, int64_t k0, int64_t kl, float *wt,
                                   const char *pf, int64_t pf_bytes) {
@@ -371,7 +365,8 @@ AVX512 static INL void widen_tile(const int T, const char *w, int64_t rb, int nr
 
 AVX512 static INL void panel_gemm(const int T, const float *x, int64_t xs, int64_t n, const void *w, int64_t ws, int64_t d,
                                   int64_t k, float *out, int64_t os) {
-    float acc[(PANEL_X + CF_T512_NR) * PANEL_W * 16], wt[PANEL_W * PANEL_K];
+    _Alignas(64) float acc[(PANEL_X + CF_T512_NR) * PANEL_W * 16];
+    _Alignas(64) float wt[PANEL_W * PANEL_K];
     const int64_t rb = ws * (int64_t)esize(T), panels = (n + PANEL_X - 1) / PANEL_X;
     int64_t P = (n + panels - 1) / panels;
     P = min64(PANEL_X, (P + CF_T512_NR - 1) / CF_T512_NR * CF_T512_NR);
