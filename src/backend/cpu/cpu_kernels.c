@@ -12,7 +12,9 @@
  * activation rows, and sums them together with a butterfly that adds the same lanes in the same order as
  * the tree. Missing rows of a partial tile repeat its last row; their results are dropped. Activation rows
  * are taken in panels that fit in L2 (the weights are read once per panel), split into sub-panels that fit
- * in L1, each swept by a block of weight rows that stays in cache.
+ * in L1, each swept by a block of weight rows that stays in cache. On AVX-512, 8 or more rows of x (prefill,
+ * batches) take panel_gemm instead: blocks of 16 weight rows widened to f32 256 columns at a time, once per
+ * panel, and swept by the 4 x 6 register tiles of cpu_tile512.h (shared with cpu_quant.c).
  * The AVX2 and AVX-512 versions are compiled with target attributes and chosen at run time, so the default
  * build needs no -march flags. */
 #include "backend/cpu/cpu_kernels.h"

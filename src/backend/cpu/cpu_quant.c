@@ -21,11 +21,13 @@
  *    cost an interleave of the nibbles per row instead of a split of x shared by all rows.
  *  - 2 to 7 rows of x on AVX-512 (batched decode): the same kernel on 4 weight rows x up to 4 rows of x,
  *    each dequantized vector feeding every row of x.
- *  - more rows of x, 4 and 8 bits (prefill, larger batches): per panel of up to 32 rows of x and block of
- *    32 weight rows, the block is dequantized 256 columns at a time into an f32 tile in L1 (once for the
- *    whole panel; the next block's packed weights prefetched meanwhile) and swept by register tiles of 4
- *    weight rows x 4 rows of x (AVX-512: 16 accumulators; AVX2: 2 x 2), the accumulators kept in a stack
- *    buffer between the 256-column steps; for 4 bits the step's columns of x are first put in pair order.
+ *  - more rows of x, 4 and 8 bits (prefill, larger batches): per panel of rows of x and block of weight
+ *    rows, the block is dequantized 256 columns at a time into an f32 tile (once for the whole panel; the
+ *    next block's packed weights prefetched meanwhile) and swept by register tiles, the accumulators kept
+ *    in a buffer between the 256-column steps; for 4 bits the step's columns of x are first put in pair
+ *    order. AVX-512: panels of up to 48 rows, blocks of 64 (4 bits) or 16 (8 bits) weight rows, the 4 x 6
+ *    tiles of cpu_tile512.h (24 accumulators), the last step summing in registers; AVX2: panels and blocks
+ *    of 32, tiles of 2 x 2.
  * The AVX2 and AVX-512 versions are compiled with target attributes and chosen at run time (cpu_kernels.c's
  * detection). The bias is not folded out as bias * sum(x over the group): dequantizing first keeps one
  * definition for the decode and tiled paths (the tiled path sweeps plain f32 tiles at full rate), and it
