@@ -345,16 +345,19 @@ AVX512 static INL void tile16(const int MR, const int NR, const int G, const int
  * rows, the block is widened to f32 PANEL_K columns at a time into a tile in L1 (once for the whole panel,
  * the next step's weights prefetched meanwhile) and swept by cf_t512_sweep (4 weight rows x 6 rows of x);
  * the accumulators wait in a stack buffer between the column steps and the last step writes the sums.
- * Stack: PANEL_X * PANEL_W * 64 + PANEL_W * PANEL_K * 4 bytes (112 KiB). */
+ * Stack: (PANEL_X + CF_T512_NR) * PANEL_W * 64 + PANEL_W * PANEL_K * 4 bytes (118 KiB). */
 #define PANEL_MIN_ROWS 8
 #define PANEL_X 96
 #define PANEL_W 16
 #define PANEL_K 256
 
+/* Weight rows w + m * rb (m < nr; the last repeated up to a multiple of 4), columns k0 .. k0 + kl, widened
+ * into wt (row stride PANEL_K floats, zeros after column kl up to a multiple of 16); pf_bytes of each row
+ * at pf + m * rb prefetched meanwhile (pf: NULL for none). */
 AVX512 static INL void widen_tile(const int T, const char *w, int64_t rb, int nr, int64_t k0, int64_t kl, float *wt,
                                   const char *pf, int64_t pf_bytes) {
     const size_t es = esize(T);
-    for (int m = 0; m < PANEL_W; m++) {
+    for (int m = 0; m < ((nr + 3) & ~3); m++) {
         const char *wr = w + (m < nr ? m : nr - 1) * rb + (size_t)k0 * es;
         if (pf && m < nr)
             for (int64_t b = 0; b < pf_bytes; b += 64) _mm_prefetch(pf + m * rb + b, _MM_HINT_T0);
