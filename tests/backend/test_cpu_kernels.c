@@ -4,8 +4,9 @@
  *    without a vector tail, on both sides of the 1-row path's switch from one fma chain to tiles of several
  *    weight rows (2048 values), weight row counts that leave partial tiles, strided rows and outputs;
  *  - batch invariance: out[i][j] is bit-identical to the row computed alone (n = 1) by the portable C kernel,
- *    for every kernel (so the instruction sets agree too), n = 1, 3, 4, 5, 16, 17, 64, rows at several
- *    offsets in x, weight rows split at any row, panels of x crossed;
+ *    for every kernel (so the instruction sets agree too), n = 1, 3, 4, 5, 8, 9, 13, 16, 17, 25, 26, 27, 64,
+ *    101 (from 24 rows the AVX-512 prefill tiles of 6 rows of x, remainders 0 to 5, two panels of x at
+ *    101), rows at several offsets in x, weight rows split at any row, panels of x crossed;
  *  - the same through the backend's matmul (the kernel in use, 1 to 3 threads, with a bias). */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
@@ -104,10 +105,10 @@ static void test_accuracy(cf_gemm_fn gemm, int isa, cf_dtype t) {
 /* every row of every call bit-identical to that row computed alone by the portable C kernel */
 static void test_invariance(cf_dtype t) {
     static const int lengths[] = {64, 100, 768, 2049, 4096 + 13};  /* the last crosses panels of x at n = 64 */
-    static const int ns[] = {1, 3, 4, 5, 16, 17, 64};
+    static const int ns[] = {1, 3, 4, 5, 8, 9, 13, 16, 17, 25, 26, 27, 64, 101};
     static const int offsets[] = {0, 1, 2, 3, 5};
     static const int wsplits[] = {0, 5, 16};  /* the call's first weight row */
-    enum { D = 37, NX = 64 + 5, XS = 4112, WS = 4110 };
+    enum { D = 37, NX = 101 + 5, XS = 4112, WS = 4110 };
     mats m;
     float *alone = malloc(sizeof(float) * NX * D), *out = malloc(sizeof(float) * NX * D);
     if (!make(&m, t, D, WS, NX, XS) || !alone || !out) {

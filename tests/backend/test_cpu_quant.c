@@ -4,9 +4,10 @@
  *    dequantize-then-dot in double precision written here (its own bit packer and unpacker), within the f32
  *    rounding bound (k / 16 + 6) * 2^-24 * sum_c |x_c * w_c| (dequantization: one rounding; each of the 16
  *    lanes: k / 16 fma roundings; the tree: 4 additions; one spare);
- *  - every instruction set against the portable C path, bit for bit, for odd n (1: the decode kernel; 2, 3,
- *    5: the small-batch kernel, 5 as 4 + 1; 17, 33, 37: the tiled kernel, partial register tiles, more than
- *    one panel), row ranges r0..r1 that leave partial blocks, strided x and out (nothing written outside);
+ *  - every instruction set against the portable C path, bit for bit, for odd n (1: the decode kernel; 2 to
+ *    63 for 4 bits, 2 to 15 for 8: the small-batch kernel, 5 as 4 + 1; above: the tiled kernel, register
+ *    tiles of 6 rows of x with every remainder 0..5 (4 bits: 64, 67, 68, 69, 101; 8 bits: 17, 33, 37, 50,
+ *    64), more than one panel of x), row ranges r0..r1 that leave partial blocks, strided x and out (nothing written outside);
  *  - batch invariance: each row of a batch bit-identical to the same row computed alone (n = 1, the decode
  *    path) and to the rows computed in pieces of r0..r1, on every instruction set;
  *  - the rows split between 3 OpenMP threads as the backend splits them: the same bits. */
@@ -142,8 +143,8 @@ static void test_hand_packings(void) {
 
 /* accuracy, ISA agreement with C, batch invariance and strides for one matrix */
 static void test_matrix(int bits, int group, cf_dtype sbt, int64_t rows, int64_t cols) {
-    enum { NMAX = 37 };
-    static const int ns[] = {1, 2, 3, 5, 17, 33, NMAX};
+    enum { NMAX = 101 };
+    static const int ns[] = {1, 2, 3, 5, 8, 17, 33, 37, 50, 64, 67, 68, 69, NMAX};
     qm a;
     const int64_t xs = cols + 7, os = rows + 3;
     float *x = malloc(sizeof(float) * (size_t)(NMAX * xs));

@@ -1,5 +1,6 @@
 /* cpu_quant.c: out = x . w^T for f32 activation rows against MLX affine-quantized weight rows (cf_qmat, read
- * in place); owns no memory (its scratch is on the stack: at most 128 KiB, in the tiled path).
+ * in place); owns no memory beyond a call (the AVX-512 tiled path's scratch is allocated and freed by the call,
+ * the others' is on the stack: at most 128 KiB).
  *
  * One definition of every output element (cpu_quant.h): w = fmaf(scale, q, bias) in f32, then the 16-lane
  * fma accumulation (4 bits in pair order: lane l takes columns 2l, 2l + 1 of every 32, the low and high
@@ -18,13 +19,15 @@
  *    split into its even and odd columns once for the 8 rows; 8 bits: a widening load, a conversion and the
  *    dequantizing fma per 16 weights. The 4-bit pair order exists for this kernel: natural order would
  *    cost an interleave of the nibbles per row instead of a split of x shared by all rows.
- *  - 2 to 7 rows of x on AVX-512 (batched decode): the same kernel on 4 weight rows x up to 4 rows of x,
- *    each dequantized vector feeding every row of x.
- *  - more rows of x, 4 and 8 bits (prefill, larger batches): per panel of up to 32 rows of x and block of
- *    32 weight rows, the block is dequantized 256 columns at a time into an f32 tile in L1 (once for the
- *    whole panel; the next block's packed weights prefetched meanwhile) and swept by register tiles of 4
- *    weight rows x 4 rows of x (AVX-512: 16 accumulators; AVX2: 2 x 2), the accumulators kept in a stack
- *    buffer between the 256-column steps; for 4 bits the step's columns of x are first put in pair order.
+ *  - 2 to 63 (4 bits) or 15 (8 bits) rows of x on AVX-512 (batched decode, short prompts): the same kernel
+ *    on 4 weight rows x up to 4 rows of x, each dequantized vector feeding every row of x.
+ *  - more rows of x, 4 and 8 bits (prefill, larger batches): per panel of rows of x and block of weight
+ *    rows, the block is dequantized 256 columns at a time into an f32 tile (once for the whole panel; the
+ *    next block's packed weights prefetched meanwhile) and swept by register tiles, the accumulators kept
+ *    in a buffer between the 256-column steps; for 4 bits the step's columns of x are first put in pair
+ *    order. AVX-512: panels of up to 48 rows, blocks of 64 (4 bits) or 16 (8 bits) weight rows, the 4 x 6
+ *    tiles of cpu_tile512.h (24 accumulators), the last step summing in registers; AVX2: panels and blocks
+ *    of 32, tiles of 2 x 2.
  * The AVX2 and AVX-512 versions are compiled with target attributes and chosen at run time (cpu_kernels.c's
  * detection). The bias is not folded out as bias * sum(x over the group): dequantizing first keeps one
  * definition for the decode and tiled paths (the tiled path sweeps plain f32 tiles at full rate), and it
@@ -33,11 +36,13 @@
 #include "backend/cpu/cpu_quant.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CF_X86 1
+#include "backend/cpu/cpu_tile512.h"
 #endif
 
 #define INL inline __attribute__((always_inline))
@@ -487,8 +492,11 @@ AVX512 static INL void gemv_rows_avx512(const int BITS, const int G, const int S
     gemv_rows_x_avx512(BITS, G, SB, R, 1, x, 0, w, r, o, 0);
 }
 
-/* 2 to SMALL_N - 1 rows of x: the decode kernel on up to 4 rows at a time (the weights streamed once per 4) */
-#define SMALL_N 8
+/* 2 to SMALL_N(bits) - 1 rows of x: the decode kernel on up to 4 rows at a time (the weights dequantized in
+ * registers once per 4 rows). Measured against the tiled path (2 threads, Llama-3.2-1B shapes): 4 bits,
+ * 204 / 110 GFLOP/s at 8 rows, 240 / 178 at 16, 233 / 193 at 32, 213 / 202 at 48, even at 64 and 128;
+ * 8 bits, 226 / 169 at 8, even at 16, 242 / 269 at 32. */
+#define SMALL_N(bits) ((bits) == 4 ? 64 : 16)
 AVX512 static INL void small_avx512(const int BITS, const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0,
                                     int64_t r1, float *out, int64_t os) {
     const int G = w->group, SB = w->sb_dtype;
@@ -527,20 +535,29 @@ AVX512 static void small8_avx512(const float *x, int64_t xs, int64_t n, const cf
 DEF_GEMV_ALL(AVX512, avx512)
 GEMV_TABLE(avx512)
 
+/* AVX-512 prefill geometry: rows of x per panel (at most), weight rows per block: 64 for 4 bits, whose step
+ * puts the panel's x in pair order once per block (measured: 8% faster than blocks of 32, 13% than 16), 16
+ * for 8 bits. Scratch (floats): accumulators, the dequantized tile, 4 bits' x in pair order. */
+#define Q_PANEL 48
+#define Q_BLOCK(BITS) ((BITS) == 4 ? 64 : 16)
+#define Q_SCRATCH(BITS) (((Q_PANEL + CF_T512_NR) * 16 + T_KB) * (size_t)Q_BLOCK(BITS) + ((BITS) == 4 ? Q_PANEL * T_KB : 0))
+
+/* rows r .. r + nr of the block (the last one repeated up to a multiple of 4 rows: their results are dropped),
+ * columns k0 .. k0 + kl, dequantized into wt (row stride T_KB floats; 4 bits in pair order); the same columns
+ * of the next block's rows prefetched (prefetch_next) */
 AVX512 static INL void deq_tile_avx512(const int BITS, const cf_qmat *w, int64_t r, int nr, int64_t k0, int64_t kl,
                                        float *wt, int prefetch_next) {
     const int G = w->group;
     const int64_t ng = w->cols / G, rb = w->cols * BITS / 8;
     for (int m = 0; m < nr; m++) {
         const uint8_t *q = (const uint8_t *)w->q + (r + m) * rb;
-        if (prefetch_next) /* the same columns of the next block's row: read one block from now */
-            for (int64_t pb = 0; pb < kl * BITS / 8; pb += 64) _mm_prefetch((const char *)q + T_BLOCK * rb + k0 * BITS / 8 + pb, _MM_HINT_T0);
+        if (prefetch_next)
+            for (int64_t pb = 0; pb < kl * BITS / 8; pb += 64) _mm_prefetch((const char *)q + Q_BLOCK(BITS) * rb + k0 * BITS / 8 + pb, _MM_HINT_T0);
         float *wr = wt + m * T_KB;
         for (int64_t g = k0 / G; g < (k0 + kl) / G; g++) {
-            const float s = sb_x86(w->scales, w->sb_dtype, (r + m) * ng + g);
-            const float b = sb_x86(w->biases, w->sb_dtype, (r + m) * ng + g);
             if (BITS == 4) {
-                const __m512 tbl = table16(_mm512_set1_ps(s), _mm512_set1_ps(b));
+                const __m512 tbl = table16(sb_bcast_avx512(w->scales, w->sb_dtype, (r + m) * ng + g),
+                                           sb_bcast_avx512(w->biases, w->sb_dtype, (r + m) * ng + g));
                 for (int64_t c = g * G; c < (g + 1) * G; c += 32) {
                     __m512 wa, wb;
                     deq32_q4_avx512(q + c / 2, tbl, &wa, &wb);
@@ -548,44 +565,33 @@ AVX512 static INL void deq_tile_avx512(const int BITS, const cf_qmat *w, int64_t
                     _mm512_storeu_ps(wr + (c - k0) + 16, wb);
                 }
             } else {
-                const __m512 sv = _mm512_set1_ps(s), bv = _mm512_set1_ps(b);
+                const __m512 sv = sb_bcast_avx512(w->scales, w->sb_dtype, (r + m) * ng + g),
+                             bv = sb_bcast_avx512(w->biases, w->sb_dtype, (r + m) * ng + g);
                 for (int64_t c = g * G; c < (g + 1) * G; c += 16) _mm512_storeu_ps(wr + (c - k0), deq16_q8_avx512(q + c, sv, bv));
             }
         }
     }
-    for (int m = nr; m < T_BLOCK; m++) memcpy(wt + m * T_KB, wt + (nr - 1) * T_KB, (size_t)kl * sizeof(float));
+    for (int m = nr; m < ((nr + 3) & ~3); m++) memcpy(wt + m * T_KB, wt + (nr - 1) * T_KB, (size_t)kl * sizeof(float));
 }
 
-/* MR = 4 weight rows (wt rows 0..3) x NR rows of x, over kl columns; accumulators as in micro_avx2 */
-AVX512 static INL void micro_avx512(const int NR, const float *x, int64_t xs, const float *wt, int64_t kl, float *acc) {
-    __m512 a[4][4];
-    for (int m = 0; m < 4; m++)
-        for (int i = 0; i < NR; i++) a[m][i] = _mm512_loadu_ps(acc + (i * T_BLOCK + m) * 16);
-    for (int64_t c = 0; c < kl; c += 16) {
-        __m512 xv[4];
-        for (int i = 0; i < NR; i++) xv[i] = _mm512_loadu_ps(x + i * xs + c);
-        for (int m = 0; m < 4; m++) {
-            const __m512 wv = _mm512_loadu_ps(wt + m * T_KB + c);
-            for (int i = 0; i < NR; i++) a[m][i] = _mm512_fmadd_ps(xv[i], wv, a[m][i]);
-        }
-    }
-    for (int m = 0; m < 4; m++)
-        for (int i = 0; i < NR; i++) _mm512_storeu_ps(acc + (i * T_BLOCK + m) * 16, a[m][i]);
-}
-
+/* Per panel of rows of x and block of weight rows: each T_KB-column step of the block dequantized once
+ * (deq_tile_avx512) and swept by cf_t512_sweep (4 weight rows x 6 rows of x), the accumulators kept between
+ * the steps (cf_t512_acc_at's order), the last step writing the sums. Panels split n evenly. */
 AVX512 static INL void tiled_avx512(const int BITS, const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0,
-                                    int64_t r1, float *out, int64_t os) {
-    float acc[T_PANEL * T_BLOCK * 16], wt[T_BLOCK * T_KB], xb[BITS == 4 ? T_PANEL * T_KB : 1];
-    const int64_t K = w->cols;
-    for (int64_t i0 = 0; i0 < n; i0 += T_PANEL) {
-        const int np = (int)min64(T_PANEL, n - i0);
+                                    int64_t r1, float *out, int64_t os, float *scratch) {
+    const int B = Q_BLOCK(BITS);
+    float *acc = scratch, *wt = acc + (Q_PANEL + CF_T512_NR) * 16 * B, *xb = wt + B * T_KB;
+    const int64_t K = w->cols, panels = (n + Q_PANEL - 1) / Q_PANEL;
+    int64_t P = (n + panels - 1) / panels;
+    P = min64(Q_PANEL, (P + CF_T512_NR - 1) / CF_T512_NR * CF_T512_NR);
+    for (int64_t i0 = 0; i0 < n; i0 += P) {
+        const int np = (int)min64(P, n - i0);
         const float *xp = x + i0 * xs;
-        for (int64_t jb = r0; jb < r1; jb += T_BLOCK) {
-            const int nr = (int)min64(T_BLOCK, r1 - jb);
-            memset(acc, 0, sizeof(float) * (size_t)(np * T_BLOCK * 16));
+        for (int64_t jb = r0; jb < r1; jb += B) {
+            const int nr = (int)min64(B, r1 - jb);
             for (int64_t k0 = 0; k0 < K; k0 += T_KB) {
                 const int64_t kl = min64(T_KB, K - k0);
-                deq_tile_avx512(BITS, w, jb, nr, k0, kl, wt, jb + 2 * T_BLOCK <= w->rows);
+                deq_tile_avx512(BITS, w, jb, nr, k0, kl, wt, jb + 2 * B <= w->rows);
                 const float *xk = xp + k0;
                 int64_t xks = xs;
                 if (BITS == 4) { /* this step's columns of the panel in pair order */
@@ -598,32 +604,29 @@ AVX512 static INL void tiled_avx512(const int BITS, const float *x, int64_t xs, 
                         }
                     xk = xb, xks = T_KB;
                 }
-                for (int i = 0; i < np; i += 4)
-                    for (int m = 0; m < nr; m += 4) {
-                        const float *xi = xk + i * xks, *wm = wt + m * T_KB;
-                        float *a = acc + (i * T_BLOCK + m) * 16;
-                        switch (min64(4, np - i)) {
-                        case 4: micro_avx512(4, xi, xks, wm, kl, a); break;
-                        case 3: micro_avx512(3, xi, xks, wm, kl, a); break;
-                        case 2: micro_avx512(2, xi, xks, wm, kl, a); break;
-                        default: micro_avx512(1, xi, xks, wm, kl, a); break;
-                        }
-                    }
+                cf_t512_sweep(xk, xks, np, wt, T_KB, nr, B, kl, acc, k0 == 0, k0 + T_KB >= K ? out + i0 * os + (jb - r0) : NULL, os);
             }
-            for (int i = 0; i < np; i++)
-                for (int m = 0; m < nr; m++) out[(i0 + i) * os + (jb - r0) + m] = tree16(acc + (i * T_BLOCK + m) * 16);
         }
     }
 }
 
+/* The tiled path with its scratch (328 KiB for 4 bits, 70 KiB for 8: from the heap, not a thread's stack;
+ * aligned to cache lines, as every vector access into it is); where that cannot be had, the small-batch
+ * kernel (the same values, slower). */
 AVX512 static void tiled4_avx512(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
                                  float *out, int64_t os) {
-    tiled_avx512(4, x, xs, n, w, r0, r1, out, os);
+    float *scratch = aligned_alloc(64, sizeof(float) * Q_SCRATCH(4));
+    if (scratch) tiled_avx512(4, x, xs, n, w, r0, r1, out, os, scratch);
+    else small_avx512(4, x, xs, n, w, r0, r1, out, os);
+    free(scratch);
 }
 
 AVX512 static void tiled8_avx512(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
                                  float *out, int64_t os) {
-    tiled_avx512(8, x, xs, n, w, r0, r1, out, os);
+    float *scratch = aligned_alloc(64, sizeof(float) * Q_SCRATCH(8));
+    if (scratch) tiled_avx512(8, x, xs, n, w, r0, r1, out, os, scratch);
+    else small_avx512(8, x, xs, n, w, r0, r1, out, os);
+    free(scratch);
 }
 
 #endif
@@ -646,7 +649,7 @@ int cf_cpu_qgemm_isa(cf_cpu_isa_level isa, const float *x, int64_t xs, int64_t n
     case CF_ISA_AVX512:
         if (!fast) generic_avx512(x, xs, n, w, r0, r1, out, os);
         else if (n == 1) gemv_pick(gemv_tab_avx512, w)(x, w, r0, r1, out);
-        else if (n < SMALL_N) (w->bits == 4 ? small4_avx512 : small8_avx512)(x, xs, n, w, r0, r1, out, os);
+        else if (n < SMALL_N(w->bits)) (w->bits == 4 ? small4_avx512 : small8_avx512)(x, xs, n, w, r0, r1, out, os);
         else (w->bits == 4 ? tiled4_avx512 : tiled8_avx512)(x, xs, n, w, r0, r1, out, os);
         return 1;
     case CF_ISA_AVX2:
