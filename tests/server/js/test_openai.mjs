@@ -3,7 +3,18 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
-import { detokenize, LONG_PROMPT, modelName, NO_EOS, startServer, stopServer, tokenize, waitIdle } from './harness.mjs';
+import { detokenize, LONG_PROMPT, metrics, metricValue, modelName, NO_EOS, QUEUED_RE, RUNNING_RE, startServer, stopServer, tokenize, waitIdle } from './harness.mjs';
+
+// Waits until /metrics shows `running` sequences and `queued` requests.
+async function waitFor(server, running, queued, timeoutMs = 10000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const s = await metrics(server);
+    if (metricValue(s, RUNNING_RE) === running && metricValue(s, QUEUED_RE) === queued) return;
+    if (Date.now() > deadline) throw new Error(`not ${running} running and ${queued} queued after ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
 
 let server;
 let client;
@@ -393,9 +404,14 @@ describe('a full queue', () => {
     const small = await startServer({ args: ['--max-batch', '1', '--max-queued', '1'] });
     try {
       const c = new OpenAI({ baseURL: small.baseURL, apiKey: 'unused', maxRetries: 0 });
-      const results = await Promise.allSettled(Array.from({ length: 6 }, () => c.chat.completions.create({
-        model: modelName, messages: USER, max_tokens: 300, temperature: 0, logit_bias: NO_EOS,
-      })));
+      const ask = () => c.chat.completions.create({ model: modelName, messages: USER, max_tokens: 300, temperature: 0, logit_bias: NO_EOS });
+      // one running and one waiting first (a request counts as waiting until the scheduler admits it, so six
+      // sent at once could all find the first still waiting), then four more
+      const first = ask();
+      await waitFor(small, 1, 0);
+      const second = ask();
+      await waitFor(small, 1, 1);
+      const results = await Promise.allSettled([first, second, ...Array.from({ length: 4 }, ask)]);
       const ok = results.filter((r) => r.status === 'fulfilled');
       const refused = results.filter((r) => r.status === 'rejected');
       for (const r of refused) {
