@@ -4,7 +4,8 @@
  * aggregate decode tokens/s (tokens after each session's first / the span from the earliest first token to
  * the last token, so other sessions' prefills chunked into those steps count against it), the steady rate
  * while all c sessions decode (tokens delivered from the last session's first token to the first session's
- * last token / that span: what llama-batched-bench calls generation speed; 0 when no such span), output tokens/s over the whole run, time to first token and inter-token latency (p50,
+ * last token / that span: what llama-batched-bench calls generation speed; 0 when no such span), output
+ * tokens/s over the whole run, time to first token and inter-token latency (p50,
  * p99), and the aggregate against its bandwidth roofline (c tokens a step read the weights once and c
  * sequences' KV: c x bandwidth / (weight bytes + c x KV bytes)). The KV memory's pools are reported too: the
  * full-attention layers' blocks, the sliding-window layers' own blocks, and the blocks one pool for every layer

@@ -714,15 +714,17 @@ static int draft_phase(cinfer_engine *e) {
     return total;
 }
 
+/* A token picked on the device (-1: the logits were not finite) as s's sample. */
+static cinfer_status device_token(const cinfer_session *s, int32_t token, cf_sample_result *sr, cinfer_error *err) {
+    if (token < 0) return cf_fail(err, CINFER_E_NOT_A_NUMBER, "the model produced non-finite logits (NaN/inf) at position %d", s->n_ids - 1);
+    sr->token = token;
+    return CINFER_OK;
+}
+
 /* The token the step gave s through its item: the device's pick, or the host sampler's from the logits. */
 static cinfer_status pick(cinfer_engine *e, cinfer_session *s, const cf_batch_item *it, cf_sample_result *sr, cinfer_error *err) {
     memset(sr, 0, sizeof *sr);
-    if (it->pick) {
-        if (it->token < 0)
-            return cf_fail(err, CINFER_E_NOT_A_NUMBER, "the model produced non-finite logits (NaN/inf) at position %d", s->n_ids - 1);
-        sr->token = it->token;
-        return CINFER_OK;
-    }
+    if (it->pick) return device_token(s, it->token, sr, err);
     memcpy(s->logits, it->out, (size_t)e->model->m->hp.vocab * sizeof *s->logits);
     return cf_sampler_sample(s->smp, s->logits, sr, err);
 }
@@ -749,19 +751,16 @@ static int verify(cinfer_engine *e, cinfer_session *s, const cf_batch_item *it, 
     for (int r = 0; r <= k; r++) {
         cf_sample_result sr;
         memset(&sr, 0, sizeof sr);
+        cinfer_status st;
         if (it->tokens) {   /* picked on the device, as plain decoding picks */
-            sr.token = it->tokens[r];
-            if (sr.token < 0) {
-                cf_fail(&end->err, CINFER_E_NOT_A_NUMBER, "the model produced non-finite logits (NaN/inf) at position %d", s->n_ids - 1);
-                end->outcome = CINFER_OUTCOME_FAILED;
-                return 1;
-            }
+            st = device_token(s, it->tokens[r], &sr, &end->err);
         } else {
             memcpy(s->logits, it->out + (size_t)r * (size_t)V, (size_t)V * sizeof *s->logits);
-            if (cf_sampler_sample(s->smp, s->logits, &sr, &end->err) != CINFER_OK) {
-                end->outcome = CINFER_OUTCOME_FAILED;
-                return 1;
-            }
+            st = cf_sampler_sample(s->smp, s->logits, &sr, &end->err);
+        }
+        if (st != CINFER_OK) {
+            end->outcome = CINFER_OUTCOME_FAILED;
+            return 1;
         }
         if (commit(e, s, &sr, end)) {
             s->draft_tokens += k;

@@ -81,6 +81,13 @@ static void rp_free(cf_draft_provider *base) {
     free(p);
 }
 
+/* A copy of seq[0, len) (one spare slot, so that len 0 allocates), or NULL. */
+static int32_t *copy_seq(const int32_t *seq, int len) {
+    int32_t *s = malloc(((size_t)len + 1) * sizeof *s);
+    if (s && len) memcpy(s, seq, (size_t)len * sizeof *s);
+    return s;
+}
+
 static const cf_draft_provider_ops replay_provider_ops = {.name = "oracle", .open = rp_open, .draft_many = NULL, .free = rp_free};
 
 cinfer_status cf_replay_provider_create(const int32_t *const *seqs, const int *lens, int n_seqs, cf_draft_provider **out,
@@ -99,9 +106,7 @@ cinfer_status cf_replay_provider_create(const int32_t *const *seqs, const int *l
             rp_free(&p->base);
             return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "replay provider: sequence %d has length %d", i, lens[i]);
         }
-        p->seqs[i] = malloc(((size_t)lens[i] + 1) * sizeof **p->seqs);
-        if (!p->seqs[i]) goto oom;
-        if (lens[i]) memcpy(p->seqs[i], seqs[i], (size_t)lens[i] * sizeof **p->seqs);
+        if (!(p->seqs[i] = copy_seq(seqs[i], lens[i]))) goto oom;
         p->lens[i] = lens[i];
         p->n_seqs = i + 1;
     }
@@ -121,9 +126,8 @@ cinfer_status cf_replay_provider_replace(cf_draft_provider *base, int i, const i
     replay_provider *p = (replay_provider *)base;
     if (!p || base->ops != &replay_provider_ops || i < 0 || i >= p->n_seqs || len < 0)
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "replay provider: no recording %d to replace (or length %d)", i, len);
-    int32_t *s = malloc(((size_t)len + 1) * sizeof *s);
+    int32_t *s = copy_seq(seq, len);
     if (!s) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the replay provider");
-    if (len) memcpy(s, seq, (size_t)len * sizeof *s);
     free(p->seqs[i]);
     p->seqs[i] = s;
     p->lens[i] = len;

@@ -557,7 +557,7 @@ static void qjob_dequant(cuda_backend *b, const cfk_qjob *j, cf_tensor gate, cf_
     if (j->mul.data) ew(b, op, j->out[0], j->out[0], j->mul, 0, "matmul_gated (quantized)");
 }
 
-/* A quantized job by its activation rows: at most qgemv_max_rows (and 8): the GEMV; at most qmma_max_rows: the
+/* A quantized job by its activation rows: at most qgemv_max_rows (at most 8): the GEMV; at most qmma_max_rows: the
  * tensor-core kernel; more: dequantize and cuBLAS. x that is not F32/BF16 with 16-byte aligned rows is copied to bf16
  * in scratch first (with the tensor-core kernel's split-k partials after it). gate, up: the GLU's work space for the
  * cuBLAS path. */
@@ -565,7 +565,7 @@ static void qjob_run(cuda_backend *b, const cfk_qjob *j, cf_tensor gate, cf_tens
     const cf_tensor x = j->x;
     const int64_t n = x.rows, k = x.cols;
     if (n <= 0) return;
-    const int gmax = cfk_cfg.qgemv_max_rows < 8 ? cfk_cfg.qgemv_max_rows : 8;
+    const int gmax = cfk_cfg.qgemv_max_rows;
     if (n > gmax && n > cfk_cfg.qmma_max_rows) {
         qjob_dequant(b, j, gate, up);
         return;
@@ -983,7 +983,7 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     /* qmma_max_rows 128: not measured yet; by count, the tensor-core kernel must beat cuBLAS on the dequantized
      * weight (about 4.6 bytes a weight instead of 0.56 read) while its math is not yet cuBLAS's */
     cfk_cfg.qmma_max_rows = t->qmma_max_rows;
-    cfk_cfg.qgemv_max_rows = t->qgemv_max_rows;
+    cfk_cfg.qgemv_max_rows = t->qgemv_max_rows < 8 ? t->qgemv_max_rows : 8;
     cfk_cfg.qgemv_warps = t->qgemv_warps >= 1 ? t->qgemv_warps : 24;   /* 24: not measured yet */
     cfk_cfg.qgemv_tc = t->qgemv_tc;
 

@@ -130,19 +130,26 @@ export function metricValue(samples, re) {
   return hits.reduce((a, s) => a + s.value, 0);
 }
 
-// Waits until /metrics shows no running sequence, no queued request and no KV block held (a cancelled
-// stream settles within a step or so, not at once). Returns the last samples.
-export async function waitIdle(server, timeoutMs = 10000) {
+// Waits until /metrics shows `running` sequences, `queued` requests and, unless kv is null, `kv` KV blocks
+// held. Returns the last samples.
+export async function waitFor(server, running, queued, kv = null, timeoutMs = 10000) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const s = await metrics(server);
-    const running = metricValue(s, RUNNING_RE);
-    const queued = metricValue(s, QUEUED_RE);
-    const kv = metricValue(s, KV_USED_RE);
-    if (running === 0 && queued === 0 && kv === 0) return s;
-    if (Date.now() > deadline) throw new Error(`server not idle after ${timeoutMs} ms: running ${running}, queued ${queued}, KV blocks held ${kv}`);
+    const r = metricValue(s, RUNNING_RE), q = metricValue(s, QUEUED_RE), k = metricValue(s, KV_USED_RE);
+    if (r === running && q === queued && (kv === null || k === kv)) return s;
+    if (Date.now() > deadline) {
+      throw new Error(`not ${running} running, ${queued} queued${kv === null ? '' : `, ${kv} KV blocks`} after ${timeoutMs} ms: ` +
+        `running ${r}, queued ${q}, KV blocks held ${k}`);
+    }
     await sleep(50);
   }
+}
+
+// Waits until /metrics shows no running sequence, no queued request and no KV block held (a cancelled
+// stream settles within a step or so, not at once). Returns the last samples.
+export async function waitIdle(server, timeoutMs = 10000) {
+  return waitFor(server, 0, 0, 0, timeoutMs);
 }
 export const KV_USED_RE = /^cinfer_kv_blocks_used$/;
 export const RUNNING_RE = /^cinfer_running_sequences$/;

@@ -3,18 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
-import { detokenize, LONG_PROMPT, metrics, metricValue, modelName, NO_EOS, QUEUED_RE, RUNNING_RE, startServer, stopServer, tokenize, waitIdle } from './harness.mjs';
-
-// Waits until /metrics shows `running` sequences and `queued` requests.
-async function waitFor(server, running, queued, timeoutMs = 10000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const s = await metrics(server);
-    if (metricValue(s, RUNNING_RE) === running && metricValue(s, QUEUED_RE) === queued) return;
-    if (Date.now() > deadline) throw new Error(`not ${running} running and ${queued} queued after ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+import { detokenize, LONG_PROMPT, modelName, NO_EOS, startServer, stopServer, tokenize, waitFor, waitIdle } from './harness.mjs';
 
 let server;
 let client;
