@@ -42,7 +42,7 @@ static inline uint32_t cf_qweight_get(const uint32_t *row, int bits, int64_t c) 
 }
 
 /* Row r of w as f32 (cols values): fmaf(scale, q, bias) from the stored scale and bias widened to f32 (the
- * value cf_cpu_qgemm multiplies by). */
+ * value cf_cpu_qgemm multiplies by for 2, 3, 5 and 6 bits; 4 and 8 bits multiply q by int8 activations). */
 void cf_qweight_dequant_row(const cf_qweight *w, int64_t r, float *out);
 
 /* Quantizes rows x cols values (cols a multiple of group) as MLX's CPU affine_quantize does, given the

@@ -1,9 +1,11 @@
 /* test_cpu_quant.c: cf_cpu_qgemm (MLX affine-quantized weights) on every instruction set this CPU runs:
  *  - hand-computed packings of values that straddle words (3, 5, 6 bits) and of 2/4/8-bit rows;
- *  - accuracy of every bits x group x scale/bias dtype (bf16, f16, f32) against a straightforward
- *    dequantize-then-dot in double precision written here (its own bit packer and unpacker), within the f32
- *    rounding bound (k / 16 + 6) * 2^-24 * sum_c |x_c * w_c| (dequantization: one rounding; each of the 16
- *    lanes: k / 16 fma roundings; the tree: 4 additions; one spare);
+ *  - accuracy of every bits x group x scale/bias dtype (bf16, f16, f32) against references in double
+ *    precision written here (their own bit packer and unpacker): 2, 3, 5, 6 bits, a dequantize-then-dot
+ *    within the f32 rounding bound (k / 16 + 6) * 2^-24 * sum_c |x_c * w_c| (dequantization: one rounding;
+ *    each of the 16 lanes: k / 16 fma roundings; the tree: 4 additions; one spare); 4 and 8 bits, the int8
+ *    definition of cpu_quant.h (x quantized here) within the rounding of its f32 chain, and that value
+ *    within the activation quantization error (d / 2 per column, times |w|) of the plain dot product;
  *  - every instruction set against the portable C path, bit for bit, for odd n (1: the decode kernel; 2 to
  *    63 for 4 bits, 2 to 15 for 8: the small-batch kernel, 5 as 4 + 1; above: the tiled kernel, register
  *    tiles of 6 rows of x with every remainder 0..5 (4 bits: 64, 67, 68, 69, 101; 8 bits: 17, 33, 37, 50,
@@ -109,6 +111,45 @@ static double ref_dot(const qm *a, int64_t r, const float *x, double *mag) {
     return s;
 }
 
+/* 4 and 8 bits: the definition of cpu_quant.h in double, given the same int8 rows of x (quantized here as it
+ * says). Returns its value; *mag = the sum of the magnitudes of its terms, *bound = the f32 rounding of the
+ * kernels' chain (one rounding per block product s * d and per fma: (2 * blocks + groups + 1) * 2^-24 * mag).
+ * Checks, as it goes, that this value is within the activation quantization error of the plain dot product
+ * (ref_dot): |x - d * q| <= d * (0.5 + 2^-12) per column, times |w|. */
+static double ref_int8(const qm *a, int64_t r, const float *x, double *mag, double *bound) {
+    const cf_qmat *m = &a->m;
+    const int64_t nb = m->cols / 32, ng = m->cols / m->group, wpr = m->cols * m->bits / 32;
+    double v = 0, am = 0, act = 0;
+    float xsg = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
+        const float id = amax > 0 ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+        const int64_t g = b * 32 / m->group;
+        const float s = (float)a->sd[r * ng + g], bias = (float)a->bd[r * ng + g];
+        int64_t p = 0, sum = 0;
+        for (int j = 0; j < 32; j++) {
+            const int q = (int)rintf(xb[j] * id);
+            const int64_t c = b * 32 + j;
+            p += (int64_t)get_bits(m->q + r * wpr, m->bits, c) * q, sum += q;
+            act += fabs(a->sd[r * ng + g] * (double)get_bits(m->q + r * wpr, m->bits, c) + a->bd[r * ng + g]) * d * (0.5 + 1.0 / 4096);
+        }
+        const float c = s * d;
+        v += (double)p * c, am += fabs((double)p * c);
+        xsg = fmaf(d, (float)sum, xsg); /* the group's sum of x, as the kernels chain it */
+        if ((b + 1) * 32 % m->group == 0) v += (double)bias * xsg, am += fabs((double)bias * xsg), xsg = 0;
+    }
+    *mag = am;
+    *bound = (double)(2 * nb + ng + 1) * ldexp(1.0, -24) * am;
+    double plain_mag;
+    const double plain = ref_dot(a, r, x, &plain_mag);
+    const double slack = act + (double)(2 * nb + 2 * ng + 8) * ldexp(1.0, -24) * (am + plain_mag);
+    CHECK(fabs(v - plain) <= slack, "%d bits group %d row %lld: int8 definition %.9g, plain dot %.9g: beyond the activation bound %.3g",
+          m->bits, m->group, (long long)r, v, plain, slack);
+    return v;
+}
+
 /* hand-computed packings: a value straddling words 0 and 1 at bit 30, read through a one-hot x */
 static void test_hand_packings(void) {
     static const struct {
@@ -160,9 +201,11 @@ static void test_matrix(int bits, int group, cf_dtype sbt, int64_t rows, int64_t
     double worst = 0;
     for (int64_t i = 0; i < NMAX; i++)
         for (int64_t r = 0; r < rows; r++) {
-            double mag;
-            const double want = ref_dot(&a, r, x + i * xs, &mag);
-            const double err = fabs((double)ref[i * os + r] - want), bound = ((double)cols / 16 + 6) * ldexp(1.0, -24) * mag;
+            double mag, bound;
+            const double want = bits == 4 || bits == 8 ? ref_int8(&a, r, x + i * xs, &mag, &bound)
+                                                       : ref_dot(&a, r, x + i * xs, &mag);
+            if (bits != 4 && bits != 8) bound = ((double)cols / 16 + 6) * ldexp(1.0, -24) * mag;
+            const double err = fabs((double)ref[i * os + r] - want);
             if (mag > 0 && err / mag > worst) worst = err / mag;
             if (!(err <= bound)) {
                 CHECK(0, "%d bits group %d %s %lldx%lld: row %lld col %lld: %.9g, reference %.9g (error %.3g > bound %.3g)",

@@ -1,53 +1,55 @@
 /* cpu_quant.c: out = x . w^T for f32 activation rows against MLX affine-quantized weight rows (cf_qmat, read
- * in place); owns no memory beyond a call (the AVX-512 tiled path's scratch is allocated and freed by the call,
- * the others' is on the stack: at most 128 KiB).
+ * in place); owns no memory beyond a call (a 4- or 8-bit call's scratch, from the heap: the rows of x in
+ * int8 and, on AVX-512, one block of weight rows regrouped; the other widths' is on the stack).
  *
- * One definition of every output element (cpu_quant.h): w = fmaf(scale, q, bias) in f32, then the 16-lane
- * fma accumulation (4 bits in pair order: lane l takes columns 2l, 2l + 1 of every 32, the low and high
- * nibbles of byte l) and the tree reduction of cpu_kernels.c. Every path below computes exactly that, so
- * results do not depend on n, r0, r1, the thread split or the instruction set:
- *  - portable C (`generic`): every bit width; unpacks each group of a row (values straddling words for 3,
- *    5, 6 bits), dequantizes it once for a panel of up to 16 rows of x. Compiled three times, plain and with
- *    the AVX2 and AVX-512 target attributes (the same source: fmaf is exact, so the same bits), and is the
- *    kernel for 2, 3, 5 and 6 bits everywhere and for all widths where no vector unit is available.
- *  - decode (n = 1), 4 and 8 bits: dequantize-in-register dot products over 8 weight rows at a time (4 on
- *    AVX2: independent fma chains sharing each vector of x), specialized per group size and scale type,
- *    with a software prefetch of the next rows' packed weights. 4 bits on AVX-512: a 16-entry table per
- *    group and row (scale * v + bias for v = 0..15, one fma) looked up by vpermps, which reads an index's
- *    low 4 bits: 16 packed bytes widened to 16 int32 lanes give the low nibbles' weights directly and the
- *    high nibbles' after one shift, so 32 weights cost a widening load, a shift and two lookups, and x is
- *    split into its even and odd columns once for the 8 rows; 8 bits: a widening load, a conversion and the
- *    dequantizing fma per 16 weights. The 4-bit pair order exists for this kernel: natural order would
- *    cost an interleave of the nibbles per row instead of a split of x shared by all rows.
- *  - 2 to 63 (4 bits) or 15 (8 bits) rows of x on AVX-512 (batched decode, short prompts): the same kernel
- *    on 4 weight rows x up to 4 rows of x, each dequantized vector feeding every row of x.
- *  - more rows of x, 4 and 8 bits (prefill, larger batches): per panel of rows of x and block of weight
- *    rows, the block is dequantized 256 columns at a time into an f32 tile (once for the whole panel; the
- *    next block's packed weights prefetched meanwhile) and swept by register tiles, the accumulators kept
- *    in a buffer between the 256-column steps; for 4 bits the step's columns of x are first put in pair
- *    order. AVX-512: panels of up to 48 rows, blocks of 64 (4 bits) or 16 (8 bits) weight rows, the 4 x 6
- *    tiles of cpu_tile512.h (24 accumulators), the last step summing in registers; AVX2: panels and blocks
- *    of 32, tiles of 2 x 2.
- * The AVX2 and AVX-512 versions are compiled with target attributes and chosen at run time (cpu_kernels.c's
- * detection). The bias is not folded out as bias * sum(x over the group): dequantizing first keeps one
- * definition for the decode and tiled paths (the tiled path sweeps plain f32 tiles at full rate), and it
- * is free in the 4-bit table; folding would save only the 8-bit dequantizing fma. No int8 activations
- * (VNNI): quantizing x would change the f32 definition and break the agreement with the f32 reference. */
+ * 4 and 8 bits multiply in int8 (cpu_quant.h gives the definition): each row of x is quantized per block of
+ * 32 columns, the dot product of a block's int8 values with the weights' q values is an exact integer, and
+ * each output is one f32 fma chain over the blocks in order, then over the groups' biases. An integer sum
+ * does not depend on the order of its terms, so every path below gives the same bits:
+ *  - portable C: the definition written out, per weight row and row of x;
+ *  - AVX2: the same loop, each block's integer dot by vpmaddubsw + vpmaddwd (8 bits in two parts, the low 7
+ *    bits and the top bit: a u8 x s8 pair of 255 * 127 * 2 would saturate 16 bits);
+ *  - AVX-512 with VNNI, one row of x (decode): 16 weight rows at a time; per 64 columns (two blocks) one
+ *    vpdpbusd per weight row (4 bits unpacked in registers: a block's 16 packed bytes give its low nibbles,
+ *    then its high ones, and x is stored in that order: even columns, then odd), the 16 rows' lane sums
+ *    reduced to one vector per block whose lane m is weight row m, then the f32 step of 16 rows at once;
+ *  - AVX-512 with VNNI, 2 or more rows of x (prefill, batches): a block of 16 weight rows is unpacked once
+ *    per call into a tile of 64-byte vectors, each 4 columns of the 16 rows (lane = weight row), and swept
+ *    by up to 8 rows of x at a time: one vpdpbusd per 4 columns, 16 rows and row of x (4 bytes of x
+ *    broadcast), the f32 step once per block.
+ * Scales and biases are widened to f32 for a block of weight rows first (transposed for the AVX-512 paths).
+ * The AVX-512 path needs AVX512-VNNI; a CPU with AVX-512 but without it runs the AVX2 path (the same bits).
+ *
+ * 2, 3, 5 and 6 bits keep f32 activations (portable C, compiled plain and with the AVX2 and AVX-512 target
+ * attributes): each group of a row unpacked and dequantized once for a panel of up to 16 rows of x,
+ * w = fmaf(scale, q, bias), a 16-lane fma accumulation (lane l takes columns l, l + 16, ...) and one tree. */
 #include "backend/cpu/cpu_quant.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define CF_X86 1
-#include "backend/cpu/cpu_tile512.h"
 #endif
 
 #define INL inline __attribute__((always_inline))
+#define QB 32 /* columns per block of x */
 
 static INL int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static INL float sb_c(const void *p, int t, int64_t i) {
+    switch (t) {
+    case CF_BF16: return cf_bf16_to_f32(((const uint16_t *)p)[i]);
+    case CF_F16: return cf_f16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* ---- 2, 3, 5, 6 bits: f32 activations, portable C ---- */
 
 /* the sum of the 16 lanes: distance 8, then 4, 2, 1 */
 static INL float tree16(const float *a) {
@@ -56,14 +58,6 @@ static INL float tree16(const float *a) {
     for (int h = 8; h >= 1; h /= 2)
         for (int l = 0; l < h; l++) t[l] = t[l] + t[l + h];
     return t[0];
-}
-
-static INL float sb_c(const void *p, int t, int64_t i) {
-    switch (t) {
-    case CF_BF16: return cf_bf16_to_f32(((const uint16_t *)p)[i]);
-    case CF_F16: return cf_f16_to_f32(((const uint16_t *)p)[i]);
-    default: return ((const float *)p)[i];
-    }
 }
 
 /* value c of a packed row of `bits`-bit values (a value may straddle two words) */
@@ -76,11 +70,10 @@ static INL uint32_t qval(const uint32_t *row, int bits, int64_t c) {
     return (uint32_t)v & ((1u << bits) - 1u);
 }
 
-/* ---- portable C: every bit width ---- */
 #define C_PANEL 16
 
 static INL void generic(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1, float *out,
-                        int64_t os, float (*sb)(const void *, int, int64_t)) {
+                        int64_t os) {
     const int G = w->group, bits = w->bits;
     const int64_t K = w->cols, ng = K / G, wpr = K * bits / 32;
     float acc[C_PANEL][16], wg[128];
@@ -90,28 +83,13 @@ static INL void generic(const float *x, int64_t xs, int64_t n, const cf_qmat *w,
             const uint32_t *qr = w->q + r * wpr;
             memset(acc, 0, sizeof acc);
             for (int64_t g = 0; g < ng; g++) {
-                const float s = sb(w->scales, w->sb_dtype, r * ng + g), b = sb(w->biases, w->sb_dtype, r * ng + g);
-                if (bits == 4 || bits == 8) {
-                    const uint8_t *qb = (const uint8_t *)qr + g * G * bits / 8;
-                    if (bits == 8)
-                        for (int j = 0; j < G; j++) wg[j] = fmaf(s, (float)qb[j], b);
-                    else
-                        for (int j = 0; j < G; j++) wg[j] = fmaf(s, (float)((qb[j / 2] >> (4 * (j & 1))) & 15), b);
-                } else {
-                    for (int j = 0; j < G; j++) wg[j] = fmaf(s, (float)qval(qr, bits, g * G + j), b);
-                }
+                const float s = sb_c(w->scales, w->sb_dtype, r * ng + g), b = sb_c(w->biases, w->sb_dtype, r * ng + g);
+                for (int j = 0; j < G; j++) wg[j] = fmaf(s, (float)qval(qr, bits, g * G + j), b);
                 for (int i = 0; i < np; i++) {
                     const float *xr = x + (i0 + i) * xs + g * G;
                     float *a = acc[i];
-                    if (bits == 4) /* pair order: lane l takes columns 2l, 2l + 1 of each 32 */
-                        for (int j = 0; j < G; j += 32)
-                            for (int l = 0; l < 16; l++) {
-                                a[l] = fmaf(xr[j + 2 * l], wg[j + 2 * l], a[l]);
-                                a[l] = fmaf(xr[j + 2 * l + 1], wg[j + 2 * l + 1], a[l]);
-                            }
-                    else
-                        for (int j = 0; j < G; j += 16)
-                            for (int l = 0; l < 16; l++) a[l] = fmaf(xr[j + l], wg[j + l], a[l]);
+                    for (int j = 0; j < G; j += 16)
+                        for (int l = 0; l < 16; l++) a[l] = fmaf(xr[j + l], wg[j + l], a[l]);
                 }
             }
             for (int i = 0; i < np; i++) out[(i0 + i) * os + (r - r0)] = tree16(acc[i]);
@@ -119,517 +97,596 @@ static INL void generic(const float *x, int64_t xs, int64_t n, const cf_qmat *w,
     }
 }
 
-static float sb_plain(const void *p, int t, int64_t i) { return sb_c(p, t, i); }
-
 static void generic_c(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1, float *out,
                       int64_t os) {
-    generic(x, xs, n, w, r0, r1, out, os, sb_plain);
+    generic(x, xs, n, w, r0, r1, out, os);
+}
+
+/* ---- 4 and 8 bits: int8 activations ---- */
+
+/* A call's scratch (one allocation): the rows of x in int8 as every path reads them, and room for a block of
+ * weight rows (wrow: one row unpacked, C and AVX2; tile: 16 rows regrouped, AVX-512; sf, bf: scales and
+ * biases widened to f32). Rows of x are padded to an even number of blocks (nbp) and groups to a multiple of
+ * 16 (ngp); the padding holds zeros. */
+typedef struct qscratch {
+    int64_t nb, nbp, ng, ngp;
+    int8_t *xq;     /* row i at xq + i * nbp * QB; each block's 32 values in kernel order (kpos) */
+    float *d;       /* row i at d + i * nbp: each block's step */
+    float *xs;      /* row i at xs + i * ngp: per group, sum over its blocks of d * (sum of the block's values) */
+    int32_t *sums;  /* row i at sums + i * nbp: the sum of each block's values */
+    uint8_t *wrow;  /* nbp * QB bytes */
+    uint8_t *tile;  /* nbp / 2 * 16 vectors of 64 bytes */
+    float *sf, *bf; /* 16 * ngp each: row-major (C, AVX2: one row) or transposed, sf[g * 16 + m] (AVX-512) */
+    float *rowf;    /* 2 * 16 * ngp: the rows' scales then biases in f32, row-major, before the transpose */
+    void *mem;
+} qscratch;
+
+static INL size_t up64(size_t v) { return (v + 63) & ~(size_t)63; }
+
+static int qscratch_alloc(qscratch *s, const cf_qmat *w, int64_t n) {
+    s->nb = w->cols / QB, s->nbp = (s->nb + 1) & ~(int64_t)1;
+    s->ng = w->cols / w->group, s->ngp = (s->ng + 15) & ~(int64_t)15;
+    const size_t nn = (size_t)n, nbp = (size_t)s->nbp, ngp = (size_t)s->ngp;
+    const size_t sz[] = {nn * nbp * QB, nn * nbp * 4, nn * ngp * 4, nn * nbp * 4, nbp * QB, nbp / 2 * 16 * 64,
+                         16 * ngp * 4, 16 * ngp * 4, 2 * 16 * ngp * 4};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) total += up64(sz[i]);
+    char *p = s->mem = aligned_alloc(64, total);
+    if (!p) return 0;
+    void **dst[] = {(void **)&s->xq, (void **)&s->d, (void **)&s->xs, (void **)&s->sums, (void **)&s->wrow,
+                    (void **)&s->tile, (void **)&s->sf, (void **)&s->bf, (void **)&s->rowf};
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) *dst[i] = p, p += up64(sz[i]);
+    return 1;
+}
+
+/* where column j (0..31) of a block sits in kernel order: 4 bits, the even columns then the odd ones (the
+ * order a block's packed bytes unpack in: low nibbles, then high), 8 bits in place */
+static INL int kpos(int bits, int j) { return bits == 4 ? (j & 1) * 16 + (j >> 1) : j; }
+
+/* Block b of a row of x: amax = max |x|; a NaN or infinity makes d NaN (and the values 0), so the outputs it
+ * touches are NaN; else d = amax / 127, and each value q = rint(x * (127 / amax)) (0 when amax is 0), in
+ * [-127, 127]. */
+static INL int quant_block_bad(float amax, int nan, int8_t *q, float *d, int32_t *sum) {
+    if (!nan && amax <= FLT_MAX) return 0;
+    memset(q, 0, QB);
+    *d = NAN, *sum = 0;
+    return 1;
+}
+
+static INL void quant_row_c(const float *x, const qscratch *s, int bits, int8_t *q, float *d, int32_t *sums) {
+    for (int64_t b = 0; b < s->nb; b++) {
+        const float *xb = x + b * QB;
+        float amax = 0;
+        int nan = 0;
+        for (int j = 0; j < QB; j++) {
+            const float a = fabsf(xb[j]);
+            nan |= a != a;
+            amax = a > amax ? a : amax;
+        }
+        if (quant_block_bad(amax, nan, q + b * QB, d + b, sums + b)) continue;
+        const float id = amax > 0 ? 127.0f / amax : 0.0f;
+        int32_t sum = 0;
+        d[b] = amax / 127.0f;
+        for (int j = 0; j < QB; j++) {
+            const int v = (int)rintf(xb[j] * id);
+            q[b * QB + kpos(bits, j)] = (int8_t)v;
+            sum += v;
+        }
+        sums[b] = sum;
+    }
+}
+
+/* the padding block and groups of row i, and its group sums: xs[g] = fma chain over g's blocks in order
+ * of d * (float)sum */
+static INL void quant_row_finish(const qscratch *s, int64_t i, int G) {
+    int8_t *q = s->xq + i * s->nbp * QB;
+    float *d = s->d + i * s->nbp, *xs = s->xs + i * s->ngp;
+    const int32_t *sums = s->sums + i * s->nbp;
+    if (s->nbp > s->nb) memset(q + s->nb * QB, 0, QB), d[s->nb] = 0;
+    const int bpg = G / QB;
+    for (int64_t g = 0; g < s->ng; g++) {
+        float v = 0;
+        for (int t = 0; t < bpg; t++) v = fmaf(d[g * bpg + t], (float)sums[g * bpg + t], v);
+        xs[g] = v;
+    }
+    for (int64_t g = s->ng; g < s->ngp; g++) xs[g] = 0;
+}
+
+/* weight row r's scales and biases widened to f32 */
+static INL void row_sb_c(const cf_qmat *w, int64_t r, int64_t ng, float *sf, float *bf) {
+    for (int64_t g = 0; g < ng; g++) sf[g] = sb_c(w->scales, w->sb_dtype, r * ng + g), bf[g] = sb_c(w->biases, w->sb_dtype, r * ng + g);
+}
+
+/* weight row r's q values, each block's 32 in kernel order, one byte each */
+static INL void row_unpack_c(const int BITS, const cf_qmat *w, int64_t r, int64_t nb, uint8_t *out) {
+    const uint8_t *p = (const uint8_t *)w->q + r * (w->cols * BITS / 8);
+    for (int64_t b = 0; b < nb; b++)
+        for (int j = 0; j < QB; j++)
+            out[b * QB + kpos(BITS, j)] = BITS == 8 ? p[b * QB + j] : (uint8_t)(p[b * 16 + j / 2] >> 4 * (j & 1) & 15);
+}
+
+static INL int32_t dot32_c(const uint8_t *w, const int8_t *x) {
+    int32_t s = 0;
+    for (int j = 0; j < QB; j++) s += (int32_t)w[j] * x[j];
+    return s;
+}
+
+/* The definition, for weight rows r0..r1 and the n quantized rows of x: per weight row (unpacked once), per
+ * row of x, acc = fmaf((float)P_b, scale_g * d_b, acc) over the blocks, then fmaf(bias_g, xs_g, acc) over
+ * the groups. */
+static void rows_c(const int BITS, const qscratch *s, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1, float *out,
+                   int64_t os) {
+    const int bpg = w->group / QB;
+    for (int64_t r = r0; r < r1; r++) {
+        row_sb_c(w, r, s->ng, s->sf, s->bf);
+        row_unpack_c(BITS, w, r, s->nb, s->wrow);
+        for (int64_t i = 0; i < n; i++) {
+            const int8_t *xq = s->xq + i * s->nbp * QB;
+            const float *d = s->d + i * s->nbp, *xs = s->xs + i * s->ngp;
+            float acc = 0;
+            for (int64_t b = 0; b < s->nb; b++) acc = fmaf((float)dot32_c(s->wrow + b * QB, xq + b * QB), s->sf[b / bpg] * d[b], acc);
+            for (int64_t g = 0; g < s->ng; g++) acc = fmaf(s->bf[g], xs[g], acc);
+            out[i * os + (r - r0)] = acc;
+        }
+    }
+}
+
+static void quant_rows_c(const float *x, int64_t xs, int64_t n, const qscratch *s, int bits, int G) {
+    for (int64_t i = 0; i < n; i++) {
+        quant_row_c(x + i * xs, s, bits, s->xq + i * s->nbp * QB, s->d + i * s->nbp, s->sums + i * s->nbp);
+        quant_row_finish(s, i, G);
+    }
 }
 
 #ifdef CF_X86
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-
-/* scale or bias i widened to f32, F16 by the F16C instruction */
-AVX2 static INL float sb_x86(const void *p, int t, int64_t i) {
-    switch (t) {
-    case CF_BF16: return cf_bf16_to_f32(((const uint16_t *)p)[i]);
-    case CF_F16: return _cvtsh_ss(((const uint16_t *)p)[i]);
-    default: return ((const float *)p)[i];
-    }
-}
-
-AVX2 static float sb_avx2(const void *p, int t, int64_t i) { return sb_x86(p, t, i); }
-
-/* scale or bias i widened to f32 in every lane. BF16: the 32-bit word that ends with value i, broadcast
- * from memory (a load, no shuffle and no move from a general register) and masked to its high half, which
- * is value i's f32 bits (value 0, which has no word before it, is shifted up instead). */
-AVX2 static INL __m256 sb_bcast_avx2(const void *p, const int t, int64_t i) {
-    if (t == CF_BF16) {
-        const uint16_t *h = p;
-        int32_t wd;
-        if (i == 0) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_set1_epi32(h[0]), 16));
-        memcpy(&wd, h + i - 1, sizeof wd);
-        return _mm256_castsi256_ps(_mm256_and_si256(_mm256_set1_epi32(wd), _mm256_set1_epi32((int32_t)0xFFFF0000u)));
-    }
-    return _mm256_set1_ps(sb_x86(p, t, i));
-}
+#define AVX512V __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 
 AVX2 static void generic_avx2(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
                               float *out, int64_t os) {
-    generic(x, xs, n, w, r0, r1, out, os, sb_avx2);
+    generic(x, xs, n, w, r0, r1, out, os);
 }
 
 AVX512 static void generic_avx512(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
                                   float *out, int64_t os) {
-    generic(x, xs, n, w, r0, r1, out, os, sb_avx2);
+    generic(x, xs, n, w, r0, r1, out, os);
 }
 
-/* Tiled path geometry (shared by both instruction sets): rows of x per panel, weight rows per block,
- * columns per dequantized step (a multiple of every group size). */
-#define T_PANEL 32
-#define T_BLOCK 32
-#define T_KB 256
+/* ---- AVX2 ---- */
 
-/* Decode: software prefetch of the next step's R packed weight rows (one contiguous run of R * rb bytes, when
- * they exist), spread evenly over this step's COLS-column iterations: a row of a few hundred bytes to a few
- * KiB is too short a stream for the hardware prefetchers to ramp up on, and R of them run side by side. */
-#define PF_SETUP(COLS)                                                                                         \
-    const char *pf = r + 2 * R <= w->rows ? (const char *)q + R * rb : NULL;                                   \
-    const int64_t pf_iters = K / (COLS), pf_step = ((R * rb + pf_iters - 1) / pf_iters + 63) & ~(int64_t)63;
-#define PF_STEP()                                                                                              \
-    do {                                                                                                       \
-        if (pf) {                                                                                              \
-            for (int64_t pb = 0; pb < pf_step; pb += 64) _mm_prefetch(pf + pb, _MM_HINT_T0);                   \
-            pf += pf_step;                                                                                     \
-        }                                                                                                      \
-    } while (0)
-
-typedef void (*gemv_fn)(const float *x, const cf_qmat *w, int64_t r0, int64_t r1, float *o);
-
-/* The decode kernels of one instruction set, one per bits (4, 8) x group (32, 64, 128) x scale type (F32,
- * F16, BF16: the cf_dtype order), each a loop over RW weight rows at a time (independent fma chains sharing each vector of x: 8 on AVX-512, 4 on
- * AVX2), then 4, then single rows. */
-#define GEMV_FN(ISA, B, G, SB) gemv_##ISA##_##B##_##G##_##SB
-#define DEF_GEMV(ATTR, ISA, B, G, SB)                                                                          \
-    ATTR static void GEMV_FN(ISA, B, G, SB)(const float *x, const cf_qmat *w, int64_t r0, int64_t r1, float *o) { \
-        int64_t r = r0;                                                                                        \
-        for (; r + RW_##ISA <= r1; r += RW_##ISA) gemv_rows_##ISA(B, G, SB, RW_##ISA, x, w, r, o + (r - r0));   \
-        for (; r + 4 <= r1; r += 4) gemv_rows_##ISA(B, G, SB, 4, x, w, r, o + (r - r0));                       \
-        for (; r < r1; r++) gemv_rows_##ISA(B, G, SB, 1, x, w, r, o + (r - r0));                              \
-    }
-#define RW_avx2 4   /* AVX2 has 16 registers: 4 rows of two-register accumulators */
-#define RW_avx512 8
-#define DEF_GEMV_SB(ATTR, ISA, B, G) \
-    DEF_GEMV(ATTR, ISA, B, G, CF_F32) DEF_GEMV(ATTR, ISA, B, G, CF_F16) DEF_GEMV(ATTR, ISA, B, G, CF_BF16)
-#define DEF_GEMV_ALL(ATTR, ISA)                                                                               \
-    DEF_GEMV_SB(ATTR, ISA, 4, 32) DEF_GEMV_SB(ATTR, ISA, 4, 64) DEF_GEMV_SB(ATTR, ISA, 4, 128)                \
-    DEF_GEMV_SB(ATTR, ISA, 8, 32) DEF_GEMV_SB(ATTR, ISA, 8, 64) DEF_GEMV_SB(ATTR, ISA, 8, 128)
-#define TAB_SB(ISA, B, G) {GEMV_FN(ISA, B, G, CF_F32), GEMV_FN(ISA, B, G, CF_F16), GEMV_FN(ISA, B, G, CF_BF16)}
-#define TAB_G(ISA, B) {TAB_SB(ISA, B, 32), TAB_SB(ISA, B, 64), TAB_SB(ISA, B, 128)}
-#define GEMV_TABLE(ISA) static const gemv_fn gemv_tab_##ISA[2][3][3] = {TAB_G(ISA, 4), TAB_G(ISA, 8)};
-
-static gemv_fn gemv_pick(const gemv_fn tab[2][3][3], const cf_qmat *w) {
-    return tab[w->bits == 8][w->group == 32 ? 0 : w->group == 64 ? 1 : 2][w->sb_dtype == CF_F32 ? 0 : w->sb_dtype == CF_F16 ? 1 : 2];
+AVX2 static void quant_rows_avx2(const float *x, int64_t xs, int64_t n, const qscratch *s, int bits, int G) {
+    quant_rows_c(x, xs, n, s, bits, G);
 }
 
-/* ---- AVX2 + FMA + F16C: each 16-lane accumulator in two registers (lanes 0-7, 8-15) ---- */
-
-/* 4 bits: the 32 weights of 16 packed bytes at p in pair order: a[0..1] the low nibbles (columns 0, 2, .., 30),
- * b[0..1] the high ones (columns 1, 3, .., 31), dequantized */
-AVX2 static INL void deq32_q4_avx2(const uint8_t *p, __m256 s, __m256 bias, __m256 *a, __m256 *b) {
-    const __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    const __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8)));
-    const __m256i m = _mm256_set1_epi32(15);
-    a[0] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_and_si256(v0, m)), bias);
-    a[1] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_and_si256(v1, m)), bias);
-    b[0] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4)), bias);
-    b[1] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_srli_epi32(v1, 4)), bias);
+/* a block's integer dot in 8 lanes (their sum is the dot): 32 q values (bytes, kernel order) against 32
+ * int8 values of x */
+AVX2 static INL __m256i dot8_avx2(const int BITS, __m256i wv, const int8_t *xb) {
+    const __m256i xv = _mm256_loadu_si256((const __m256i *)xb), ones = _mm256_set1_epi16(1);
+    if (BITS == 4) return _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), ones);
+    const __m256i lo = _mm256_and_si256(wv, _mm256_set1_epi8(0x7F));
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 7), _mm256_set1_epi8(1));
+    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, xv), ones),
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xv), _mm256_set1_epi16(128)));
 }
 
-/* 8 bits: the 16 weights of 16 bytes at p */
-AVX2 static INL void deq16_q8_avx2(const uint8_t *p, __m256 s, __m256 bias, __m256 *a) {
-    a[0] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p))), bias);
-    a[1] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8)))), bias);
+/* the 8 sums of v[0..8) (8 int32 lanes each) in one vector, lane m = sum of v[m] */
+AVX2 static INL __m256i red8_avx2(const __m256i *v) {
+    const __m256i q0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i q1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20), _mm256_permute2x128_si256(q0, q1, 0x31));
 }
 
-/* 32 values of x in pair order: e[0..1] the even columns, o[0..1] the odd ones */
-AVX2 static INL void xpair_avx2(const float *x, __m256 *e, __m256 *o) {
-    const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
-#define CF_Q_EV(a, b, imm) _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, imm)), 0xD8))
-    e[0] = CF_Q_EV(v0, v1, 0x88), o[0] = CF_Q_EV(v0, v1, 0xDD);
-    e[1] = CF_Q_EV(v2, v3, 0x88), o[1] = CF_Q_EV(v2, v3, 0xDD);
-#undef CF_Q_EV
+/* the q values of block b of a weight row (packed bytes at p), 32 bytes in kernel order */
+AVX2 static INL __m256i wblock_avx2(const int BITS, const uint8_t *p, int64_t b) {
+    if (BITS == 8) return _mm256_loadu_si256((const __m256i *)(p + b * QB));
+    const __m128i pk = _mm_loadu_si128((const __m128i *)(p + b * 16)), m4 = _mm_set1_epi8(15);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(pk, 4), m4), _mm_and_si128(pk, m4));
 }
 
-/* decode: R weight rows (r + m) against one row of x, written to o[m] */
-AVX2 static INL void gemv_rows_avx2(const int BITS, const int G, const int SB, const int R, const float *x,
-                                    const cf_qmat *w, int64_t r, float *o) {
-    const int64_t K = w->cols, ng = K / G, rb = K * BITS / 8;
-    const uint8_t *q = (const uint8_t *)w->q + r * rb;
-    PF_SETUP(BITS == 4 ? 32 : 16)
-    __m256 a0[8], a1[8];
-    for (int m = 0; m < R; m++) a0[m] = a1[m] = _mm256_setzero_ps();
-    for (int64_t g = 0; g < ng; g++) {
-        __m256 s[8], b[8];
-        for (int m = 0; m < R; m++) {
-            s[m] = sb_bcast_avx2(w->scales, SB, (r + m) * ng + g);
-            b[m] = sb_bcast_avx2(w->biases, SB, (r + m) * ng + g);
-        }
-        if (BITS == 4) {
-            for (int u = 0; u < G; u += 32) {
-                const int64_t c = g * G + u;
-                __m256 xe[2], xo[2];
-                PF_STEP();
-                xpair_avx2(x + c, xe, xo);
-                for (int m = 0; m < R; m++) {
-                    __m256 wa[2], wb[2];
-                    deq32_q4_avx2(q + m * rb + c / 2, s[m], b[m], wa, wb);
-                    a0[m] = _mm256_fmadd_ps(xe[0], wa[0], a0[m]);
-                    a1[m] = _mm256_fmadd_ps(xe[1], wa[1], a1[m]);
-                    a0[m] = _mm256_fmadd_ps(xo[0], wb[0], a0[m]);
-                    a1[m] = _mm256_fmadd_ps(xo[1], wb[1], a1[m]);
-                }
-            }
-        } else {
-            for (int u = 0; u < G; u += 16) {
-                const int64_t c = g * G + u;
-                const __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
-                PF_STEP();
-                for (int m = 0; m < R; m++) {
-                    __m256 wv[2];
-                    deq16_q8_avx2(q + m * rb + c, s[m], b[m], wv);
-                    a0[m] = _mm256_fmadd_ps(x0, wv[0], a0[m]);
-                    a1[m] = _mm256_fmadd_ps(x1, wv[1], a1[m]);
-                }
-            }
-        }
-    }
-    for (int m = 0; m < R; m++) {
-        float t[16];
-        _mm256_storeu_ps(t, a0[m]);
-        _mm256_storeu_ps(t + 8, a1[m]);
-        o[m] = tree16(t);
+/* weight rows r .. r + 8 (row r + nr - 1 repeated past nr): scales and biases in f32 as sf[g * 8 + m] */
+AVX2 static INL void sb8_avx2(const qscratch *s, const cf_qmat *w, int64_t r, int nr) {
+    for (int m = 0; m < 8; m++) {
+        const int64_t rr = r + (m < nr ? m : nr - 1);
+        for (int64_t g = 0; g < s->ng; g++)
+            s->sf[g * 8 + m] = sb_c(w->scales, w->sb_dtype, rr * s->ng + g), s->bf[g * 8 + m] = sb_c(w->biases, w->sb_dtype, rr * s->ng + g);
     }
 }
 
-DEF_GEMV_ALL(AVX2, avx2)
-GEMV_TABLE(avx2)
-
-/* rows r .. r + nr of the block (the last one repeated up to T_BLOCK rows: their results are dropped),
- * columns k0 .. k0 + kl, dequantized into wt (row stride T_KB floats; 4 bits in pair order) */
-AVX2 static INL void deq_tile_avx2(const int BITS, const cf_qmat *w, int64_t r, int nr, int64_t k0, int64_t kl,
-                                   float *wt, int prefetch_next) {
+/* one row of x on AVX2, 8 weight rows at a time: per block the 8 rows' integer dots reduced to one vector
+ * (lane = weight row), then the f32 step of the 8 rows */
+AVX2 static void decode_avx2(const int BITS, const qscratch *s, const cf_qmat *w, int64_t r0, int64_t r1, float *out) {
     const int G = w->group;
-    const int64_t ng = w->cols / G, rb = w->cols * BITS / 8;
-    for (int m = 0; m < nr; m++) {
-        const uint8_t *q = (const uint8_t *)w->q + (r + m) * rb;
-        if (prefetch_next) /* the same columns of the next block's row: read one block from now */
-            for (int64_t pb = 0; pb < kl * BITS / 8; pb += 64) _mm_prefetch((const char *)q + T_BLOCK * rb + k0 * BITS / 8 + pb, _MM_HINT_T0);
-        float *wr = wt + m * T_KB;
-        for (int64_t g = k0 / G; g < (k0 + kl) / G; g++) {
-            const __m256 s = _mm256_set1_ps(sb_x86(w->scales, w->sb_dtype, (r + m) * ng + g));
-            const __m256 b = _mm256_set1_ps(sb_x86(w->biases, w->sb_dtype, (r + m) * ng + g));
-            for (int64_t c = g * G; c < (g + 1) * G; c += 32) {
-                __m256 v[4];
-                if (BITS == 4) deq32_q4_avx2(q + c / 2, s, b, v, v + 2);
-                else deq16_q8_avx2(q + c, s, b, v), deq16_q8_avx2(q + c + 16, s, b, v + 2);
-                for (int h = 0; h < 4; h++) _mm256_storeu_ps(wr + (c - k0) + 8 * h, v[h]);
-            }
+    const int64_t rb = w->cols * BITS / 8;
+    for (int64_t r = r0; r < r1; r += 8) {
+        const int nr = (int)min64(8, r1 - r);
+        const uint8_t *rp[8];
+        for (int m = 0; m < 8; m++) rp[m] = (const uint8_t *)w->q + (r + (m < nr ? m : nr - 1)) * rb;
+        sb8_avx2(s, w, r, nr);
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t b = 0; b < s->nb; b++) {
+            __m256i v[8];
+            for (int m = 0; m < 8; m++) v[m] = dot8_avx2(BITS, wblock_avx2(BITS, rp[m], b), s->xq + b * QB);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(red8_avx2(v)), _mm256_mul_ps(_mm256_load_ps(s->sf + (b * QB / G) * 8), _mm256_set1_ps(s->d[b])), acc);
         }
-    }
-    for (int m = nr; m < T_BLOCK; m++) memcpy(wt + m * T_KB, wt + (nr - 1) * T_KB, (size_t)kl * sizeof(float));
-}
-
-/* MR = 2 weight rows (wt rows 0, 1) x NR rows of x, over kl columns, accumulators in acc
- * (entry (i, m) at acc + (i * T_BLOCK + m) * 16) */
-AVX2 static INL void micro_avx2(const int NR, const float *x, int64_t xs, const float *wt, int64_t kl, float *acc) {
-    __m256 a[2][2][2];
-    for (int m = 0; m < 2; m++)
-        for (int i = 0; i < NR; i++)
-            for (int h = 0; h < 2; h++) a[m][i][h] = _mm256_loadu_ps(acc + (i * T_BLOCK + m) * 16 + 8 * h);
-    for (int64_t c = 0; c < kl; c += 16) {
-        __m256 xv[2][2];
-        for (int i = 0; i < NR; i++)
-            for (int h = 0; h < 2; h++) xv[i][h] = _mm256_loadu_ps(x + i * xs + c + 8 * h);
-        for (int m = 0; m < 2; m++)
-            for (int h = 0; h < 2; h++) {
-                const __m256 wv = _mm256_loadu_ps(wt + m * T_KB + c + 8 * h);
-                for (int i = 0; i < NR; i++) a[m][i][h] = _mm256_fmadd_ps(xv[i][h], wv, a[m][i][h]);
-            }
-    }
-    for (int m = 0; m < 2; m++)
-        for (int i = 0; i < NR; i++)
-            for (int h = 0; h < 2; h++) _mm256_storeu_ps(acc + (i * T_BLOCK + m) * 16 + 8 * h, a[m][i][h]);
-}
-
-AVX2 static INL void tiled_avx2(const int BITS, const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0,
-                                int64_t r1, float *out, int64_t os) {
-    float acc[T_PANEL * T_BLOCK * 16], wt[T_BLOCK * T_KB], xb[BITS == 4 ? T_PANEL * T_KB : 1];
-    const int64_t K = w->cols;
-    for (int64_t i0 = 0; i0 < n; i0 += T_PANEL) {
-        const int np = (int)min64(T_PANEL, n - i0);
-        const float *xp = x + i0 * xs;
-        for (int64_t jb = r0; jb < r1; jb += T_BLOCK) {
-            const int nr = (int)min64(T_BLOCK, r1 - jb);
-            memset(acc, 0, sizeof(float) * (size_t)(np * T_BLOCK * 16));
-            for (int64_t k0 = 0; k0 < K; k0 += T_KB) {
-                const int64_t kl = min64(T_KB, K - k0);
-                deq_tile_avx2(BITS, w, jb, nr, k0, kl, wt, jb + 2 * T_BLOCK <= w->rows);
-                const float *xk = xp + k0;
-                int64_t xks = xs;
-                if (BITS == 4) { /* this step's columns of the panel in pair order */
-                    for (int i = 0; i < np; i++)
-                        for (int64_t c = 0; c < kl; c += 32) {
-                            __m256 e[2], o[2];
-                            xpair_avx2(xk + i * xs + c, e, o);
-                            float *d = xb + i * T_KB + c;
-                            _mm256_storeu_ps(d, e[0]), _mm256_storeu_ps(d + 8, e[1]);
-                            _mm256_storeu_ps(d + 16, o[0]), _mm256_storeu_ps(d + 24, o[1]);
-                        }
-                    xk = xb, xks = T_KB;
-                }
-                for (int i = 0; i < np; i += 2)
-                    for (int m = 0; m < nr; m += 2) {
-                        float *a = acc + (i * T_BLOCK + m) * 16;
-                        if (np - i >= 2) micro_avx2(2, xk + i * xks, xks, wt + m * T_KB, kl, a);
-                        else micro_avx2(1, xk + i * xks, xks, wt + m * T_KB, kl, a);
-                    }
-            }
-            for (int i = 0; i < np; i++)
-                for (int m = 0; m < nr; m++) out[(i0 + i) * os + (jb - r0) + m] = tree16(acc + (i * T_BLOCK + m) * 16);
-        }
+        for (int64_t g = 0; g < s->ng; g++) acc = _mm256_fmadd_ps(_mm256_load_ps(s->bf + g * 8), _mm256_set1_ps(s->xs[g]), acc);
+        float t[8];
+        _mm256_storeu_ps(t, acc);
+        memcpy(out + (r - r0), t, sizeof(float) * (size_t)nr);
     }
 }
 
-AVX2 static void tiled4_avx2(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
-                             float *out, int64_t os) {
-    tiled_avx2(4, x, xs, n, w, r0, r1, out, os);
+AVX2 static void decode4_avx2(const qscratch *s, const cf_qmat *w, int64_t r0, int64_t r1, float *out) {
+    decode_avx2(4, s, w, r0, r1, out);
 }
 
-AVX2 static void tiled8_avx2(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
-                             float *out, int64_t os) {
-    tiled_avx2(8, x, xs, n, w, r0, r1, out, os);
+AVX2 static void decode8_avx2(const qscratch *s, const cf_qmat *w, int64_t r0, int64_t r1, float *out) {
+    decode_avx2(8, s, w, r0, r1, out);
 }
 
-/* ---- AVX-512: one register per 16-lane accumulator ---- */
+/* 2 or more rows of x on AVX2: the AVX-512 batch path's shape in 8 lanes. A block of 8 weight rows is
+ * regrouped once per call into 32-byte vectors of 4 columns x 8 rows (8 bits: the low 7 bits and the top bit
+ * in two tiles), swept by up to 4 rows of x: per 4 columns vpmaddubsw with 4 bytes of x broadcast, then
+ * vpmaddwd; the f32 step per block for the 8 rows at once. Scales and biases as sf[g * 8 + m]. */
 
-/* 4 bits: the table of a group, lane v = fma(scale, v, bias) */
-AVX512 static INL __m512 table16(__m512 s, __m512 b) {
-    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    return _mm512_fmadd_ps(s, iota, b);
-}
-
-/* sb_bcast_avx2 in 16 lanes */
-AVX512 static INL __m512 sb_bcast_avx512(const void *p, const int t, int64_t i) {
-    if (t == CF_BF16) {
-        const uint16_t *h = p;
-        int32_t wd;
-        if (i == 0) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_set1_epi32(h[0]), 16));
-        memcpy(&wd, h + i - 1, sizeof wd);
-        return _mm512_castsi512_ps(_mm512_and_si512(_mm512_set1_epi32(wd), _mm512_set1_epi32((int32_t)0xFFFF0000u)));
+/* r[0..8) -> c[0..8): lane m of c[t] = lane t of r[m] (32-bit elements) */
+AVX2 static INL void tr8(const __m256i *r, __m256i *c) {
+    __m256i a[8], b[8];
+    for (int j = 0; j < 4; j++) {
+        a[2 * j] = _mm256_unpacklo_epi32(r[2 * j], r[2 * j + 1]);
+        a[2 * j + 1] = _mm256_unpackhi_epi32(r[2 * j], r[2 * j + 1]);
     }
-    return _mm512_set1_ps(sb_x86(p, t, i));
-}
-
-/* 4 bits: the 32 weights of 16 packed bytes at p in pair order, looked up in the group's table (vpermps
- * reads the low 4 bits of each index): *a the low nibbles (columns 0, 2, .., 30), *b the high ones */
-AVX512 static INL void deq32_q4_avx512(const uint8_t *p, __m512 tbl, __m512 *a, __m512 *b) {
-    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-    *a = _mm512_permutexvar_ps(v, tbl);
-    *b = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tbl);
-}
-
-/* 8 bits: the 16 weights of 16 bytes at p */
-AVX512 static INL __m512 deq16_q8_avx512(const uint8_t *p, __m512 s, __m512 b) {
-    return _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p))), b);
-}
-
-/* 32 values of x in pair order: *e the even columns, *o the odd ones */
-AVX512 static INL void xpair_avx512(const float *x, __m512 *e, __m512 *o) {
-    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-    *e = _mm512_permutex2var_ps(v0, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), v1);
-    *o = _mm512_permutex2var_ps(v0, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), v1);
-}
-
-/* decode and small batches: R weight rows (r + m) against NX rows of x (x + i * xs), out o[i * os + m]; every
- * dequantized weight vector feeds the NX rows (R x NX independent fma chains) */
-AVX512 static INL void gemv_rows_x_avx512(const int BITS, const int G, const int SB, const int R, const int NX,
-                                          const float *x, int64_t xs, const cf_qmat *w, int64_t r, float *o, int64_t os) {
-    const int64_t K = w->cols, ng = K / G, rb = K * BITS / 8;
-    const uint8_t *q = (const uint8_t *)w->q + r * rb;
-    PF_SETUP(BITS == 4 ? 32 : 16)
-    __m512 a[16];
-    for (int m = 0; m < R * NX; m++) a[m] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < ng; g++) {
-        if (BITS == 4) {
-            __m512 tbl[8];
-            for (int m = 0; m < R; m++)
-                tbl[m] = table16(sb_bcast_avx512(w->scales, SB, (r + m) * ng + g), sb_bcast_avx512(w->biases, SB, (r + m) * ng + g));
-            for (int u = 0; u < G; u += 32) {
-                const int64_t c = g * G + u;
-                __m512 xe[4], xo[4];
-                PF_STEP();
-                for (int i = 0; i < NX; i++) xpair_avx512(x + i * xs + c, &xe[i], &xo[i]);
-                for (int m = 0; m < R; m++) {
-                    __m512 wa, wb;
-                    deq32_q4_avx512(q + m * rb + c / 2, tbl[m], &wa, &wb);
-                    for (int i = 0; i < NX; i++) {
-                        a[m * NX + i] = _mm512_fmadd_ps(xe[i], wa, a[m * NX + i]);
-                        a[m * NX + i] = _mm512_fmadd_ps(xo[i], wb, a[m * NX + i]);
-                    }
-                }
-            }
-        } else {
-            __m512 s[8], b[8];
-            for (int m = 0; m < R; m++) {
-                s[m] = sb_bcast_avx512(w->scales, SB, (r + m) * ng + g);
-                b[m] = sb_bcast_avx512(w->biases, SB, (r + m) * ng + g);
-            }
-            for (int u = 0; u < G; u += 16) {
-                const int64_t c = g * G + u;
-                __m512 xv[4];
-                for (int i = 0; i < NX; i++) xv[i] = _mm512_loadu_ps(x + i * xs + c);
-                PF_STEP();
-                for (int m = 0; m < R; m++) {
-                    const __m512 wv = deq16_q8_avx512(q + m * rb + c, s[m], b[m]);
-                    for (int i = 0; i < NX; i++) a[m * NX + i] = _mm512_fmadd_ps(xv[i], wv, a[m * NX + i]);
-                }
-            }
-        }
+    /* b[4j + e], 128-bit lane L: rows 4j..4j+3 at column 4L + e */
+    for (int j = 0; j < 2; j++) {
+        b[4 * j] = _mm256_unpacklo_epi64(a[4 * j], a[4 * j + 2]);
+        b[4 * j + 1] = _mm256_unpackhi_epi64(a[4 * j], a[4 * j + 2]);
+        b[4 * j + 2] = _mm256_unpacklo_epi64(a[4 * j + 1], a[4 * j + 3]);
+        b[4 * j + 3] = _mm256_unpackhi_epi64(a[4 * j + 1], a[4 * j + 3]);
     }
-    for (int m = 0; m < R; m++)
-        for (int i = 0; i < NX; i++) {
-            float t[16];
-            _mm512_storeu_ps(t, a[m * NX + i]);
-            o[i * os + m] = tree16(t);
-        }
-}
-
-AVX512 static INL void gemv_rows_avx512(const int BITS, const int G, const int SB, const int R, const float *x,
-                                        const cf_qmat *w, int64_t r, float *o) {
-    gemv_rows_x_avx512(BITS, G, SB, R, 1, x, 0, w, r, o, 0);
-}
-
-/* 2 to SMALL_N(bits) - 1 rows of x: the decode kernel on up to 4 rows at a time (the weights dequantized in
- * registers once per 4 rows). Measured against the tiled path (2 threads, Llama-3.2-1B shapes): 4 bits,
- * 204 / 110 GFLOP/s at 8 rows, 240 / 178 at 16, 233 / 193 at 32, 213 / 202 at 48, even at 64 and 128;
- * 8 bits, 226 / 169 at 8, even at 16, 242 / 269 at 32. */
-#define SMALL_N(bits) ((bits) == 4 ? 64 : 16)
-AVX512 static INL void small_avx512(const int BITS, const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0,
-                                    int64_t r1, float *out, int64_t os) {
-    const int G = w->group, SB = w->sb_dtype;
-    for (int64_t i0 = 0; i0 < n; i0 += 4) {
-        const int nx = (int)min64(4, n - i0);
-        const float *xi = x + i0 * xs;
-        float *oi = out + i0 * os;
-        int64_t r = r0;
-#define CF_Q_SMALL(R, NX) gemv_rows_x_avx512(BITS, G, SB, R, NX, xi, xs, w, r, oi + (r - r0), os)
-        for (; r + 4 <= r1; r += 4) {
-            if (nx == 4) CF_Q_SMALL(4, 4);
-            else if (nx == 3) CF_Q_SMALL(4, 3);
-            else if (nx == 2) CF_Q_SMALL(4, 2);
-            else CF_Q_SMALL(4, 1);
-        }
-        for (; r < r1; r++) {
-            if (nx == 4) CF_Q_SMALL(1, 4);
-            else if (nx == 3) CF_Q_SMALL(1, 3);
-            else if (nx == 2) CF_Q_SMALL(1, 2);
-            else CF_Q_SMALL(1, 1);
-        }
-#undef CF_Q_SMALL
+    for (int e = 0; e < 4; e++) {
+        c[e] = _mm256_permute2x128_si256(b[e], b[4 + e], 0x20);
+        c[4 + e] = _mm256_permute2x128_si256(b[e], b[4 + e], 0x31);
     }
 }
 
-AVX512 static void small4_avx512(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
-                                 float *out, int64_t os) {
-    small_avx512(4, x, xs, n, w, r0, r1, out, os);
+AVX2 static INL void sweep_avx2(const int BITS, const int NX, const qscratch *s, int G, int64_t i, int nr, float *out,
+                                int64_t os) {
+    const int8_t *xq = s->xq + i * s->nbp * QB;
+    const float *d = s->d + i * s->nbp, *xs = s->xs + i * s->ngp;
+    const int64_t xstride = s->nbp * QB, hi_off = s->nbp * 8 * 32;
+    const __m256i ones = _mm256_set1_epi16(1), w128 = _mm256_set1_epi16(128);
+    __m256 acc[4];
+    for (int j = 0; j < NX; j++) acc[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < s->nb; b++) {
+        __m256i p[4];
+        for (int j = 0; j < NX; j++) p[j] = _mm256_setzero_si256();
+        for (int t = 0; t < 8; t++) {
+            const __m256i wv = _mm256_load_si256((const __m256i *)(s->tile + (b * 8 + t) * 32));
+            __m256i wh = _mm256_setzero_si256();
+            if (BITS == 8) wh = _mm256_load_si256((const __m256i *)(s->tile + hi_off + (b * 8 + t) * 32));
+            for (int j = 0; j < NX; j++) {
+                int32_t x4;
+                memcpy(&x4, xq + j * xstride + b * QB + 4 * t, 4);
+                const __m256i xb = _mm256_set1_epi32(x4);
+                p[j] = _mm256_add_epi32(p[j], _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xb), ones));
+                if (BITS == 8) p[j] = _mm256_add_epi32(p[j], _mm256_madd_epi16(_mm256_maddubs_epi16(wh, xb), w128));
+            }
+        }
+        const __m256 sv = _mm256_load_ps(s->sf + (b * QB / G) * 8);
+        for (int j = 0; j < NX; j++)
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[j]), _mm256_mul_ps(sv, _mm256_set1_ps(d[j * s->nbp + b])), acc[j]);
+    }
+    for (int64_t g = 0; g < s->ng; g++) {
+        const __m256 bv = _mm256_load_ps(s->bf + g * 8);
+        for (int j = 0; j < NX; j++) acc[j] = _mm256_fmadd_ps(bv, _mm256_set1_ps(xs[j * s->ngp + g]), acc[j]);
+    }
+    for (int j = 0; j < NX; j++) {
+        float t[8];
+        _mm256_storeu_ps(t, acc[j]);
+        memcpy(out + j * os, t, sizeof(float) * (size_t)nr);
+    }
 }
 
-AVX512 static void small8_avx512(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
-                                 float *out, int64_t os) {
-    small_avx512(8, x, xs, n, w, r0, r1, out, os);
-}
-
-DEF_GEMV_ALL(AVX512, avx512)
-GEMV_TABLE(avx512)
-
-/* AVX-512 prefill geometry: rows of x per panel (at most), weight rows per block: 64 for 4 bits, whose step
- * puts the panel's x in pair order once per block (measured: 8% faster than blocks of 32, 13% than 16), 16
- * for 8 bits. Scratch (floats): accumulators, the dequantized tile, 4 bits' x in pair order. */
-#define Q_PANEL 48
-#define Q_BLOCK(BITS) ((BITS) == 4 ? 64 : 16)
-#define Q_SCRATCH(BITS) (((Q_PANEL + CF_T512_NR) * 16 + T_KB) * (size_t)Q_BLOCK(BITS) + ((BITS) == 4 ? Q_PANEL * T_KB : 0))
-
-/* rows r .. r + nr of the block (the last one repeated up to a multiple of 4 rows: their results are dropped),
- * columns k0 .. k0 + kl, dequantized into wt (row stride T_KB floats; 4 bits in pair order); the same columns
- * of the next block's rows prefetched (prefetch_next) */
-AVX512 static INL void deq_tile_avx512(const int BITS, const cf_qmat *w, int64_t r, int nr, int64_t k0, int64_t kl,
-                                       float *wt, int prefetch_next) {
+AVX2 static void batch_avx2(const int BITS, const qscratch *s, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
+                            float *out, int64_t os) {
     const int G = w->group;
-    const int64_t ng = w->cols / G, rb = w->cols * BITS / 8;
-    for (int m = 0; m < nr; m++) {
-        const uint8_t *q = (const uint8_t *)w->q + (r + m) * rb;
-        if (prefetch_next)
-            for (int64_t pb = 0; pb < kl * BITS / 8; pb += 64) _mm_prefetch((const char *)q + Q_BLOCK(BITS) * rb + k0 * BITS / 8 + pb, _MM_HINT_T0);
-        float *wr = wt + m * T_KB;
-        for (int64_t g = k0 / G; g < (k0 + kl) / G; g++) {
-            if (BITS == 4) {
-                const __m512 tbl = table16(sb_bcast_avx512(w->scales, w->sb_dtype, (r + m) * ng + g),
-                                           sb_bcast_avx512(w->biases, w->sb_dtype, (r + m) * ng + g));
-                for (int64_t c = g * G; c < (g + 1) * G; c += 32) {
-                    __m512 wa, wb;
-                    deq32_q4_avx512(q + c / 2, tbl, &wa, &wb);
-                    _mm512_storeu_ps(wr + (c - k0), wa);
-                    _mm512_storeu_ps(wr + (c - k0) + 16, wb);
+    const int64_t hi_off = s->nbp * 8 * 32;
+    for (int64_t r = r0; r < r1; r += 8) {
+        const int nr = (int)min64(8, r1 - r);
+        sb8_avx2(s, w, r, nr);
+        for (int64_t b = 0; b < s->nb; b++) {
+            __m256i v[8], t[8];
+            for (int m = 0; m < 8; m++) v[m] = wblock_avx2(BITS, (const uint8_t *)w->q + (r + (m < nr ? m : nr - 1)) * (w->cols * BITS / 8), b);
+            tr8(v, t);
+            for (int e = 0; e < 8; e++) {
+                __m256i lo = t[e];
+                if (BITS == 8) {
+                    _mm256_store_si256((__m256i *)(s->tile + hi_off + (b * 8 + e) * 32),
+                                       _mm256_and_si256(_mm256_srli_epi16(lo, 7), _mm256_set1_epi8(1)));
+                    lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x7F));
                 }
+                _mm256_store_si256((__m256i *)(s->tile + (b * 8 + e) * 32), lo);
+            }
+        }
+        float *o = out + (r - r0);
+        int64_t i = 0;
+        for (; i + 4 <= n; i += 4) sweep_avx2(BITS, 4, s, G, i, nr, o + i * os, os);
+        switch (n - i) {
+        case 3: sweep_avx2(BITS, 3, s, G, i, nr, o + i * os, os); break;
+        case 2: sweep_avx2(BITS, 2, s, G, i, nr, o + i * os, os); break;
+        case 1: sweep_avx2(BITS, 1, s, G, i, nr, o + i * os, os); break;
+        default: break;
+        }
+    }
+}
+
+/* ---- AVX-512 with VNNI ---- */
+
+AVX512V static void quant_rows_avx512(const float *x, int64_t xs, int64_t n, const qscratch *s, int bits, int G) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (int64_t i = 0; i < n; i++) {
+        const float *xr = x + i * xs;
+        int8_t *q = s->xq + i * s->nbp * QB;
+        float *d = s->d + i * s->nbp;
+        int32_t *sums = s->sums + i * s->nbp;
+        for (int64_t b = 0; b < s->nb; b++) {
+            const __m512 v0 = _mm512_loadu_ps(xr + b * QB), v1 = _mm512_loadu_ps(xr + b * QB + 16);
+            const int nan = (_mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q)) != 0;
+            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            if (quant_block_bad(amax, nan, q + b * QB, d + b, sums + b)) continue;
+            const __m512 id = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+            d[b] = amax / 127.0f;
+            __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+            if (bits == 4) {
+                const __m512i e = _mm512_permutex2var_epi32(i0, ev, i1), o = _mm512_permutex2var_epi32(i0, od, i1);
+                i0 = e, i1 = o;
+            }
+            _mm_storeu_si128((__m128i *)(q + b * QB), _mm512_cvtsepi32_epi8(i0));
+            _mm_storeu_si128((__m128i *)(q + b * QB + 16), _mm512_cvtsepi32_epi8(i1));
+            sums[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+        }
+        quant_row_finish(s, i, G);
+    }
+}
+
+/* the q values of blocks 2c and 2c + 1 of a weight row (bytes at p) in kernel order, 64 bytes; half: block
+ * 2c only (the rest zero) */
+AVX512V static INL __m512i wchunk(const int BITS, const uint8_t *p, int64_t c, int half) {
+    if (BITS == 8) return half ? _mm512_maskz_loadu_epi8(0xFFFFFFFFull, p + c * 64) : _mm512_loadu_si512(p + c * 64);
+    /* 128-bit lanes [block 2c, block 2c, block 2c + 1, block 2c + 1] packed, shifted by 0, 4, 0, 4 */
+    const __m512i sh = _mm512_setr_epi32(0, 0, 0, 0, 0x40004, 0x40004, 0x40004, 0x40004, 0, 0, 0, 0, 0x40004, 0x40004, 0x40004, 0x40004);
+    const __m512i m4 = _mm512_set1_epi8(15);
+    if (half) return _mm512_maskz_and_epi32(0x00FF, _mm512_srlv_epi16(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(p + c * 32))), sh), m4);
+    const __m512i z = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + c * 32)));
+    return _mm512_and_si512(_mm512_srlv_epi16(_mm512_shuffle_i64x2(z, z, 0x50), sh), m4);
+}
+
+/* p[m] (16 int32 lanes each) -> *pa, *pb: lane m is the sum of lanes 0-7 (block A), 8-15 (block B) of p[m] */
+AVX512V static INL void red16x2(const __m512i *p, __m512i *pa, __m512i *pb) {
+    __m512i s1[8], s2[4];
+    for (int j = 0; j < 8; j++)
+        s1[j] = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2 * j], p[2 * j + 1]), _mm512_unpackhi_epi32(p[2 * j], p[2 * j + 1]));
+    /* s2[j], 128-bit lane L, element e: the sum of lanes 4L..4L+3 of p[4j + e] */
+    for (int j = 0; j < 4; j++)
+        s2[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(s1[2 * j], s1[2 * j + 1]), _mm512_unpackhi_epi64(s1[2 * j], s1[2 * j + 1]));
+    const __m512i w01 = _mm512_add_epi32(_mm512_shuffle_i32x4(s2[0], s2[1], 0x88), _mm512_shuffle_i32x4(s2[0], s2[1], 0xDD));
+    const __m512i w23 = _mm512_add_epi32(_mm512_shuffle_i32x4(s2[2], s2[3], 0x88), _mm512_shuffle_i32x4(s2[2], s2[3], 0xDD));
+    *pa = _mm512_shuffle_i32x4(w01, w23, 0x88);
+    *pb = _mm512_shuffle_i32x4(w01, w23, 0xDD);
+}
+
+/* r[0..16) -> c[0..16): lane m of c[t] = lane t of r[m] (32-bit elements) */
+AVX512V static INL void tr16(const __m512i *r, __m512i *c) {
+    __m512i a[16], b[16];
+    for (int j = 0; j < 8; j++) {
+        a[2 * j] = _mm512_unpacklo_epi32(r[2 * j], r[2 * j + 1]);
+        a[2 * j + 1] = _mm512_unpackhi_epi32(r[2 * j], r[2 * j + 1]);
+    }
+    /* b[4j + e], 128-bit lane L: rows 4j..4j+3 at column 4L + e */
+    for (int j = 0; j < 4; j++) {
+        b[4 * j] = _mm512_unpacklo_epi64(a[4 * j], a[4 * j + 2]);
+        b[4 * j + 1] = _mm512_unpackhi_epi64(a[4 * j], a[4 * j + 2]);
+        b[4 * j + 2] = _mm512_unpacklo_epi64(a[4 * j + 1], a[4 * j + 3]);
+        b[4 * j + 3] = _mm512_unpackhi_epi64(a[4 * j + 1], a[4 * j + 3]);
+    }
+    for (int e = 0; e < 4; e++) {
+        const __m512i u0 = _mm512_shuffle_i32x4(b[e], b[4 + e], 0x44), u1 = _mm512_shuffle_i32x4(b[e], b[4 + e], 0xEE);
+        const __m512i u2 = _mm512_shuffle_i32x4(b[8 + e], b[12 + e], 0x44), u3 = _mm512_shuffle_i32x4(b[8 + e], b[12 + e], 0xEE);
+        c[e] = _mm512_shuffle_i32x4(u0, u2, 0x88);
+        c[4 + e] = _mm512_shuffle_i32x4(u0, u2, 0xDD);
+        c[8 + e] = _mm512_shuffle_i32x4(u1, u3, 0x88);
+        c[12 + e] = _mm512_shuffle_i32x4(u1, u3, 0xDD);
+    }
+}
+
+/* 16 values of type t from p + i widened to f32 (m: the lanes to read, the others 0) */
+AVX512V static INL __m512 sb16(const void *p, int t, int64_t i, __mmask16 m) {
+    if (t == CF_BF16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i)), 16));
+    if (t == CF_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i));
+    return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+}
+
+/* the scales and biases of weight rows r .. r + 16 (row r + nr - 1 repeated past nr) in f32, transposed:
+ * s->sf[g * 16 + m], s->bf[g * 16 + m] */
+AVX512V static INL void sb_tile(const qscratch *s, const cf_qmat *w, int64_t r, int nr) {
+    const int64_t ng = s->ng, ngp = s->ngp;
+    for (int m = 0; m < 16; m++) {
+        const int64_t rr = r + (m < nr ? m : nr - 1);
+        for (int64_t g = 0; g < ngp; g += 16) {
+            const __mmask16 k = ng - g >= 16 ? 0xFFFF : (__mmask16)((1u << (ng - g)) - 1);
+            _mm512_store_ps(s->rowf + m * ngp + g, sb16(w->scales, w->sb_dtype, rr * ng + g, k));
+            _mm512_store_ps(s->rowf + (16 + m) * ngp + g, sb16(w->biases, w->sb_dtype, rr * ng + g, k));
+        }
+    }
+    for (int h = 0; h < 2; h++)
+        for (int64_t g = 0; g < ngp; g += 16) {
+            __m512i v[16], t[16];
+            for (int m = 0; m < 16; m++) v[m] = _mm512_load_si512(s->rowf + (h * 16 + m) * ngp + g);
+            tr16(v, t);
+            float *dst = (h ? s->bf : s->sf) + g * 16;
+            for (int e = 0; e < 16; e++) _mm512_store_si512(dst + e * 16, t[e]);
+        }
+}
+
+/* one row of x, weight rows r .. r + nr (nr <= 16): out[m], 8 rows at a time (8 streams side by side, as
+ * the hardware prefetchers follow them, with the next 8 rows prefetched in software). Per 128 columns (a
+ * 64-byte line of 4-bit weights, two of 8-bit), 16 lane sums (one vpdpbusd each: rows x two 64-column
+ * halves) are reduced to one vector per block pair, then the f32 steps of the 8 rows' four blocks in order. */
+AVX512V static INL void decode16(const int BITS, const qscratch *s, const cf_qmat *w, int64_t r, int nr, float *out) {
+    const int G = w->group;
+    const int64_t rb = w->cols * BITS / 8, steps = s->nbp / 2, nb = s->nb;
+    sb_tile(s, w, r, nr);
+    for (int h = 0; h < nr; h += 8) {
+        const int64_t pf_step = ((8 * rb + steps - 1) / steps * 2 + 63) & ~(int64_t)63;
+        const char *pf = r + h + 16 <= w->rows ? (const char *)w->q + (r + h + 8) * rb : NULL;
+        const uint8_t *rp[8];
+        for (int m = 0; m < 8; m++) rp[m] = (const uint8_t *)w->q + (r + (h + m < nr ? h + m : nr - 1)) * rb;
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t c = 0; c < steps; c += 2) {
+            if (pf) {
+                for (int64_t o = 0; o < pf_step; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+                pf += pf_step;
+            }
+            const __m512i x0 = _mm512_load_si512(s->xq + c * 64);
+            __m512i p[16], pa, pb;
+            for (int m = 0; m < 8; m++) p[m] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wchunk(BITS, rp[m], c, 2 * c + 1 >= nb), x0);
+            if (c + 1 < steps) {
+                const __m512i x1 = _mm512_load_si512(s->xq + (c + 1) * 64);
+                for (int m = 0; m < 8; m++) p[8 + m] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wchunk(BITS, rp[m], c + 1, 2 * c + 3 >= nb), x1);
             } else {
-                const __m512 sv = sb_bcast_avx512(w->scales, w->sb_dtype, (r + m) * ng + g),
-                             bv = sb_bcast_avx512(w->biases, w->sb_dtype, (r + m) * ng + g);
-                for (int64_t c = g * G; c < (g + 1) * G; c += 16) _mm512_storeu_ps(wr + (c - k0), deq16_q8_avx512(q + c, sv, bv));
+                for (int m = 0; m < 8; m++) p[8 + m] = _mm512_setzero_si512();
             }
+            red16x2(p, &pa, &pb);
+            /* lanes 0-7: blocks 2c (pa), 2c + 1 (pb); lanes 8-15: blocks 2c + 2, 2c + 3 */
+            const __m512 fa = _mm512_cvtepi32_ps(pa), fb = _mm512_cvtepi32_ps(pb);
+            const __m256 f[4] = {_mm512_castps512_ps256(fa), _mm512_castps512_ps256(fb), _mm512_extractf32x8_ps(fa, 1),
+                                 _mm512_extractf32x8_ps(fb, 1)};
+            for (int t = 0; t < 4 && 2 * c + t < nb; t++)
+                acc = _mm256_fmadd_ps(f[t], _mm256_mul_ps(_mm256_load_ps(s->sf + ((2 * c + t) * QB / G) * 16 + h), _mm256_set1_ps(s->d[2 * c + t])), acc);
         }
-    }
-    for (int m = nr; m < ((nr + 3) & ~3); m++) memcpy(wt + m * T_KB, wt + (nr - 1) * T_KB, (size_t)kl * sizeof(float));
-}
-
-/* Per panel of rows of x and block of weight rows: each T_KB-column step of the block dequantized once
- * (deq_tile_avx512) and swept by cf_t512_sweep (4 weight rows x 6 rows of x), the accumulators kept between
- * the steps (cf_t512_acc_at's order), the last step writing the sums. Panels split n evenly. */
-AVX512 static INL void tiled_avx512(const int BITS, const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0,
-                                    int64_t r1, float *out, int64_t os, float *scratch) {
-    const int B = Q_BLOCK(BITS);
-    float *acc = scratch, *wt = acc + (Q_PANEL + CF_T512_NR) * 16 * B, *xb = wt + B * T_KB;
-    const int64_t K = w->cols, panels = (n + Q_PANEL - 1) / Q_PANEL;
-    int64_t P = (n + panels - 1) / panels;
-    P = min64(Q_PANEL, (P + CF_T512_NR - 1) / CF_T512_NR * CF_T512_NR);
-    for (int64_t i0 = 0; i0 < n; i0 += P) {
-        const int np = (int)min64(P, n - i0);
-        const float *xp = x + i0 * xs;
-        for (int64_t jb = r0; jb < r1; jb += B) {
-            const int nr = (int)min64(B, r1 - jb);
-            for (int64_t k0 = 0; k0 < K; k0 += T_KB) {
-                const int64_t kl = min64(T_KB, K - k0);
-                deq_tile_avx512(BITS, w, jb, nr, k0, kl, wt, jb + 2 * B <= w->rows);
-                const float *xk = xp + k0;
-                int64_t xks = xs;
-                if (BITS == 4) { /* this step's columns of the panel in pair order */
-                    for (int i = 0; i < np; i++)
-                        for (int64_t c = 0; c < kl; c += 32) {
-                            __m512 e, o;
-                            xpair_avx512(xk + i * xs + c, &e, &o);
-                            _mm512_storeu_ps(xb + i * T_KB + c, e);
-                            _mm512_storeu_ps(xb + i * T_KB + c + 16, o);
-                        }
-                    xk = xb, xks = T_KB;
-                }
-                cf_t512_sweep(xk, xks, np, wt, T_KB, nr, B, kl, acc, k0 == 0, k0 + T_KB >= K ? out + i0 * os + (jb - r0) : NULL, os);
-            }
-        }
+        for (int64_t g = 0; g < s->ng; g++) acc = _mm256_fmadd_ps(_mm256_load_ps(s->bf + g * 16 + h), _mm256_set1_ps(s->xs[g]), acc);
+        const int k = nr - h < 8 ? nr - h : 8;
+        _mm256_mask_storeu_ps(out + h, (__mmask8)((1u << k) - 1), acc);
     }
 }
 
-/* The tiled path with its scratch (328 KiB for 4 bits, 70 KiB for 8: from the heap, not a thread's stack;
- * aligned to cache lines, as every vector access into it is); where that cannot be had, the small-batch
- * kernel (the same values, slower). */
-AVX512 static void tiled4_avx512(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
-                                 float *out, int64_t os) {
-    float *scratch = aligned_alloc(64, sizeof(float) * Q_SCRATCH(4));
-    if (scratch) tiled_avx512(4, x, xs, n, w, r0, r1, out, os, scratch);
-    else small_avx512(4, x, xs, n, w, r0, r1, out, os);
-    free(scratch);
+/* NX rows of x from row i, against the tile of weight rows r .. r + nr: out[(i + j) * os + m] */
+AVX512V static INL void sweep(const int NX, const qscratch *s, int G, int64_t i, int nr, float *out, int64_t os) {
+    const int8_t *xq = s->xq + i * s->nbp * QB;
+    const float *d = s->d + i * s->nbp, *xs = s->xs + i * s->ngp;
+    const int64_t xstride = s->nbp * QB;
+    __m512 acc[8];
+    for (int j = 0; j < NX; j++) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < s->nb; b++) {
+        __m512i p[8];
+        for (int j = 0; j < NX; j++) p[j] = _mm512_setzero_si512();
+        for (int t = 0; t < 8; t++) {
+            const __m512i wv = _mm512_load_si512(s->tile + (b * 8 + t) * 64);
+            for (int j = 0; j < NX; j++) {
+                int32_t x4;
+                memcpy(&x4, xq + j * xstride + b * QB + 4 * t, 4);
+                p[j] = _mm512_dpbusd_epi32(p[j], wv, _mm512_set1_epi32(x4));
+            }
+        }
+        const __m512 sv = _mm512_load_ps(s->sf + (b * QB / G) * 16);
+        for (int j = 0; j < NX; j++)
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[j]), _mm512_mul_ps(sv, _mm512_set1_ps(d[j * s->nbp + b])), acc[j]);
+    }
+    for (int64_t g = 0; g < s->ng; g++) {
+        const __m512 bv = _mm512_load_ps(s->bf + g * 16);
+        for (int j = 0; j < NX; j++) acc[j] = _mm512_fmadd_ps(bv, _mm512_set1_ps(xs[j * s->ngp + g]), acc[j]);
+    }
+    for (int j = 0; j < NX; j++) _mm512_mask_storeu_ps(out + j * os, (__mmask16)((1u << nr) - 1), acc[j]);
 }
 
-AVX512 static void tiled8_avx512(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
-                                 float *out, int64_t os) {
-    float *scratch = aligned_alloc(64, sizeof(float) * Q_SCRATCH(8));
-    if (scratch) tiled_avx512(8, x, xs, n, w, r0, r1, out, os, scratch);
-    else small_avx512(8, x, xs, n, w, r0, r1, out, os);
-    free(scratch);
+/* n rows of x, weight rows r .. r + nr (nr <= 16): the rows regrouped into the tile once, then swept */
+AVX512V static INL void batch16(const int BITS, const qscratch *s, int64_t n, const cf_qmat *w, int64_t r, int nr,
+                                float *out, int64_t os) {
+    const int64_t rb = w->cols * BITS / 8;
+    const uint8_t *rp[16];
+    for (int m = 0; m < 16; m++) rp[m] = (const uint8_t *)w->q + (r + (m < nr ? m : nr - 1)) * rb;
+    sb_tile(s, w, r, nr);
+    for (int64_t c = 0; c < s->nbp / 2; c++) {
+        __m512i p[16], t[16];
+        const int half = 2 * c + 1 >= s->nb;
+        for (int m = 0; m < 16; m++) p[m] = wchunk(BITS, rp[m], c, half);
+        tr16(p, t);
+        for (int e = 0; e < 16; e++) _mm512_store_si512(s->tile + (c * 16 + e) * 64, t[e]);
+    }
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) sweep(8, s, w->group, i, nr, out + i * os, os);
+    switch (n - i) {
+    case 7: sweep(7, s, w->group, i, nr, out + i * os, os); break;
+    case 6: sweep(6, s, w->group, i, nr, out + i * os, os); break;
+    case 5: sweep(5, s, w->group, i, nr, out + i * os, os); break;
+    case 4: sweep(4, s, w->group, i, nr, out + i * os, os); break;
+    case 3: sweep(3, s, w->group, i, nr, out + i * os, os); break;
+    case 2: sweep(2, s, w->group, i, nr, out + i * os, os); break;
+    case 1: sweep(1, s, w->group, i, nr, out + i * os, os); break;
+    default: break;
+    }
+}
+
+AVX512V static void rows_avx512(const int BITS, const qscratch *s, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
+                                float *out, int64_t os) {
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int nr = (int)min64(16, r1 - r);
+        if (n == 1) decode16(BITS, s, w, r, nr, out + (r - r0));
+        else batch16(BITS, s, n, w, r, nr, out + (r - r0), os);
+    }
+}
+
+AVX512V static void rows4_avx512(const qscratch *s, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1, float *out, int64_t os) {
+    rows_avx512(4, s, n, w, r0, r1, out, os);
+}
+
+AVX512V static void rows8_avx512(const qscratch *s, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1, float *out, int64_t os) {
+    rows_avx512(8, s, n, w, r0, r1, out, os);
+}
+
+/* AVX512-VNNI: CPUID leaf 7, ECX bit 11 */
+static int has_vnni(void) {
+    static int v = -1;
+    int f = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (f < 0) {
+        unsigned a = 0, b = 0, c = 0, dd = 0;
+        f = __get_cpuid_count(7, 0, &a, &b, &c, &dd) && (c >> 11 & 1);
+        __atomic_store_n(&v, f, __ATOMIC_RELAXED);
+    }
+    return f;
 }
 
 #endif
+
+/* 4 and 8 bits on one instruction set: x quantized, then the weight rows */
+static void int8_gemm(cf_cpu_isa_level isa, const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0,
+                      int64_t r1, float *out, int64_t os) {
+    qscratch s;
+    if (!qscratch_alloc(&s, w, n)) { /* no scratch: NaN, never a silent wrong value */
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t r = r0; r < r1; r++) out[i * os + (r - r0)] = NAN;
+        return;
+    }
+    const int bits = w->bits, G = w->group;
+#ifdef CF_X86
+    if (isa == CF_ISA_AVX512 && has_vnni()) {
+        quant_rows_avx512(x, xs, n, &s, bits, G);
+        (bits == 4 ? rows4_avx512 : rows8_avx512)(&s, n, w, r0, r1, out, os);
+    } else if (isa >= CF_ISA_AVX2) {
+        quant_rows_avx2(x, xs, n, &s, bits, G);
+        if (n == 1) (bits == 4 ? decode4_avx2 : decode8_avx2)(&s, w, r0, r1, out);
+        else batch_avx2(bits, &s, n, w, r0, r1, out, os);
+    } else
+#endif
+    {
+        quant_rows_c(x, xs, n, &s, bits, G);
+        rows_c(bits, &s, n, w, r0, r1, out, os);
+    }
+    free(s.mem);
+}
 
 int cf_cpu_qgemm_isa(cf_cpu_isa_level isa, const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0,
                      int64_t r1, float *out, int64_t os) {
@@ -643,20 +700,14 @@ int cf_cpu_qgemm_isa(cf_cpu_isa_level isa, const float *x, int64_t xs, int64_t n
             for (int64_t r = r0; r < r1; r++) out[i * os + (r - r0)] = NAN;
         return 1;
     }
-    const int fast = w->bits == 4 || w->bits == 8;
+    if (w->bits == 4 || w->bits == 8) {
+        int8_gemm(isa, x, xs, n, w, r0, r1, out, os);
+        return 1;
+    }
     switch (isa) {
 #ifdef CF_X86
-    case CF_ISA_AVX512:
-        if (!fast) generic_avx512(x, xs, n, w, r0, r1, out, os);
-        else if (n == 1) gemv_pick(gemv_tab_avx512, w)(x, w, r0, r1, out);
-        else if (n < SMALL_N(w->bits)) (w->bits == 4 ? small4_avx512 : small8_avx512)(x, xs, n, w, r0, r1, out, os);
-        else (w->bits == 4 ? tiled4_avx512 : tiled8_avx512)(x, xs, n, w, r0, r1, out, os);
-        return 1;
-    case CF_ISA_AVX2:
-        if (!fast) generic_avx2(x, xs, n, w, r0, r1, out, os);
-        else if (n == 1) gemv_pick(gemv_tab_avx2, w)(x, w, r0, r1, out);
-        else (w->bits == 4 ? tiled4_avx2 : tiled8_avx2)(x, xs, n, w, r0, r1, out, os);
-        return 1;
+    case CF_ISA_AVX512: generic_avx512(x, xs, n, w, r0, r1, out, os); return 1;
+    case CF_ISA_AVX2: generic_avx2(x, xs, n, w, r0, r1, out, os); return 1;
 #endif
     default: generic_c(x, xs, n, w, r0, r1, out, os); return 1;
     }

@@ -1,6 +1,7 @@
 /* cpu_quant.h: the CPU matrix product against MLX affine-quantized weights (2, 3, 4, 5, 6, 8 bits, groups
- * of 32, 64, 128 along the input dimension), f32 activations and outputs, with runtime selection between
- * AVX-512, AVX2+FMA+F16C and portable C. Owns nothing: the weights are read in place (from the mmap). */
+ * of 32, 64, 128 along the input dimension), f32 activations (rounded to int8 per block of 32 for 4 and 8
+ * bits) and outputs, with runtime selection between AVX-512 (with VNNI), AVX2+FMA+F16C and portable C. Owns
+ * nothing: the weights are read in place (from the mmap). */
 #ifndef CF_BACKEND_CPU_QUANT_H
 #define CF_BACKEND_CPU_QUANT_H
 
@@ -23,17 +24,25 @@ typedef struct cf_qmat {
 
 /* out[i][r - r0] = sum_c x[i][c] * w[r][c] for i < n and weight rows r0 <= r < r1 (x: f32 rows of stride xs,
  * out: f32 rows of stride os). Every output element is computed the same way whatever n, r0, r1 and the
- * thread count (batch invariance: a sequence's logits must not depend on its batch). Single-threaded; the
- * caller splits rows between threads.
+ * thread count (batch invariance: a sequence's logits must not depend on its batch), and the same bits on
+ * AVX-512, AVX2 and portable C. Single-threaded; the caller splits rows between threads.
  *
- * The value of every element, on every instruction set (the same bits on AVX-512, AVX2 and portable C):
- * each weight is dequantized to f32 as w = fmaf(scale, (float)q, bias) (scale and bias widened to f32);
- * a 16-lane accumulator, lane l, takes fmaf(x[c], w[c], acc[l]) for c = l, l + 16, l + 32, ... in order
- * (4 bits: in pair order, c = 2l, 2l + 1, 32 + 2l, 32 + 2l + 1, ..., the order the nibbles unpack in);
- * then the lanes are summed by one tree, distance 8 first, then 4, 2, 1. Preconditions (the loader checks
- * them and reports CINFER_E_FORMAT): cols is a multiple of group, bits and group are among those above,
- * sb_dtype is BF16, F16 or F32, 0 <= r0 <= r1 <= rows; a matrix that breaks them gives NaN outputs (the
- * sizes of q, scales and biases cannot be checked here). */
+ * 4 and 8 bits (int8 activations, as llama.cpp's Q8_0 activations for its Q4_0 and Q8_0 weights): each row of x
+ * is quantized per block of 32 columns: amax = max |x| over the block, d = amax / 127 (f32),
+ * xq = rint(x * (127 / amax)) in [-127, 127] (0 where amax is 0; a NaN or infinity in the block makes its d
+ * NaN). Per block b of weight row r (group g = b * 32 / group): P = sum of q * xq over the block, an exact
+ * integer; acc = fmaf((float)P, scale_g * d_b, acc) over the blocks in order from acc = 0 (scale_g * d_b
+ * rounded to f32 first); then per group in order acc = fmaf(bias_g, xs_g, acc), where xs_g is the fma chain
+ * over g's blocks of d_b * (float)(sum of the block's xq) from 0. Scales and biases are widened to f32. The
+ * error against the exact product is the activations' rounding, at most d / 2 per column (times |w|), plus
+ * the chain's f32 roundings.
+ * 2, 3, 5, 6 bits (f32 activations): each weight is dequantized to f32 as w = fmaf(scale, (float)q, bias);
+ * a 16-lane accumulator, lane l, takes fmaf(x[c], w[c], acc[l]) for c = l, l + 16, l + 32, ... in order; then
+ * the lanes are summed by one tree, distance 8 first, then 4, 2, 1.
+ * Preconditions (the loader checks them and reports CINFER_E_FORMAT): cols is a multiple of group, bits and
+ * group are among those above, sb_dtype is BF16, F16 or F32, 0 <= r0 <= r1 <= rows; a matrix that breaks them
+ * gives NaN outputs (the sizes of q, scales and biases cannot be checked here), as does a 4- or 8-bit call whose
+ * scratch cannot be allocated. */
 void cf_cpu_qgemm(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1,
                   float *out, int64_t os);
 
