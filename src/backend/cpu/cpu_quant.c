@@ -7,12 +7,13 @@
  * each output is one f32 fma chain over the blocks in order, then over the groups' biases. An integer sum
  * does not depend on the order of its terms, so every path below gives the same bits:
  *  - portable C: the definition written out, per weight row and row of x;
- *  - AVX2: the same loop, each block's integer dot by vpmaddubsw + vpmaddwd (8 bits in two parts, the low 7
- *    bits and the top bit: a u8 x s8 pair of 255 * 127 * 2 would saturate 16 bits);
- *  - AVX-512 with VNNI, one row of x (decode): 16 weight rows at a time; per 64 columns (two blocks) one
- *    vpdpbusd per weight row (4 bits unpacked in registers: a block's 16 packed bytes give its low nibbles,
- *    then its high ones, and x is stored in that order: even columns, then odd), the 16 rows' lane sums
- *    reduced to one vector per block whose lane m is weight row m, then the f32 step of 16 rows at once;
+ *  - AVX2: each block's integer dot by vpmaddubsw + vpmaddwd (8 bits in two parts, the low 7 bits and the top
+ *    bit: a u8 x s8 pair of 255 * 127 * 2 would saturate 16 bits); one row of x: 8 weight rows at a time, their
+ *    dots reduced to one vector per block (lane = weight row); more rows: the tile below in 8 lanes;
+ *  - AVX-512 with VNNI, one row of x (decode): 8 weight rows read side by side, 128 columns a step, one
+ *    vpdpbusd per weight row and 64 columns (4 bits unpacked in registers: a block's 16 packed bytes give its
+ *    low nibbles, then its high ones, and x is stored in that order: even columns, then odd), the lane sums
+ *    reduced to one vector per block pair (lane = weight row), then the f32 steps of the 8 rows at once;
  *  - AVX-512 with VNNI, 2 or more rows of x (prefill, batches): a block of 16 weight rows is unpacked once
  *    per call into a tile of 64-byte vectors, each 4 columns of the 16 rows (lane = weight row), and swept
  *    by up to 8 rows of x at a time: one vpdpbusd per 4 columns, 16 rows and row of x (4 bytes of x
@@ -105,7 +106,7 @@ static void generic_c(const float *x, int64_t xs, int64_t n, const cf_qmat *w, i
 /* ---- 4 and 8 bits: int8 activations ---- */
 
 /* A call's scratch (one allocation): the rows of x in int8 as every path reads them, and room for a block of
- * weight rows (wrow: one row unpacked, C and AVX2; tile: 16 rows regrouped, AVX-512; sf, bf: scales and
+ * weight rows (wrow: one row unpacked, C; tile: 16 rows regrouped, AVX-512, or 8, AVX2; sf, bf: scales and
  * biases widened to f32). Rows of x are padded to an even number of blocks (nbp) and groups to a multiple of
  * 16 (ngp); the padding holds zeros. */
 typedef struct qscratch {
@@ -116,7 +117,7 @@ typedef struct qscratch {
     int32_t *sums;  /* row i at sums + i * nbp: the sum of each block's values */
     uint8_t *wrow;  /* nbp * QB bytes */
     uint8_t *tile;  /* nbp / 2 * 16 vectors of 64 bytes */
-    float *sf, *bf; /* 16 * ngp each: row-major (C, AVX2: one row) or transposed, sf[g * 16 + m] (AVX-512) */
+    float *sf, *bf; /* 16 * ngp each: one row (C), or transposed: sf[g * 16 + m] (AVX-512), sf[g * 8 + m] (AVX2) */
     float *rowf;    /* 2 * 16 * ngp: the rows' scales then biases in f32, row-major, before the transpose */
     void *mem;
 } qscratch;
