@@ -1,6 +1,6 @@
 /* cpu_quant.c: out = x . w^T for f32 activation rows against MLX affine-quantized weight rows (cf_qmat, read
  * in place); owns no memory beyond a call (a 4- or 8-bit call's scratch, from the heap: the rows of x in
- * int8 and, on AVX-512, one block of weight rows regrouped; the other widths' is on the stack).
+ * int8 and one block of weight rows regrouped or unpacked; the other widths' is on the stack).
  *
  * 4 and 8 bits multiply in int8 (cpu_quant.h gives the definition): each row of x is quantized per block of
  * 32 columns, the dot product of a block's int8 values with the weights' q values is an exact integer, and
