@@ -232,7 +232,7 @@ static void rows_c(const int BITS, const qscratch *s, int64_t n, const cf_qmat *
     }
 }
 
-static void quant_rows_c(const float *x, int64_t xs, int64_t n, const qscratch *s, int bits, int G) {
+static INL void quant_rows_c(const float *x, int64_t xs, int64_t n, const qscratch *s, int bits, int G) {
     for (int64_t i = 0; i < n; i++) {
         quant_row_c(x + i * xs, s, bits, s->xq + i * s->nbp * QB, s->d + i * s->nbp, s->sums + i * s->nbp);
         quant_row_finish(s, i, G);
