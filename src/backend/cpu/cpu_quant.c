@@ -261,15 +261,23 @@ AVX2 static void quant_rows_avx2(const float *x, int64_t xs, int64_t n, const qs
     quant_rows_c(x, xs, n, s, bits, G);
 }
 
+/* 8 bits: q = lo + 128 * hi (lo the low 7 bits, hi the top bit), so that a u8 x s8 pair product fits 16 bits */
+AVX2 static INL __m256i q8_lo_avx2(__m256i q) { return _mm256_and_si256(q, _mm256_set1_epi8(0x7F)); }
+AVX2 static INL __m256i q8_hi_avx2(__m256i q) { return _mm256_and_si256(_mm256_srli_epi16(q, 7), _mm256_set1_epi8(1)); }
+
+/* the sums of 4 consecutive products q * x in 8 int32 lanes: 4 bits, q = lo; 8 bits, q = lo + 128 * hi */
+AVX2 static INL __m256i sum4_avx2(const int BITS, __m256i lo, __m256i hi, __m256i xv) {
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xv), _mm256_set1_epi16(1));
+    if (BITS == 4) return p;
+    return _mm256_add_epi32(p, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xv), _mm256_set1_epi16(128)));
+}
+
 /* a block's integer dot in 8 lanes (their sum is the dot): 32 q values (bytes, kernel order) against 32
  * int8 values of x */
 AVX2 static INL __m256i dot8_avx2(const int BITS, __m256i wv, const int8_t *xb) {
-    const __m256i xv = _mm256_loadu_si256((const __m256i *)xb), ones = _mm256_set1_epi16(1);
-    if (BITS == 4) return _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), ones);
-    const __m256i lo = _mm256_and_si256(wv, _mm256_set1_epi8(0x7F));
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 7), _mm256_set1_epi8(1));
-    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, xv), ones),
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xv), _mm256_set1_epi16(128)));
+    const __m256i xv = _mm256_loadu_si256((const __m256i *)xb);
+    if (BITS == 4) return sum4_avx2(4, wv, wv, xv);
+    return sum4_avx2(8, q8_lo_avx2(wv), q8_hi_avx2(wv), xv);
 }
 
 /* the 8 sums of v[0..8) (8 int32 lanes each) in one vector, lane m = sum of v[m] */
@@ -356,7 +364,6 @@ AVX2 static INL void sweep_avx2(const int BITS, const int NX, const qscratch *s,
     const int8_t *xq = s->xq + i * s->nbp * QB;
     const float *d = s->d + i * s->nbp, *xs = s->xs + i * s->ngp;
     const int64_t xstride = s->nbp * QB, hi_off = s->nbp * 8 * 32;
-    const __m256i ones = _mm256_set1_epi16(1), w128 = _mm256_set1_epi16(128);
     __m256 acc[4];
     for (int j = 0; j < NX; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < s->nb; b++) {
@@ -369,9 +376,7 @@ AVX2 static INL void sweep_avx2(const int BITS, const int NX, const qscratch *s,
             for (int j = 0; j < NX; j++) {
                 int32_t x4;
                 memcpy(&x4, xq + j * xstride + b * QB + 4 * t, 4);
-                const __m256i xb = _mm256_set1_epi32(x4);
-                p[j] = _mm256_add_epi32(p[j], _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xb), ones));
-                if (BITS == 8) p[j] = _mm256_add_epi32(p[j], _mm256_madd_epi16(_mm256_maddubs_epi16(wh, xb), w128));
+                p[j] = _mm256_add_epi32(p[j], sum4_avx2(BITS, wv, wh, _mm256_set1_epi32(x4)));
             }
         }
         const __m256 sv = _mm256_load_ps(s->sf + (b * QB / G) * 8);
@@ -401,13 +406,8 @@ AVX2 static void batch_avx2(const int BITS, const qscratch *s, int64_t n, const 
             for (int m = 0; m < 8; m++) v[m] = wblock_avx2(BITS, (const uint8_t *)w->q + (r + (m < nr ? m : nr - 1)) * (w->cols * BITS / 8), b);
             tr8(v, t);
             for (int e = 0; e < 8; e++) {
-                __m256i lo = t[e];
-                if (BITS == 8) {
-                    _mm256_store_si256((__m256i *)(s->tile + hi_off + (b * 8 + e) * 32),
-                                       _mm256_and_si256(_mm256_srli_epi16(lo, 7), _mm256_set1_epi8(1)));
-                    lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x7F));
-                }
-                _mm256_store_si256((__m256i *)(s->tile + (b * 8 + e) * 32), lo);
+                if (BITS == 8) _mm256_store_si256((__m256i *)(s->tile + hi_off + (b * 8 + e) * 32), q8_hi_avx2(t[e]));
+                _mm256_store_si256((__m256i *)(s->tile + (b * 8 + e) * 32), BITS == 8 ? q8_lo_avx2(t[e]) : t[e]);
             }
         }
         float *o = out + (r - r0);
