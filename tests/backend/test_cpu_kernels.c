@@ -7,6 +7,8 @@
  *    for every kernel (so the instruction sets agree too), n = 1, 3, 4, 5, 8, 9, 13, 16, 17, 25, 26, 27, 64,
  *    101 (from 24 rows the AVX-512 prefill tiles of 6 rows of x, remainders 0 to 5, two panels of x at
  *    101), rows at several offsets in x, weight rows split at any row, panels of x crossed;
+ *  - bf16 weights (x rounded to bf16, the AVX512-BF16 dot product and its emulation): the same bits on every
+ *    kernel for subnormal, underflowing, infinite and NaN values;
  *  - the same through the backend's matmul (the kernel in use, 1 to 3 threads, with a bias). */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
@@ -58,6 +60,16 @@ static void unmake(mats *m) {
     free(m->x);
 }
 
+/* x rounded to bf16 as the bf16 kernels define it: to nearest even, subnormals to zero (no NaN here) */
+static float bf16_round(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if ((u & 0x7F800000u) == 0) u &= 0x80000000u;
+    u = (u + 0x7FFFu + (u >> 16 & 1)) & 0xFFFF0000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
 static const void *wrow(const mats *m, cf_dtype t, int64_t j, int64_t ws) {
     return (const char *)m->w + (size_t)(j * ws) * cf_dtype_size(t);
 }
@@ -83,14 +95,20 @@ static void test_accuracy(cf_gemm_fn gemm, int isa, cf_dtype t) {
                             CHECK(out[i * OS + j] == -1234.5f, "%s %s: wrote outside [n, d] at %d,%d", isa_names[isa], cf_dtype_name(t), i, j);
                             continue;
                         }
-                        double ref = 0, mag = 0;
+                        /* ref: the kernel's definition in double (bf16 weights: x rounded to bf16);
+                         * plain: the exact product, which rounding x moves by at most 2^-8 of each term */
+                        double ref = 0, plain = 0, mag = 0;
                         for (int c = 0; c < k; c++) {
-                            ref += (double)m.x[i * XS + c] * m.wf[j * WS + c];
-                            mag += fabs((double)m.x[i * XS + c] * m.wf[j * WS + c]);
+                            const float xv = m.x[i * XS + c], xr = t == CF_BF16 ? bf16_round(xv) : xv;
+                            ref += (double)xr * m.wf[j * WS + c];
+                            plain += (double)xv * m.wf[j * WS + c];
+                            mag += fabs((double)xv * m.wf[j * WS + c]);
                         }
                         double e = fabs(out[i * OS + j] - ref);
                         CHECK(e <= 1e-6 * mag + 1e-6, "%s %s k=%d n=%d d=%d at %d,%d: %.9g vs %.9g", isa_names[isa], cf_dtype_name(t), k, n, d,
                               i, j, out[i * OS + j], ref);
+                        CHECK(fabs(ref - plain) <= 0x1p-8 * mag, "%s %s: rounding x moved %d,%d by %g of %g", isa_names[isa],
+                              cf_dtype_name(t), i, j, fabs(ref - plain), mag);
                     }
                 }
                 for (int i = n; i < NMAX; i++)
@@ -145,6 +163,59 @@ static void test_invariance(cf_dtype t) {
     free(alone);
     free(out);
     unmake(&m);
+}
+
+/* bf16 weights at the edges of the format: subnormal x (read as zero) and weights, products and sums that
+ * fall below FLT_MIN (flushed to zero by the AVX512-BF16 instruction and by its emulation), infinities and
+ * NaN: every kernel and n the same bits as the C kernel (NaN: a NaN) */
+static void test_bf16_edges(void) {
+    enum { K = 300, D = 37, NX = 30 };
+    static const int ns[] = {1, 2, 5, 30};
+    uint16_t *w = malloc(sizeof(uint16_t) * D * K);
+    float *x = malloc(sizeof(float) * NX * K), *want = malloc(sizeof(float) * NX * D), *got = malloc(sizeof(float) * NX * D);
+    if (!w || !x || !want || !got) { CHECK(0, "out of memory"); free(w), free(x), free(want), free(got); return; }
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < D * K; i++) {
+            const int e = (int)((rs >> 33) % 100);
+            float v = frand();
+            /* round 0 and 1: tiny weights (products near FLT_MIN: partial sums go subnormal); 2: specials too */
+            if (round < 2) v = ldexpf(v, -60 - (int)((rs >> 20) % 8));
+            if (e < 3) v = ldexpf(v, -130);  /* subnormal */
+            if (round >= 2 && e == 3) v = INFINITY;
+            if (round >= 3 && e == 4) v = NAN;
+            w[i] = cf_f32_to_bf16(v);
+        }
+        for (int i = 0; i < NX * K; i++) {
+            const int e = (int)((rs >> 33) % 100);
+            float v = frand();
+            if (round < 2) v = ldexpf(v, round == 0 ? -65 : -58);
+            if (e < 3) v = ldexpf(v, -128);  /* an f32 subnormal: zero in bf16 */
+            if (e == 3) v = ldexpf(1.0f, -126) * (1.0f - 0x1p-10f);  /* rounds up to FLT_MIN... unless read as zero */
+            if (round >= 2 && e == 4) v = -INFINITY;
+            if (round >= 3 && e == 5) v = NAN;
+            x[i] = v;
+        }
+        cf_cpu_gemm_kernel_isa(CF_BF16, CF_ISA_C)(x, K, NX, w, K, D, K, want, D);
+        int zeros = 0;
+        for (int i = 0; i < NX * D; i++) zeros += want[i] == 0;
+        if (round == 0) CHECK(zeros > 0 && zeros < NX * D, "the tiny round gives %d zeros of %d", zeros, NX * D);
+        for (int isa = CF_ISA_AVX2; isa <= CF_ISA_AVX512; isa++) {
+            cf_gemm_fn gemm = cf_cpu_gemm_kernel_isa(CF_BF16, (cf_cpu_isa_level)isa);
+            if (!gemm) continue;
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                int bad = 0;
+                for (int i0 = 0; i0 + ns[ni] <= NX; i0 += ns[ni]) {
+                    gemm(x + i0 * K, K, ns[ni], w, K, D, K, got + i0 * D, D);
+                    for (int j = 0; j < ns[ni] * D; j++) {
+                        const float a = got[i0 * D + j], b = want[i0 * D + j];
+                        bad += (a != a) != (b != b) || (a == a && memcmp(&a, &b, sizeof a));
+                    }
+                }
+                CHECK(!bad, "%s bf16 edge round %d, n=%d: %d values differ from the C kernel", isa_names[isa], round, ns[ni], bad);
+            }
+        }
+    }
+    free(w), free(x), free(want), free(got);
 }
 
 /* the backend's matmul (the best kernel, threads split the weight rows): each row as computed alone by
@@ -214,6 +285,7 @@ int main(void) {
         }
     }
     for (int t = 0; t < 3; t++) test_invariance(types[t]);
+    test_bf16_edges();
     test_backend();
     printf("%d kernels, %d checks, %d failed (kernel in use: %s)\n", ran, checks, failures, cf_cpu_isa());
     return failures || ran == 0;

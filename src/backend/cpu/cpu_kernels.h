@@ -1,8 +1,9 @@
 /* cpu_kernels.h: the inner loops of the CPU backend: out = x . w^T for f32 activations against f32/bf16/f16
  * weight rows, with runtime selection between AVX-512, AVX2+FMA and portable C (no -march flags at build
- * time). Every kernel is batch invariant: out[i][j] is the same bits for any n, any position of row i in
- * x and any split of the weight rows (the same vector width, k order, accumulator and final reduction for
- * every element); kernels of different instruction sets may differ from each other in the last bits. */
+ * time). Every kernel is batch invariant and the instruction sets agree: out[i][j] is the same bits for any
+ * n, any position of row i in x, any split of the weight rows and any kernel. f32 and f16 weights
+ * (cpu_kernels.c) take x as it is; bf16 weights (cpu_bf16.c) take x rounded to bf16 (the AVX512-BF16 dot
+ * product and its emulation). */
 #ifndef CF_BACKEND_CPU_KERNELS_H
 #define CF_BACKEND_CPU_KERNELS_H
 
@@ -20,6 +21,8 @@ typedef enum cf_cpu_isa_level { CF_ISA_C, CF_ISA_AVX2, CF_ISA_AVX512 } cf_cpu_is
  * full (any split gives the same values; this one wastes no work). */
 #define CF_GEMM_ROW_BLOCK 16
 
+/* The bf16 kernel of one instruction set this CPU runs (cpu_bf16.c; AVX-512 without BF16 runs AVX2's). */
+cf_gemm_fn cf_cpu_bf16_kernel(cf_cpu_isa_level isa);
 /* The fastest kernel this CPU runs. */
 cf_gemm_fn cf_cpu_gemm_kernel(cf_dtype wdt);
 /* The kernel of one instruction set, or NULL when this CPU (or build) lacks it: for tests. */

@@ -38,6 +38,25 @@ CF_T512 static CF_T512_INL __m512 cf_t512_red16(const __m512 *v) {
     return _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x88), _mm512_shuffle_ps(y[0], y[1], 0xDD));
 }
 
+/* sum (cf_t512_red16 of an MR x NR tile's accumulators, a = m * NR + r) -> out[r * os + m] for r < nv, m < mv */
+CF_T512 static CF_T512_INL void cf_t512_store(__m512 sum, const int MR, const int NR, int nv, int mv, float *o, int64_t os) {
+    if (MR == 4 && NR == 4 && mv == 4) {  /* lanes 4r..4r+3: out row r, weight rows 0..3 */
+        for (int r = 0; r < nv; r++) {
+            __m128 q = r == 0 ? _mm512_castps512_ps128(sum) : r == 1 ? _mm512_extractf32x4_ps(sum, 1)
+                     : r == 2 ? _mm512_extractf32x4_ps(sum, 2) : _mm512_extractf32x4_ps(sum, 3);
+            _mm_storeu_ps(o + r * os, q);
+        }
+        return;
+    }
+    float s[16];
+    _mm512_storeu_ps(s, sum);
+    for (int m = 0; m < mv; m++)
+        for (int r = 0; r < nv; r++) {
+            const int a = m * NR + r;
+            o[r * os + m] = s[4 * (a % 4) + a / 4];
+        }
+}
+
 /* The sums of the tile's accumulators a[m][i] for rows i0 .. i0 + 3 of x (those below NR), written to
  * out[(i - i0) * os + m] for m < mv: lane 4 * (i - i0) + m of the reduction. */
 CF_T512 static CF_T512_INL void cf_t512_tile_out(const int NR, __m512 a[4][CF_T512_NR], int i0, float *out, int64_t os, int mv) {

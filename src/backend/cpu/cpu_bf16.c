@@ -1,0 +1,405 @@
+/* cpu_bf16.c: out = x . w^T for bf16 weight rows (used in place). The activations are rounded to bf16 first,
+ * as llama.cpp's BF16 matmul and a bf16 model's own arithmetic in PyTorch do, so that the AVX512-BF16 dot
+ * product (vdpbf16ps: two bf16 products per 32-bit lane, accumulated in f32) computes every element; AVX2 and
+ * portable C emulate that instruction step for step.
+ *
+ * The definition, the same bits for any n, row position in x, split of the weight rows and instruction set:
+ *  - x is rounded to bf16, to nearest even; a subnormal becomes a zero of its sign, a NaN a quiet NaN;
+ *  - a 16-lane f32 accumulator, lane l, takes for each chunk of 32 columns c (the last one zero padded)
+ *        acc = fma(x[c + 2l + 1], w[c + 2l + 1], acc), then acc = fma(x[c + 2l], w[c + 2l], acc),
+ *    each step reading a subnormal input as zero and flushing a subnormal result to zero (the instruction's
+ *    DAZ and FTZ; the product of two bf16 values is exact in f32, so each step rounds once);
+ *  - the lanes are summed by the tree of cpu_kernels.c: distance 8, then 4, 2, 1, plain f32 adds.
+ * Rounding x changes each product by at most 2^-8 of its size (tests/backend/test_cpu_kernels.c bounds it).
+ *
+ * Kernels: portable C (the definition written out); AVX2 (the two halves of each pair split with a mask and
+ * a shift, two fmas under MXCSR flush-to-zero and denormals-are-zero); AVX-512 with BF16 (vdpbf16ps: the
+ * tiles of cpu_kernels.c with 32 columns a step for fewer than PANEL_MIN_ROWS rows of x, else the 4 x 6
+ * register tiles of cpu_tile512.h swept over blocks of weight rows read in place). A CPU with AVX-512 but
+ * without BF16 runs the AVX2 kernel. */
+#include "backend/cpu/cpu_kernels.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_driver.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+#include "backend/cpu/cpu_tile512.h"
+#define CF_X86 1
+#endif
+
+#define INL inline __attribute__((always_inline))
+
+/* x rows of kp = k rounded up to 32 values (zeros after k), rounded to bf16 */
+static int64_t padded(int64_t k) { return (k + 31) & ~(int64_t)31; }
+
+static INL uint16_t round_bf16(float v) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    if ((u & 0x7F800000u) == 0) u &= 0x80000000u;
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(u >> 16 | 0x40);
+    return (uint16_t)((u + 0x7FFFu + (u >> 16 & 1)) >> 16);
+}
+
+static INL void round_row_c(const float *x, int64_t k, uint16_t *xb) {
+    for (int64_t c = 0; c < k; c++) xb[c] = round_bf16(x[c]);
+}
+
+/* The rounded rows: a stack buffer when they fit, else the heap; NULL when out of memory (the caller writes
+ * NaN: never a silent wrong value). */
+#define STACK_X 16384
+typedef struct xbuf {
+    uint16_t *p;
+    void *heap;
+    _Alignas(64) uint16_t stack[STACK_X];
+} xbuf;
+
+static uint16_t *xbuf_get(xbuf *b, int64_t n, int64_t kp) {
+    b->heap = NULL;
+    if (n * kp <= STACK_X) return b->p = b->stack;
+    return b->p = b->heap = aligned_alloc(64, (size_t)(n * kp) * sizeof(uint16_t));
+}
+
+static void fill_nan(int64_t n, int64_t d, float *out, int64_t os) {
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < d; j++) out[i * os + j] = NAN;
+}
+
+/* ---- portable C: the definition, written out ---- */
+
+static INL float widen(uint16_t h) {
+    const uint32_t u = (h & 0x7F80u) ? (uint32_t)h << 16 : (uint32_t)(h & 0x8000u) << 16;  /* subnormal: zero */
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+static INL float step(float acc, uint16_t a, uint16_t b) {
+    const float r = fmaf(widen(a), widen(b), acc);
+    return fabsf(r) < FLT_MIN ? copysignf(0.0f, r) : r;
+}
+
+static float dot_c(const uint16_t *xb, const uint16_t *w, int64_t k) {
+    float acc[16] = {0};
+    for (int64_t c = 0; c < k; c += 32)
+        for (int l = 0; l < 16; l++) {
+            const int64_t o = c + 2 * l + 1, e = c + 2 * l;
+            acc[l] = step(acc[l], xb[o], o < k ? w[o] : 0);
+            acc[l] = step(acc[l], xb[e], e < k ? w[e] : 0);
+        }
+    for (int h = 8; h >= 1; h /= 2)
+        for (int l = 0; l < h; l++) acc[l] = acc[l] + acc[l + h];
+    return acc[0];
+}
+
+static void gemm_c(const float *x, int64_t xs, int64_t n, const void *w, int64_t ws, int64_t d, int64_t k, float *out,
+                   int64_t os) {
+    const int64_t kp = padded(k), P = cf_panel_rows(2 * kp);
+    xbuf b;
+    uint16_t *xb = xbuf_get(&b, n, kp);
+    if (!xb) { fill_nan(n, d, out, os); return; }
+    for (int64_t i = 0; i < n; i++) {
+        round_row_c(x + i * xs, k, xb + i * kp);
+        memset(xb + i * kp + k, 0, (size_t)(kp - k) * sizeof(uint16_t));
+    }
+    for (int64_t i0 = 0; i0 < n; i0 += P)
+        for (int64_t j = 0; j < d; j++)
+            for (int64_t i = i0; i < cf_min64(n, i0 + P); i++) out[i * os + j] = dot_c(xb + i * kp, (const uint16_t *)w + j * ws, k);
+    free(b.heap);
+}
+
+#ifdef CF_X86
+
+/* ---- AVX2: vdpbf16ps emulated, each 16-lane accumulator in two registers, 4 accumulators per tile ---- */
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static INL void round_rows_avx2(const float *x, int64_t xs, int64_t n, int64_t k, uint16_t *xb, int64_t kp) {
+    const __m256i expm = _mm256_set1_epi32(0x7F800000), sign = _mm256_set1_epi32((int)0x80000000u),
+                  absm = _mm256_set1_epi32(0x7FFFFFFF), bias = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1),
+                  quiet = _mm256_set1_epi32(0x40);
+    for (int64_t i = 0; i < n; i++) {
+        const float *xr = x + i * xs;
+        uint16_t *o = xb + i * kp;
+        int64_t c = 0;
+        for (; c + 16 <= k; c += 16) {
+            __m256i r[2];
+            for (int h = 0; h < 2; h++) {
+                __m256i u = _mm256_loadu_si256((const __m256i *)(xr + c + 8 * h));
+                const __m256i sub = _mm256_cmpeq_epi32(_mm256_and_si256(u, expm), _mm256_setzero_si256());
+                u = _mm256_blendv_epi8(u, _mm256_and_si256(u, sign), sub);
+                const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, absm), expm);
+                const __m256i hi = _mm256_srli_epi32(u, 16);
+                const __m256i rn = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
+                r[h] = _mm256_blendv_epi8(rn, _mm256_or_si256(hi, quiet), nan);
+            }
+            /* packus interleaves 128-bit halves: 0-3 8-11 4-7 12-15 -> put them back in order */
+            _mm256_storeu_si256((__m256i *)(o + c), _mm256_permute4x64_epi64(_mm256_packus_epi32(r[0], r[1]), 0xD8));
+        }
+        round_row_c(xr + c, k - c, o + c);
+        memset(o + k, 0, (size_t)(kp - k) * sizeof(uint16_t));
+    }
+}
+
+/* 16 bf16 values (8 pairs) -> the odd and the even one of each pair as f32 (the odd one is the high half) */
+AVX2 static INL void split8(__m256i v, __m256 *odd, __m256 *even) {
+    *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
+    *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+/* MR x NR = 4: rows of x at x + r * xs (bf16, padded to a multiple of 32), rows of w at w + m * rb bytes;
+ * out[r * os + m]; G weight rows at a time; pf: the next tile's weight rows to prefetch, or NULL. */
+AVX2 static INL void tile8(const int MR, const int NR, const int G, const int T, const int L1, const uint16_t *x, int64_t xs, int nv,
+                           const char *w, int64_t rb, int mv, int64_t k, float *o, int64_t os, const char *pf) {
+    (void)T;
+    const uint16_t *xr[4];
+    const char *wr[4];
+    __m256 acc[8];
+    for (int r = 0; r < NR; r++) xr[r] = x + (r < nv ? r : nv - 1) * xs;
+    for (int m = 0; m < MR; m++) wr[m] = w + (m < mv ? m : mv - 1) * rb;
+    for (int a = 0; a < 8; a++) acc[a] = _mm256_setzero_ps();
+    const int64_t pstep = cf_pf_step(MR * rb, MR / G * (k / 32));
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040);  /* FTZ, DAZ */
+    for (int g = 0; g < MR; g += G)
+        for (int64_t i = 0; i < k; i += 32) {
+            if (pf && i + 32 <= k) cf_prefetch(&pf, pstep, L1);
+            _Alignas(32) uint16_t wt[4][32];
+            const uint16_t *wp[4];
+            for (int m = g; m < g + G; m++) {
+                wp[m - g] = (const uint16_t *)wr[m] + i;
+                if (i + 32 > k) {  /* the zero-padded last chunk */
+                    memset(wt[m - g], 0, sizeof wt[0]);
+                    memcpy(wt[m - g], wp[m - g], (size_t)(k - i) * sizeof(uint16_t));
+                    wp[m - g] = wt[m - g];
+                }
+            }
+            for (int h = 0; h < 2; h++) {  /* lanes 0-7 (columns 0-15), then 8-15 */
+                __m256 xo[4], xe[4];
+                for (int r = 0; r < NR; r++) split8(_mm256_loadu_si256((const __m256i *)(xr[r] + i + 16 * h)), &xo[r], &xe[r]);
+                for (int m = g; m < g + G; m++) {
+                    __m256 wo, we;
+                    split8(_mm256_loadu_si256((const __m256i *)(wp[m - g] + 16 * h)), &wo, &we);
+                    for (int r = 0; r < NR; r++) {
+                        const int a = 2 * (m * NR + r) + h;
+                        acc[a] = _mm256_fmadd_ps(xo[r], wo, acc[a]);
+                        acc[a] = _mm256_fmadd_ps(xe[r], we, acc[a]);
+                    }
+                }
+            }
+        }
+    _mm_setcsr(csr);
+    cf_avx2_store(acc, NR, nv, mv, o, os);
+}
+
+CF_DEFINE_TILE(AVX2, tile8, t8_2x2, 2, 2, 2, 0, 0, uint16_t)
+CF_DEFINE_TILE(AVX2, tile8, t8_2x2s, 2, 2, 2, 0, 1, uint16_t)
+CF_DEFINE_TILE(AVX2, tile8, t8_4x1, 4, 1, 4, 0, 1, uint16_t)
+CF_DEFINE_TILE(AVX2, tile8, t8_4x1_1, 4, 1, 1, 0, 1, uint16_t)
+CF_DEFINE_DRIVER(AVX2, tiles_avx2, 2, uint16_t, t8_2x2, t8_2x2s, 2, 2, t8_4x1, t8_4x1, 0, t8_4x1, 4, t8_4x1, 4, t8_4x1_1)
+
+AVX2 static void gemm_avx2(const float *x, int64_t xs, int64_t n, const void *w, int64_t ws, int64_t d, int64_t k, float *out,
+                           int64_t os) {
+    const int64_t kp = padded(k);
+    xbuf b;
+    uint16_t *xb = xbuf_get(&b, n, kp);
+    if (!xb) { fill_nan(n, d, out, os); return; }
+    round_rows_avx2(x, xs, n, k, xb, kp);
+    tiles_avx2(xb, kp, n, w, ws, d, k, out, os);
+    free(b.heap);
+}
+
+/* ---- AVX-512 with BF16: vdpbf16ps ---- */
+#define BF512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma,f16c")))
+
+BF512 static INL void round_rows_avx512(const float *x, int64_t xs, int64_t n, int64_t k, uint16_t *xb, int64_t kp) {
+    const __m512i expm = _mm512_set1_epi32(0x7F800000), sign = _mm512_set1_epi32((int)0x80000000u),
+                  absm = _mm512_set1_epi32(0x7FFFFFFF), bias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1),
+                  quiet = _mm512_set1_epi32(0x40);
+    for (int64_t i = 0; i < n; i++) {
+        const float *xr = x + i * xs;
+        uint16_t *o = xb + i * kp;
+        for (int64_t c = 0; c < kp; c += 16) {
+            const __mmask16 in = c + 16 <= k ? (__mmask16)0xFFFF : c < k ? (__mmask16)((1u << (k - c)) - 1) : 0;
+            __m512i u = _mm512_maskz_loadu_epi32(in, xr + c);
+            u = _mm512_mask_and_epi32(u, _mm512_testn_epi32_mask(u, expm), u, sign);
+            const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absm), expm);
+            const __m512i hi = _mm512_srli_epi32(u, 16);
+            __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(hi, one))), 16);
+            r = _mm512_mask_or_epi32(r, nan, hi, quiet);
+            _mm256_storeu_si256((__m256i *)(o + c), _mm512_cvtepi32_epi16(r));
+        }
+    }
+}
+
+/* 32 bf16 values of a weight row: all of them, or the first k - i (zeros after them, nothing past them read) */
+BF512 static INL __m512bh ldw(const uint16_t *p, int64_t i, int64_t k) {
+    if (i + 32 <= k) return (__m512bh)_mm512_loadu_si512(p + i);
+    return (__m512bh)_mm512_maskz_loadu_epi16((__mmask32)((1ull << (k - i)) - 1), p + i);
+}
+
+/* MR x NR <= 16 (unused accumulators stay zero): as tile8, 32 columns a step */
+BF512 static INL void tile16(const int MR, const int NR, const int G, const int T, const int L1, const uint16_t *x, int64_t xs, int nv,
+                             const char *w, int64_t rb, int mv, int64_t k, float *o, int64_t os, const char *pf) {
+    (void)T;
+    const uint16_t *xr[16];
+    const uint16_t *wr[16];
+    __m512 acc[16];
+    __m512bh xv[16];
+    for (int r = 0; r < NR; r++) xr[r] = x + (r < nv ? r : nv - 1) * xs;
+    for (int m = 0; m < MR; m++) wr[m] = (const uint16_t *)(w + (m < mv ? m : mv - 1) * rb);
+    for (int a = 0; a < 16; a++) acc[a] = _mm512_setzero_ps();
+    const int64_t pstep = cf_pf_step(MR * rb, MR / G * (k / 32));
+    for (int g = 0; g < MR; g += G) {
+        int64_t i = 0;
+        for (; i + 32 <= k; i += 32) {
+            if (pf) cf_prefetch(&pf, pstep, L1);
+            for (int r = 0; r < NR; r++) xv[r] = (__m512bh)_mm512_loadu_si512(xr[r] + i);
+            for (int m = g; m < g + G; m++) {
+                const __m512bh wv = (__m512bh)_mm512_loadu_si512(wr[m] + i);
+                for (int r = 0; r < NR; r++) acc[m * NR + r] = _mm512_dpbf16_ps(acc[m * NR + r], xv[r], wv);
+            }
+        }
+        if (i < k) {
+            for (int r = 0; r < NR; r++) xv[r] = (__m512bh)_mm512_loadu_si512(xr[r] + i);
+            for (int m = g; m < g + G; m++) {
+                const __m512bh wv = ldw(wr[m], i, k);
+                for (int r = 0; r < NR; r++) acc[m * NR + r] = _mm512_dpbf16_ps(acc[m * NR + r], xv[r], wv);
+            }
+        }
+    }
+    cf_t512_store(cf_t512_red16(acc), MR, NR, nv, mv, o, os);
+}
+
+CF_DEFINE_TILE(BF512, tile16, t16_4x4, 4, 4, 4, 0, 0, uint16_t)
+CF_DEFINE_TILE(BF512, tile16, t16_4x4s, 4, 4, 4, 0, 1, uint16_t)
+CF_DEFINE_TILE(BF512, tile16, t16_8x2, 8, 2, 8, 0, 0, uint16_t)
+CF_DEFINE_TILE(BF512, tile16, t16_8x2s, 8, 2, 8, 0, 1, uint16_t)
+CF_DEFINE_TILE(BF512, tile16, t16_16x1, 16, 1, 16, 0, 0, uint16_t)
+CF_DEFINE_TILE(BF512, tile16, t16_8x1, 8, 1, 8, 0, 1, uint16_t)
+CF_DEFINE_TILE(BF512, tile16, t16_16x1_1, 16, 1, 1, 0, 1, uint16_t)
+CF_DEFINE_DRIVER(BF512, tiles_avx512, 2, uint16_t, t16_4x4, t16_4x4s, 4, 4, t16_8x2, t16_8x2s, 8, t16_16x1, 16, t16_8x1, 8,
+                 t16_16x1_1)
+
+/* Prefill (PANEL_MIN_ROWS rows of x or more): per panel of up to PANEL_X rows of x, block of PANEL_W weight
+ * rows and step of PANEL_K columns, the block's columns (16 KiB, read in place, the next step's prefetched)
+ * are swept by register tiles of 4 weight rows x CF_T512_NR rows of x, whose accumulators wait in a stack
+ * buffer (as cf_t512_acc_at) between steps; the last step writes the sums. Stack: about 104 KiB. */
+#define PANEL_MIN_ROWS 24
+#define PANEL_X 96
+#define PANEL_W 16
+#define PANEL_K 512
+
+/* 4 weight rows wr[0..3] x NR rows of x (x + i * xs), columns i0 .. i0 + kl of k; acc, first, out as cf_t512_tile */
+BF512 static INL void ptile(const int NR, const uint16_t *x, int64_t xs, const uint16_t *const *wr, int64_t i0, int64_t kl,
+                            int64_t k, float *acc, int first, float *out, int64_t os, int mv) {
+    __m512 a[4][CF_T512_NR];
+    for (int m = 0; m < 4; m++)
+        for (int i = 0; i < NR; i++) a[m][i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (i * 4 + m) * 16);
+    for (int64_t c = i0; c < i0 + kl; c += 32) {
+        const __m512bh w0 = ldw(wr[0], c, k), w1 = ldw(wr[1], c, k), w2 = ldw(wr[2], c, k), w3 = ldw(wr[3], c, k);
+        for (int i = 0; i < NR; i++) {
+            const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + i * xs + c);
+            a[0][i] = _mm512_dpbf16_ps(a[0][i], xv, w0);
+            a[1][i] = _mm512_dpbf16_ps(a[1][i], xv, w1);
+            a[2][i] = _mm512_dpbf16_ps(a[2][i], xv, w2);
+            a[3][i] = _mm512_dpbf16_ps(a[3][i], xv, w3);
+        }
+    }
+    if (out) {
+        cf_t512_tile_out(NR, a, 0, out, os, mv);
+        if (NR > 4) cf_t512_tile_out(NR, a, 4, out + 4 * os, os, mv);
+        return;
+    }
+    for (int m = 0; m < 4; m++)
+        for (int i = 0; i < NR; i++) _mm512_storeu_ps(acc + (i * 4 + m) * 16, a[m][i]);
+}
+
+BF512 static void panel_gemm(const uint16_t *x, int64_t xs, int64_t n, const void *w, int64_t ws, int64_t d, int64_t k,
+                             float *out, int64_t os) {
+    _Alignas(64) float acc[(PANEL_X + CF_T512_NR) * PANEL_W * 16];
+    const int64_t panels = (n + PANEL_X - 1) / PANEL_X;
+    int64_t P = (n + panels - 1) / panels;
+    P = cf_min64(PANEL_X, (P + CF_T512_NR - 1) / CF_T512_NR * CF_T512_NR);
+    for (int64_t i0 = 0; i0 < n; i0 += P) {
+        const int np = (int)cf_min64(P, n - i0);
+        const uint16_t *xp = x + i0 * xs;
+        for (int64_t jb = 0; jb < d; jb += PANEL_W) {
+            const int nr = (int)cf_min64(PANEL_W, d - jb);
+            const uint16_t *wr[PANEL_W];
+            for (int m = 0; m < PANEL_W; m++) wr[m] = (const uint16_t *)w + (jb + (m < nr ? m : nr - 1)) * ws;
+            for (int64_t k0 = 0; k0 < k; k0 += PANEL_K) {
+                const int64_t kl = cf_min64(PANEL_K, k - k0);
+                const int last = k0 + PANEL_K >= k;
+                /* the next step's columns of these rows, or the next block's first columns */
+                if (!last || jb + PANEL_W < d) {
+                    const int64_t c0 = last ? 0 : k0 + PANEL_K, cl = cf_min64(PANEL_K, k - c0);
+                    const int nn = last ? (int)cf_min64(PANEL_W, d - jb - PANEL_W) : nr;
+                    for (int m = 0; m < nn; m++) {
+                        const char *p = (const char *)((const uint16_t *)w + (last ? jb + PANEL_W + m : jb + m) * ws + c0);
+                        for (int64_t b = 0; b < cl * 2; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+                    }
+                }
+                int i = 0;
+#define PTILE(NR)                                                                                                  \
+    ptile(NR, xp + i * xs, xs, wr + m, k0, kl, k, acc + cf_t512_acc_at(i, m, PANEL_W), k0 == 0,                    \
+          last ? out + (i0 + i) * os + jb + m : NULL, os, nr - m < 4 ? nr - m : 4)
+                for (; i + CF_T512_NR <= np; i += CF_T512_NR)
+                    for (int m = 0; m < nr; m += 4) PTILE(CF_T512_NR);
+                const int rest = np - i;
+                if (rest > 0)
+                    for (int m = 0; m < nr; m += 4) {
+                        switch (rest) {
+                        case 5: PTILE(5); break;
+                        case 4: PTILE(4); break;
+                        case 3: PTILE(3); break;
+                        case 2: PTILE(2); break;
+                        default: PTILE(1); break;
+                        }
+                    }
+#undef PTILE
+            }
+        }
+    }
+}
+
+BF512 static void gemm_avx512(const float *x, int64_t xs, int64_t n, const void *w, int64_t ws, int64_t d, int64_t k,
+                              float *out, int64_t os) {
+    const int64_t kp = padded(k);
+    xbuf b;
+    uint16_t *xb = xbuf_get(&b, n, kp);
+    if (!xb) { fill_nan(n, d, out, os); return; }
+    round_rows_avx512(x, xs, n, k, xb, kp);
+    if (n >= PANEL_MIN_ROWS) panel_gemm(xb, kp, n, w, ws, d, k, out, os);
+    else tiles_avx512(xb, kp, n, w, ws, d, k, out, os);
+    free(b.heap);
+}
+
+/* AVX512-BF16: CPUID leaf 7, subleaf 1, EAX bit 5 */
+static int has_bf16(void) {
+    static int v = -1;
+    int f = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (f < 0) {
+        unsigned a = 0, b = 0, c = 0, dd = 0;
+        f = __get_cpuid_count(7, 1, &a, &b, &c, &dd) && (a >> 5 & 1);
+        __atomic_store_n(&v, f, __ATOMIC_RELAXED);
+    }
+    return f;
+}
+
+#endif
+
+cf_gemm_fn cf_cpu_bf16_kernel(cf_cpu_isa_level isa) {
+    switch (isa) {
+#ifdef CF_X86
+    case CF_ISA_AVX512: return has_bf16() ? gemm_avx512 : gemm_avx2;
+    case CF_ISA_AVX2: return gemm_avx2;
+#endif
+    default: return gemm_c;
+    }
+}
