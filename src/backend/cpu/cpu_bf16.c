@@ -355,23 +355,10 @@ BF512 static void panel_gemm(const uint16_t *x, int64_t xs, int64_t n, const voi
                         for (int64_t b = 0; b < cl * 2; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
                     }
                 }
-                int i = 0;
 #define PTILE(NR)                                                                                                  \
     ptile(NR, xp + i * xs, xs, wr + m, k0, kl, k, acc + cf_t512_acc_at(i, m, PANEL_W), k0 == 0,                    \
           last ? out + (i0 + i) * os + jb + m : NULL, os, nr - m < 4 ? nr - m : 4)
-                for (; i + CF_T512_NR <= np; i += CF_T512_NR)
-                    for (int m = 0; m < nr; m += 4) PTILE(CF_T512_NR);
-                const int rest = np - i;
-                if (rest > 0)
-                    for (int m = 0; m < nr; m += 4) {
-                        switch (rest) {
-                        case 5: PTILE(5); break;
-                        case 4: PTILE(4); break;
-                        case 3: PTILE(3); break;
-                        case 2: PTILE(2); break;
-                        default: PTILE(1); break;
-                        }
-                    }
+                CF_T512_SWEEP(np, nr, PTILE);
 #undef PTILE
             }
         }

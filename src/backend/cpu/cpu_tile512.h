@@ -113,29 +113,36 @@ CF_T512 static CF_T512_INL void cf_t512_tile(const int NR, const float *x, int64
         for (int i = 0; i < NR; i++) _mm512_storeu_ps(acc + (i * 4 + m) * 16, a[m][i]);
 }
 
-/* The tile over np rows of x (x + i * xs) and nr weight rows (rows up to a multiple of 4 present in wt, at
- * most mb), tiles of CF_T512_NR rows of x with the rest in one smaller tile; each tile of x sweeps all the
- * weight rows while it is in L1. Accumulators as cf_t512_acc_at; out: NULL, or the last columns: the results
+/* cf_t512_tile over np rows of x (x + i * xs) and nr weight rows (rows up to a multiple of 4 present in wt, at
+ * most mb), as CF_T512_SWEEP. Accumulators as cf_t512_acc_at; out: NULL, or the last columns: the results
  * out[i * os + m] (m < nr). */
+/* TILE(NR) for every tile of np rows of x and nr weight rows: tiles of CF_T512_NR rows of x (from row i) x 4
+ * weight rows (from row m), the rest of the rows of x in one smaller tile; each tile of x sweeps all the weight
+ * rows while it is in L1. TILE reads i and m. */
+#define CF_T512_SWEEP(np, nr, TILE)                                                                              \
+    do {                                                                                                         \
+        int i = 0;                                                                                               \
+        for (; i + CF_T512_NR <= (np); i += CF_T512_NR)                                                          \
+            for (int m = 0; m < (nr); m += 4) TILE(CF_T512_NR);                                                  \
+        const int rest_ = (np) - i;                                                                              \
+        if (rest_ > 0)                                                                                           \
+            for (int m = 0; m < (nr); m += 4) {                                                                  \
+                switch (rest_) {                                                                                 \
+                case 5: TILE(5); break;                                                                          \
+                case 4: TILE(4); break;                                                                          \
+                case 3: TILE(3); break;                                                                          \
+                case 2: TILE(2); break;                                                                          \
+                default: TILE(1); break;                                                                         \
+                }                                                                                                \
+            }                                                                                                    \
+    } while (0)
+
 CF_T512 static CF_T512_INL void cf_t512_sweep(const float *x, int64_t xs, int np, const float *wt, int64_t wts, int nr,
                                               int mb, int64_t kl, float *acc, int first, float *out, int64_t os) {
-    int i = 0;
 #define CF_T512_TILE(NR)                                                                                         \
     cf_t512_tile(NR, x + i * xs, xs, wt + m * wts, wts, kl, acc + cf_t512_acc_at(i, m, mb), first,                \
                  out ? out + i * os + m : NULL, os, nr - m < 4 ? nr - m : 4)
-    for (; i + CF_T512_NR <= np; i += CF_T512_NR)
-        for (int m = 0; m < nr; m += 4) CF_T512_TILE(CF_T512_NR);
-    const int rest = np - i;
-    if (rest > 0)
-        for (int m = 0; m < nr; m += 4) {
-            switch (rest) {
-            case 5: CF_T512_TILE(5); break;
-            case 4: CF_T512_TILE(4); break;
-            case 3: CF_T512_TILE(3); break;
-            case 2: CF_T512_TILE(2); break;
-            default: CF_T512_TILE(1); break;
-            }
-        }
+    CF_T512_SWEEP(np, nr, CF_T512_TILE);
 #undef CF_T512_TILE
 }
 
