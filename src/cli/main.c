@@ -34,7 +34,7 @@ static void usage(FILE *fp) {
  * other work (on 2 cores: 7x slower decode, measured). libgomp reads OMP_WAIT_POLICY when it is loaded,
  * before main, so the program sets it and starts itself again once. */
 static void prefer_passive_openmp(char **argv) {
-    if (getenv("OMP_WAIT_POLICY")) return;
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
     setenv("OMP_WAIT_POLICY", "passive", 1);
     execv("/proc/self/exe", argv);
 }

@@ -8,7 +8,9 @@
  * batches of calls of at least 10 ms over --secs seconds. The last line weighs the shapes as one forward
  * pass does: the decode step's matmul-only tokens/s.
  *   bench_cpu_qmatmul [--threads 1,2] [--bits 4,8] [--group 64] [--n 1,16,64] [--secs S] [--shape DxK ...]
- *                     [--isa c|avx2|avx512] [--model-shapes DIM,FFN,KVDIM,VOCAB,LAYERS] */
+ *                     [--isa c|avx2|avx512] [--unpacked] [--model-shapes DIM,FFN,KVDIM,VOCAB,LAYERS]
+ * --unpacked: the weights as the file has them, not also regrouped by cf_cpu_qpack (as the backend does
+ * where the AVX-512 VNNI kernels run). */
 #include "backend/cpu/cpu_quant.h"
 
 #include <omp.h>
@@ -97,9 +99,10 @@ static double read_bandwidth(int threads, double secs) {
 typedef struct qcopy {
     uint32_t *q;
     uint16_t *s, *b;
+    uint8_t *tiles; /* cf_cpu_qpack's copy, as the backend makes it (NULL: --unpacked, or not useful here) */
 } qcopy;
 
-static int isa_forced = -1;
+static int isa_forced = -1, unpacked = 0;
 
 static void run(const float *x, int64_t n, const cf_qmat *w, float *out, int threads) {
     const int64_t blocks = (w->rows + 15) / 16;
@@ -117,7 +120,7 @@ static void run(const float *x, int64_t n, const cf_qmat *w, float *out, int thr
 /* seconds per call, cycling through the copies: the fastest of the timed batches */
 static double time_q(const float *x, int64_t n, cf_qmat *w, const qcopy *cp, int n_cp, float *out, int threads,
                      double secs) {
-    w->q = cp[0].q, w->scales = cp[0].s, w->biases = cp[0].b;
+    w->q = cp[0].q, w->scales = cp[0].s, w->biases = cp[0].b, w->tiles = cp[0].tiles;
     run(x, n, w, out, threads); /* warm-up: threads, page faults */
     double best = 1e9;
     int per = 1, cur = 0, samples = 0;
@@ -125,7 +128,7 @@ static double time_q(const float *x, int64_t n, cf_qmat *w, const qcopy *cp, int
     do {
         const double t0 = now();
         for (int i = 0; i < per; i++) {
-            w->q = cp[cur].q, w->scales = cp[cur].s, w->biases = cp[cur].b;
+            w->q = cp[cur].q, w->scales = cp[cur].s, w->biases = cp[cur].b, w->tiles = cp[cur].tiles;
             run(x, n, w, out, threads);
             cur = (cur + 1) % n_cp;
         }
@@ -156,6 +159,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[a], "--secs") && v) secs = atof(v);
         else if (!strcmp(argv[a], "--isa") && v)
             isa_forced = !strcmp(v, "c") ? CF_ISA_C : !strcmp(v, "avx2") ? CF_ISA_AVX2 : CF_ISA_AVX512;
+        else if (!strcmp(argv[a], "--unpacked")) unpacked = 1, ok = 1, a--;
         else if (!strcmp(argv[a], "--model-shapes") && v) ok = parse_list(v, model, 5) == 5;
         else if (!strcmp(argv[a], "--shape") && v && n_shapes < MAX_LIST) {
             long long d, k;
@@ -164,7 +168,7 @@ int main(int argc, char **argv) {
         } else ok = 0;
         if (!ok) {
             fprintf(stderr, "usage: %s [--threads 1,2] [--bits 4,8] [--group 64] [--n 1,16,64] [--secs S] [--shape DxK ...] "
-                            "[--isa c|avx2|avx512] [--model-shapes DIM,FFN,KVDIM,VOCAB,LAYERS]\n", argv[0]);
+                            "[--isa c|avx2|avx512] [--unpacked] [--model-shapes DIM,FFN,KVDIM,VOCAB,LAYERS]\n", argv[0]);
             return 2;
         }
         a++;
@@ -234,6 +238,11 @@ int main(int argc, char **argv) {
                     return 1;
                 }
                 cf_qmat w = {.sb_dtype = CF_BF16, .bits = B, .group = group, .rows = d, .cols = k};
+                for (int i = 0; i < made; i++) {
+                    const cf_qmat wi = {.q = cp[i].q, .scales = cp[i].s, .biases = cp[i].b, .sb_dtype = CF_BF16, .bits = (int)B,
+                                        .group = group, .rows = d, .cols = k};
+                    cp[i].tiles = !unpacked && cf_cpu_qpack_useful() ? cf_cpu_qpack(&wi) : NULL;
+                }
                 char name[40];
                 snprintf(name, sizeof name, "%lldx%lld", (long long)d, (long long)k);
                 printf("   %-14s", name);
@@ -248,7 +257,7 @@ int main(int argc, char **argv) {
                     }
                 }
                 printf("\n");
-                for (int i = 0; i < made; i++) free(cp[i].q), free(cp[i].s), free(cp[i].b);
+                for (int i = 0; i < made; i++) free(cp[i].q), free(cp[i].s), free(cp[i].b), free(cp[i].tiles);
             }
             if (model_run) {
                 printf("   %-14s", "model step");

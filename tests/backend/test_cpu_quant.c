@@ -215,7 +215,12 @@ static void test_matrix(int bits, int group, cf_dtype sbt, int64_t rows, int64_t
             }
         }
     checks++;
-    for (int isa = 0; isa < 3; isa++) {
+    /* the instruction sets, then AVX-512 again with the weights packed as the backend packs them for VNNI */
+    uint8_t *tiles = (bits == 4 || bits == 8) && cf_cpu_qpack_useful() ? cf_cpu_qpack(&a.m) : NULL;
+    for (int v = 0; v < 4; v++) {
+        const int isa = v < 3 ? v : CF_ISA_AVX512;
+        if (v == 3 && !tiles) break;
+        a.m.tiles = v == 3 ? tiles : NULL;
         /* the whole batch at each n, then every row alone and in pieces of the weight rows */
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
             const int n = ns[ni];
@@ -227,7 +232,7 @@ static void test_matrix(int bits, int group, cf_dtype sbt, int64_t rows, int64_t
                 for (int64_t r = rows; r < os; r++) bad |= out[i * os + r] != -1234.5f;
             }
             for (int64_t i = n; i < NMAX && !bad; i++) bad = out[i * os] != -1234.5f;
-            CHECK(!bad, "%s %d bits group %d %s %lldx%lld n=%d: differs from the C path (or wrote outside)", isa_names[isa],
+            CHECK(!bad, "%s %d bits group %d %s %lldx%lld n=%d: differs from the C path (or wrote outside)", v < 3 ? isa_names[isa] : "AVX-512 packed",
                   bits, group, cf_dtype_name(sbt), (long long)rows, (long long)cols, n);
         }
         /* row ranges: pieces of 1, 5 and 7 rows from odd offsets, a later row of x alone (n = 1) and in a
@@ -239,17 +244,19 @@ static void test_matrix(int bits, int group, cf_dtype sbt, int64_t rows, int64_t
                 cf_cpu_qgemm_isa((cf_cpu_isa_level)isa, x + i * xs, xs, 1, &a.m, r0, r1, one, 1);
                 CHECK(!memcmp(one, ref + i * os + r0, sizeof(float) * (size_t)(r1 - r0)),
                       "%s %d bits group %d %s: row %lld of x alone, weight rows %lld..%lld differ from the batch",
-                      isa_names[isa], bits, group, cf_dtype_name(sbt), (long long)i, (long long)r0, (long long)r1);
+                      v < 3 ? isa_names[isa] : "AVX-512 packed", bits, group, cf_dtype_name(sbt), (long long)i, (long long)r0, (long long)r1);
                 cf_cpu_qgemm_isa((cf_cpu_isa_level)isa, x + i * xs, xs, 3, &a.m, r0, r1, out, os);
                 int bad = 0;
                 for (int t = 0; t < 3; t++) bad |= memcmp(out + t * os, ref + (i + t) * os + r0, sizeof(float) * (size_t)(r1 - r0));
                 CHECK(!bad, "%s %d bits group %d %s: rows %lld..%lld of x, weight rows %lld..%lld differ from the batch",
-                      isa_names[isa], bits, group, cf_dtype_name(sbt), (long long)i, (long long)i + 3, (long long)r0,
+                      v < 3 ? isa_names[isa] : "AVX-512 packed", bits, group, cf_dtype_name(sbt), (long long)i, (long long)i + 3, (long long)r0,
                       (long long)r1);
             }
         }
     next_isa:;
     }
+    a.m.tiles = NULL;
+    free(tiles);
     if (worst > 0 && getenv("CF_TEST_VERBOSE"))
         printf("  %d bits group %3d %-4s %lldx%lld: worst error / sum|x*w| %.3g\n", bits, group, cf_dtype_name(sbt),
                (long long)rows, (long long)cols, worst);
@@ -262,8 +269,9 @@ done:
 }
 
 /* the rows split between 3 threads as the backend splits them (whole blocks of 16 rows), through
- * cf_cpu_qgemm (the kernel in use): the same bits as the C path on one thread */
-static void test_threads(int bits, int64_t n) {
+ * cf_cpu_qgemm (the kernel in use; packed: with cf_cpu_qpack's copy, as the backend has it where AVX-512
+ * VNNI runs): the same bits as the C path on one thread */
+static void test_threads(int bits, int64_t n, int packed) {
     const int64_t rows = 100, cols = 512, blocks = (rows + 15) / 16;
     qm a;
     float *x = malloc(sizeof(float) * (size_t)(n * cols));
@@ -273,14 +281,17 @@ static void test_threads(int bits, int64_t n) {
     } else {
         for (int64_t i = 0; i < n * cols; i++) x[i] = frand();
         cf_cpu_qgemm_isa(CF_ISA_C, x, cols, n, &a.m, 0, rows, ref, rows);
+        a.m.tiles = packed ? cf_cpu_qpack(&a.m) : NULL;
+        CHECK(!packed || a.m.tiles, "packing failed");
         #pragma omp parallel num_threads(3)
         {
             const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
             const int64_t j0 = blocks * t / T * 16, j1e = blocks * (t + 1) / T * 16, j1 = j1e < rows ? j1e : rows;
             if (j1 > j0) cf_cpu_qgemm(x, cols, n, &a.m, j0, j1, out + j0, rows);
         }
-        CHECK(!memcmp(out, ref, sizeof(float) * (size_t)(n * rows)), "%d bits, n = %lld, 3 threads: differs from the C path",
-              bits, (long long)n);
+        CHECK(!memcmp(out, ref, sizeof(float) * (size_t)(n * rows)), "%d bits, n = %lld, 3 threads%s: differs from the C path",
+              bits, (long long)n, packed ? ", packed" : "");
+        free((void *)a.m.tiles);
     }
     qm_free(&a);
     free(x);
@@ -330,7 +341,10 @@ int main(void) {
         test_matrix(3, 64, sb_types[ti], 9, 1024 + 64);
     }
     for (int bits = 4; bits <= 8; bits += 4)
-        for (int64_t n = 1; n <= 40; n += 13) test_threads(bits, n);
+        for (int64_t n = 1; n <= 40; n += 13) {
+            test_threads(bits, n, 0);
+            if (cf_cpu_qpack_useful()) test_threads(bits, n, 1);
+        }
     printf("%d checks, %d failures\n", checks, failures);
     return failures != 0;
 }

@@ -18,6 +18,13 @@
 #include <string.h>
 #include <unistd.h>
 
+/* A quantized weight as uploaded: the descriptor (first, so a CF_Q tensor's data reads as a cf_qweight) and,
+ * where the AVX-512 VNNI kernels run, the 4- and 8-bit values regrouped for them (cf_cpu_qpack), owned here. */
+typedef struct cpu_qweight {
+    cf_qweight w;
+    uint8_t *tiles;
+} cpu_qweight;
+
 typedef struct cpu_backend {
     cf_backend base;
     cf_backend_ops ops;       /* cpu_ops, less the fused ops where tuning.fused_ops is 0 */
@@ -30,7 +37,7 @@ typedef struct cpu_backend {
     int read_n[2];
     cf_attn_scratch attn;     /* the attention's work space, grown as needed and kept */
     cf_cpu_isa_level isa;     /* the attention kernels' instruction set */
-    cf_qweight **qw;          /* the descriptors of the quantized weights uploaded (CF_Q tensors point at them) */
+    cpu_qweight **qw;         /* the quantized weights uploaded (CF_Q tensors point at them) */
     int n_qw;
 } cpu_backend;
 
@@ -58,7 +65,10 @@ static float *row(cf_tensor t, int64_t r) { return (float *)t.data + r * t.strid
 static void cpu_destroy(cf_backend *be) {
     cf_sampler_free(CPU(be)->smp);
     free(CPU(be)->attn.buf);
-    for (int i = 0; i < CPU(be)->n_qw; i++) free(CPU(be)->qw[i]);
+    for (int i = 0; i < CPU(be)->n_qw; i++) {
+        free(CPU(be)->qw[i]->tiles);
+        free(CPU(be)->qw[i]);
+    }
     free(CPU(be)->qw);
     free(be);
 }
@@ -82,7 +92,9 @@ static cinfer_status cpu_upload_weight(cf_backend *be, const void *host, cf_dtyp
 }
 
 /* The packed values, scales and biases stay where they are (the mapping); the backend owns a copy of the
- * descriptor, which the CF_Q tensor points to. */
+ * descriptor, which the CF_Q tensor points to, and, where the AVX-512 VNNI kernels run, a copy of 4- and
+ * 8-bit values regrouped for them (decoding reads it as one stream per 16 rows; without memory for it the
+ * mapping serves, slower, with the same results). */
 static cinfer_status cpu_upload_qweight(cf_backend *be, const cf_qweight *w, cf_tensor *out, cinfer_error *err) {
     cpu_backend *b = CPU(be);
     if (!cf_qweight_bits_ok(w->bits) || !cf_qweight_group_ok(w->group) || w->cols % w->group)
@@ -90,14 +102,20 @@ static cinfer_status cpu_upload_qweight(cf_backend *be, const cf_qweight *w, cf_
                        w->group, (long long)w->cols);
     if (w->sb_dtype != CF_F32 && w->sb_dtype != CF_BF16 && w->sb_dtype != CF_F16)
         return cf_fail(err, CINFER_E_UNSUPPORTED, "quantized weight scales of dtype %s (supported: F32, F16, BF16)", cf_dtype_name(w->sb_dtype));
-    cf_qweight *d = malloc(sizeof *d);
-    cf_qweight **nq = realloc(b->qw, (size_t)(b->n_qw + 1) * sizeof *nq);
+    cpu_qweight *d = malloc(sizeof *d);
+    cpu_qweight **nq = realloc(b->qw, (size_t)(b->n_qw + 1) * sizeof *nq);
     if (!d || !nq) {
         free(d);
         if (nq) b->qw = nq;
         return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
     }
-    *d = *w;
+    d->w = *w;
+    d->tiles = NULL;
+    if ((w->bits == 4 || w->bits == 8) && cf_cpu_qpack_useful()) {
+        const cf_qmat qm = {.q = w->q, .scales = w->scales, .biases = w->biases, .sb_dtype = w->sb_dtype, .bits = w->bits,
+                            .group = w->group, .rows = w->rows, .cols = w->cols};
+        d->tiles = cf_cpu_qpack(&qm);
+    }
     b->qw = nq;
     b->qw[b->n_qw++] = d;
     *out = (cf_tensor){.data = d, .dtype = CF_Q, .rows = w->rows, .cols = w->cols, .stride = w->cols};
@@ -194,9 +212,10 @@ static float elem_f32(const void *p, cf_dtype t, int64_t i) {
 /* out = x . w^T for a quantized weight (CF_Q): the split of cpu_dense_matmul (below), each thread's rows
  * through cf_cpu_qgemm, which computes every element the same way for any n and row range. */
 static void cpu_qmatmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w) {
-    const cf_qweight *q = w.data;
+    const cpu_qweight *cq = w.data;
+    const cf_qweight *q = &cq->w;
     const cf_qmat qm = {.q = q->q, .scales = q->scales, .biases = q->biases, .sb_dtype = q->sb_dtype, .bits = q->bits,
-                        .group = q->group, .rows = q->rows, .cols = q->cols};
+                        .group = q->group, .rows = q->rows, .cols = q->cols, .tiles = cq->tiles};
     const int64_t n = x.rows, k = x.cols, d = w.rows;
     const int64_t blocks = (d + CF_GEMM_ROW_BLOCK - 1) / CF_GEMM_ROW_BLOCK;
     int nt = n * d * k >= PAR_MIN_WORK ? be->n_threads : 1;

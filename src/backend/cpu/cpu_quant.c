@@ -109,6 +109,40 @@ static void generic_c(const float *x, int64_t xs, int64_t n, const cf_qmat *w, i
  * weight rows (wrow: one row unpacked, C; tile: 16 rows regrouped, AVX-512, or 8, AVX2; sf, bf: scales and
  * biases widened to f32). Rows of x are padded to an even number of blocks (nbp) and groups to a multiple of
  * 16 (ngp); the padding holds zeros. */
+/* ---- the packed layout of cf_cpu_qpack (cpu_quant.h) ---- */
+
+static INL int64_t sb_size(cf_dtype t) { return t == CF_F32 ? 4 : 2; }
+static INL int64_t sb_per_line(const cf_qmat *w) { return 64 / (16 * sb_size(w->sb_dtype)); }  /* groups */
+static INL int64_t sb_lines(const cf_qmat *w) { return (w->cols / w->group + sb_per_line(w) - 1) / sb_per_line(w); }
+
+int64_t cf_cpu_qpack_tile_bytes(const cf_qmat *w) { return 2 * 64 * sb_lines(w) + 2 * w->cols * w->bits; }
+
+uint8_t *cf_cpu_qpack(const cf_qmat *w) {
+    if ((w->bits != 4 && w->bits != 8) || w->rows <= 0 || w->cols <= 0 || w->cols % w->group || w->group % QB) return NULL;
+    const int64_t tb = cf_cpu_qpack_tile_bytes(w), nt = (w->rows + 15) / 16, ng = w->cols / w->group, gl = sb_per_line(w);
+    const int64_t es = sb_size(w->sb_dtype), wpr = w->cols * w->bits / 32, bpg = w->group / QB;
+    uint8_t *p = aligned_alloc(64, (size_t)(nt * tb));
+    if (!p) return NULL;
+    for (int64_t t = 0; t < nt; t++) {
+        uint8_t *o = p + t * tb;
+        int64_t r[16];
+        for (int m = 0; m < 16; m++) r[m] = 16 * t + m < w->rows ? 16 * t + m : w->rows - 1;
+        for (int pass = 0; pass < 2; pass++)  /* scales with their blocks, then the biases */
+            for (int64_t g0 = 0; g0 < ng; g0 += gl) {
+                const char *sb = pass ? w->biases : w->scales;
+                memset(o, 0, 64);
+                for (int64_t j = 0; j < gl && g0 + j < ng; j++)
+                    for (int m = 0; m < 16; m++) memcpy(o + (j * 16 + m) * es, sb + (r[m] * ng + g0 + j) * es, (size_t)es);
+                o += 64;
+                if (pass) continue;
+                for (int64_t b = g0 * bpg; b < (g0 + gl < ng ? g0 + gl : ng) * bpg; b++)
+                    for (int k = 0; k < w->bits; k++, o += 64)
+                        for (int m = 0; m < 16; m++) memcpy(o + 4 * m, w->q + r[m] * wpr + b * w->bits + k, 4);
+            }
+    }
+    return p;
+}
+
 typedef struct qscratch {
     int64_t nb, nbp, ng, ngp;
     int8_t *xq;     /* row i at xq + i * nbp * QB; each block's 32 values in kernel order (kpos) */
@@ -648,6 +682,65 @@ AVX512V static void rows8_avx512(const qscratch *s, int64_t n, const cf_qmat *w,
     rows_avx512(8, s, n, w, r0, r1, out, os);
 }
 
+/* 16 scales or biases of type t at p, widened to f32 */
+AVX512V static INL __m512 sbv(const uint8_t *p, cf_dtype t) {
+    if (t == CF_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_load_si256((const __m256i *)p)), 16));
+    if (t == CF_F16) return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)p));
+    return _mm512_load_ps((const float *)p);
+}
+
+/* one row of x against packed tiles (cf_cpu_qpack) of weight rows r0 .. r1 (r0 a multiple of 16): per tile,
+ * its 16 rows in the lanes of one accumulator, one sequential stream; per block, the words t of 16 rows x 4
+ * columns against 4 values of x broadcast (vpdpbusd), two integer chains, then the block's f32 step. */
+AVX512V static INL void decode_packed(const int BITS, const qscratch *s, const cf_qmat *w, int64_t r0, int64_t r1, float *out) {
+    const int64_t tb = cf_cpu_qpack_tile_bytes(w), ng = s->ng, gl = sb_per_line(w), es = sb_size(w->sb_dtype), bpg = w->group / QB;
+    const __m512i m4 = _mm512_set1_epi8(15);
+    for (int64_t r = r0; r < r1; r += 16) {
+        const uint8_t *p = w->tiles + (r / 16) * tb;
+        __m512 acc = _mm512_setzero_ps();
+        int64_t b = 0;
+        for (int64_t g0 = 0; g0 < ng; g0 += gl) {
+            const uint8_t *line = p;
+            p += 64;
+            for (int64_t j = 0; j < gl && g0 + j < ng; j++) {
+                const __m512 sv = sbv(line + j * 16 * es, w->sb_dtype);
+                for (int64_t e = 0; e < bpg; e++, b++, p += BITS * 64) {
+                    const int8_t *xb = s->xq + b * QB;
+                    __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
+                    for (int t = 0; t < 4; t++) {
+                        int32_t x0, x1;
+                        if (BITS == 4) {
+                            const __m512i v = _mm512_load_si512(p + t * 64);
+                            memcpy(&x0, xb + 4 * t, 4);
+                            memcpy(&x1, xb + 16 + 4 * t, 4);
+                            p0 = _mm512_dpbusd_epi32(p0, _mm512_and_si512(v, m4), _mm512_set1_epi32(x0));
+                            p1 = _mm512_dpbusd_epi32(p1, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4), _mm512_set1_epi32(x1));
+                        } else {
+                            memcpy(&x0, xb + 8 * t, 4);
+                            memcpy(&x1, xb + 8 * t + 4, 4);
+                            p0 = _mm512_dpbusd_epi32(p0, _mm512_load_si512(p + 2 * t * 64), _mm512_set1_epi32(x0));
+                            p1 = _mm512_dpbusd_epi32(p1, _mm512_load_si512(p + (2 * t + 1) * 64), _mm512_set1_epi32(x1));
+                        }
+                    }
+                    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p0, p1)), _mm512_mul_ps(sv, _mm512_set1_ps(s->d[b])), acc);
+                }
+            }
+        }
+        for (int64_t g0 = 0; g0 < ng; g0 += gl, p += 64)
+            for (int64_t j = 0; j < gl && g0 + j < ng; j++) acc = _mm512_fmadd_ps(sbv(p + j * 16 * es, w->sb_dtype), _mm512_set1_ps(s->xs[g0 + j]), acc);
+        const int64_t k = r1 - r < 16 ? r1 - r : 16;
+        _mm512_mask_storeu_ps(out + (r - r0), (__mmask16)((1u << k) - 1), acc);
+    }
+}
+
+AVX512V static void decode_packed4(const qscratch *s, const cf_qmat *w, int64_t r0, int64_t r1, float *out) {
+    decode_packed(4, s, w, r0, r1, out);
+}
+
+AVX512V static void decode_packed8(const qscratch *s, const cf_qmat *w, int64_t r0, int64_t r1, float *out) {
+    decode_packed(8, s, w, r0, r1, out);
+}
+
 /* AVX512-VNNI: CPUID leaf 7, ECX bit 11 */
 static int has_vnni(void) {
     static int v = -1;
@@ -675,7 +768,8 @@ static void int8_gemm(cf_cpu_isa_level isa, const float *x, int64_t xs, int64_t 
 #ifdef CF_X86
     if (isa == CF_ISA_AVX512 && has_vnni()) {
         quant_rows_avx512(x, xs, n, &s, bits, G);
-        (bits == 4 ? rows4_avx512 : rows8_avx512)(&s, n, w, r0, r1, out, os);
+        if (n == 1 && w->tiles && r0 % 16 == 0) (bits == 4 ? decode_packed4 : decode_packed8)(&s, w, r0, r1, out);
+        else (bits == 4 ? rows4_avx512 : rows8_avx512)(&s, n, w, r0, r1, out, os);
     } else if (isa >= CF_ISA_AVX2) {
         quant_rows_avx2(x, xs, n, &s, bits, G);
         if (n == 1) (bits == 4 ? decode4_avx2 : decode8_avx2)(&s, w, r0, r1, out);
@@ -712,6 +806,14 @@ int cf_cpu_qgemm_isa(cf_cpu_isa_level isa, const float *x, int64_t xs, int64_t n
 #endif
     default: generic_c(x, xs, n, w, r0, r1, out, os); return 1;
     }
+}
+
+int cf_cpu_qpack_useful(void) {
+#ifdef CF_X86
+    return cf_cpu_isa_available(CF_ISA_AVX512) && has_vnni();
+#else
+    return 0;
+#endif
 }
 
 void cf_cpu_qgemm(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1, float *out,
