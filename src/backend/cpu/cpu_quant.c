@@ -637,19 +637,60 @@ AVX512V static INL void sweep(const int NX, const qscratch *s, int G, int64_t i,
     for (int j = 0; j < NX; j++) _mm512_mask_storeu_ps(out + j * os, (__mmask16)((1u << nr) - 1), acc[j]);
 }
 
-/* n rows of x, weight rows r .. r + nr (nr <= 16): the rows regrouped into the tile once, then swept */
+/* 16 scales or biases of type t at p, widened to f32 */
+AVX512V static INL __m512 sbv(const uint8_t *p, cf_dtype t) {
+    if (t == CF_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_load_si256((const __m256i *)p)), 16));
+    if (t == CF_F16) return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)p));
+    return _mm512_load_ps((const float *)p);
+}
+
+/* The tile of weight rows r .. r + 16 (r a multiple of 16) from its packed copy (cf_cpu_qpack): the words of
+ * each block are already the tile's vectors (4 bits: their low then their high nibbles); the scale and bias
+ * lines widened to f32 are s->sf and s->bf as sb_tile makes them. */
+AVX512V static INL void unpack_tile(const int BITS, const qscratch *s, const cf_qmat *w, int64_t r) {
+    const int64_t ng = s->ng, gl = sb_per_line(w), es = sb_size(w->sb_dtype), bpg = w->group / QB;
+    const uint8_t *p = w->tiles + (r / 16) * cf_cpu_qpack_tile_bytes(w);
+    const __m512i m4 = _mm512_set1_epi8(15);
+    int64_t b = 0;
+    for (int64_t g0 = 0; g0 < ng; g0 += gl) {
+        const uint8_t *line = p;
+        p += 64;
+        for (int64_t j = 0; j < gl && g0 + j < ng; j++) {
+            _mm512_store_ps(s->sf + (g0 + j) * 16, sbv(line + j * 16 * es, w->sb_dtype));
+            for (int64_t e = 0; e < bpg; e++, b++, p += BITS * 64)
+                for (int t = 0; t < 4; t++) {
+                    const __m512i v = _mm512_load_si512(p + t * 64);
+                    if (BITS == 4) {
+                        _mm512_store_si512(s->tile + (b * 8 + t) * 64, _mm512_and_si512(v, m4));
+                        _mm512_store_si512(s->tile + (b * 8 + 4 + t) * 64, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+                    } else {
+                        _mm512_store_si512(s->tile + (b * 8 + t) * 64, v);
+                        _mm512_store_si512(s->tile + (b * 8 + 4 + t) * 64, _mm512_load_si512(p + (4 + t) * 64));
+                    }
+                }
+        }
+    }
+    for (int64_t g0 = 0; g0 < ng; g0 += gl, p += 64)
+        for (int64_t j = 0; j < gl && g0 + j < ng; j++) _mm512_store_ps(s->bf + (g0 + j) * 16, sbv(p + j * 16 * es, w->sb_dtype));
+}
+
+/* n rows of x, weight rows r .. r + nr (nr <= 16): the rows regrouped into the tile once (from the packed copy
+ * when there is one), then swept */
 AVX512V static INL void batch16(const int BITS, const qscratch *s, int64_t n, const cf_qmat *w, int64_t r, int nr,
                                 float *out, int64_t os) {
-    const int64_t rb = w->cols * BITS / 8;
-    const uint8_t *rp[16];
-    for (int m = 0; m < 16; m++) rp[m] = (const uint8_t *)w->q + (r + (m < nr ? m : nr - 1)) * rb;
-    sb_tile(s, w, r, nr);
-    for (int64_t c = 0; c < s->nbp / 2; c++) {
-        __m512i p[16], t[16];
-        const int half = 2 * c + 1 >= s->nb;
-        for (int m = 0; m < 16; m++) p[m] = wchunk(BITS, rp[m], c, half);
-        tr16(p, t);
-        for (int e = 0; e < 16; e++) _mm512_store_si512(s->tile + (c * 16 + e) * 64, t[e]);
+    if (w->tiles && r % 16 == 0) unpack_tile(BITS, s, w, r);
+    else {
+        const int64_t rb = w->cols * BITS / 8;
+        const uint8_t *rp[16];
+        for (int m = 0; m < 16; m++) rp[m] = (const uint8_t *)w->q + (r + (m < nr ? m : nr - 1)) * rb;
+        sb_tile(s, w, r, nr);
+        for (int64_t c = 0; c < s->nbp / 2; c++) {
+            __m512i p[16], t[16];
+            const int half = 2 * c + 1 >= s->nb;
+            for (int m = 0; m < 16; m++) p[m] = wchunk(BITS, rp[m], c, half);
+            tr16(p, t);
+            for (int e = 0; e < 16; e++) _mm512_store_si512(s->tile + (c * 16 + e) * 64, t[e]);
+        }
     }
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) sweep(8, s, w->group, i, nr, out + i * os, os);
@@ -680,13 +721,6 @@ AVX512V static void rows4_avx512(const qscratch *s, int64_t n, const cf_qmat *w,
 
 AVX512V static void rows8_avx512(const qscratch *s, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1, float *out, int64_t os) {
     rows_avx512(8, s, n, w, r0, r1, out, os);
-}
-
-/* 16 scales or biases of type t at p, widened to f32 */
-AVX512V static INL __m512 sbv(const uint8_t *p, cf_dtype t) {
-    if (t == CF_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_load_si256((const __m256i *)p)), 16));
-    if (t == CF_F16) return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)p));
-    return _mm512_load_ps((const float *)p);
 }
 
 /* one row of x against packed tiles (cf_cpu_qpack) of weight rows r0 .. r1 (r0 a multiple of 16): per tile,
