@@ -299,8 +299,7 @@ CF_DEFINE_DRIVER(BF512, tiles_avx512, 2, uint16_t, t16_4x4, t16_4x4s, 4, 4, t16_
 BF512 static INL void ptile(const int NR, const uint16_t *x, int64_t xs, const uint16_t *const *wr, int64_t i0, int64_t kl,
                             int64_t k, float *acc, int first, float *out, int64_t os, int mv) {
     __m512 a[4][CF_T512_NR];
-    for (int m = 0; m < 4; m++)
-        for (int i = 0; i < NR; i++) a[m][i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (i * 4 + m) * 16);
+    cf_t512_tile_begin(NR, a, acc, first);
     const int64_t ce = i0 + kl, cf = cf_min64(ce, k & ~(int64_t)31);  /* full chunks end at cf */
     int64_t c = i0;
 #define PSTEP(LD)                                                                                                  \
@@ -321,13 +320,7 @@ BF512 static INL void ptile(const int NR, const uint16_t *x, int64_t xs, const u
 #undef PSTEP
 #undef LD_FULL
 #undef LD_TAIL
-    if (out) {
-        cf_t512_tile_out(NR, a, 0, out, os, mv);
-        if (NR > 4) cf_t512_tile_out(NR, a, 4, out + 4 * os, os, mv);
-        return;
-    }
-    for (int m = 0; m < 4; m++)
-        for (int i = 0; i < NR; i++) _mm512_storeu_ps(acc + (i * 4 + m) * 16, a[m][i]);
+    cf_t512_tile_end(NR, a, acc, out, os, mv);
 }
 
 BF512 static void panel_gemm(const uint16_t *x, int64_t xs, int64_t n, const void *w, int64_t ws, int64_t d, int64_t k,

@@ -70,6 +70,24 @@ CF_T512 static CF_T512_INL void cf_t512_tile_out(const int NR, __m512 a[4][CF_T5
     for (int i = 0; i < 4 && i0 + i < NR; i++) _mm_mask_storeu_ps(out + i * os, (__mmask8)((1u << mv) - 1), _mm_loadu_ps(s + 4 * i));
 }
 
+/* A register tile's accumulators a[m][i] (weight row m, row i of x): from acc + (i * 4 + m) * 16, or zero
+ * (first); at the end, stored back there, or (out: the last columns) summed and written to out[i * os + m] for
+ * m < mv. */
+CF_T512 static CF_T512_INL void cf_t512_tile_begin(const int NR, __m512 a[4][CF_T512_NR], const float *acc, int first) {
+    for (int m = 0; m < 4; m++)
+        for (int i = 0; i < NR; i++) a[m][i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (i * 4 + m) * 16);
+}
+
+CF_T512 static CF_T512_INL void cf_t512_tile_end(const int NR, __m512 a[4][CF_T512_NR], float *acc, float *out, int64_t os, int mv) {
+    if (out) {
+        cf_t512_tile_out(NR, a, 0, out, os, mv);
+        if (NR > 4) cf_t512_tile_out(NR, a, 4, out + 4 * os, os, mv);
+        return;
+    }
+    for (int m = 0; m < 4; m++)
+        for (int i = 0; i < NR; i++) _mm512_storeu_ps(acc + (i * 4 + m) * 16, a[m][i]);
+}
+
 /* The register tile: 4 weight rows (wt + m * wts, f32, zero padded to a multiple of 16 columns) x NR rows of
  * x (x + i * xs), over kl columns, the last kl % 16 of x read masked (zeros after them). The accumulator of
  * x row i and weight row m is acc + (i * 4 + m) * 16 (one tile's accumulators are consecutive); first:
@@ -78,8 +96,7 @@ CF_T512 static CF_T512_INL void cf_t512_tile_out(const int NR, __m512 a[4][CF_T5
 CF_T512 static CF_T512_INL void cf_t512_tile(const int NR, const float *x, int64_t xs, const float *wt, int64_t wts,
                                              int64_t kl, float *acc, int first, float *out, int64_t os, int mv) {
     __m512 a[4][CF_T512_NR];
-    for (int m = 0; m < 4; m++)
-        for (int i = 0; i < NR; i++) a[m][i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (i * 4 + m) * 16);
+    cf_t512_tile_begin(NR, a, acc, first);
     int64_t c = 0;
     for (; c + 16 <= kl; c += 16) {
         const __m512 w0 = _mm512_loadu_ps(wt + c), w1 = _mm512_loadu_ps(wt + wts + c), w2 = _mm512_loadu_ps(wt + 2 * wts + c),
@@ -104,13 +121,7 @@ CF_T512 static CF_T512_INL void cf_t512_tile(const int NR, const float *x, int64
             a[3][i] = _mm512_fmadd_ps(xv, w3, a[3][i]);
         }
     }
-    if (out) {
-        cf_t512_tile_out(NR, a, 0, out, os, mv);
-        if (NR > 4) cf_t512_tile_out(NR, a, 4, out + 4 * os, os, mv);
-        return;
-    }
-    for (int m = 0; m < 4; m++)
-        for (int i = 0; i < NR; i++) _mm512_storeu_ps(acc + (i * 4 + m) * 16, a[m][i]);
+    cf_t512_tile_end(NR, a, acc, out, os, mv);
 }
 
 /* cf_t512_tile over np rows of x (x + i * xs) and nr weight rows (rows up to a multiple of 4 present in wt, at
