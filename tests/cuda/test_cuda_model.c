@@ -4,8 +4,9 @@
  * every greedy step, with bf16 activations (the default) and with f32 activations (tuning.cuda_f32_act);
  * then the GPU's decode_run against its single steps, and its rollback against a fresh GPU sequence.
  *
- * Bounds, as max |gpu - cpu| over all logits (the CPU computes in f32 from the bf16 weights, the GPU reads
- * the same weights, so only activations and summation order differ). Both GPU modes feed every GEMM's
+ * Bounds, as max |gpu - cpu| over all logits (the CPU computes in f32 from the bf16 weights, rounding each
+ * matmul's activations to bf16 as src/backend/cpu/cpu_bf16.c defines; the GPU reads the same weights, so only
+ * activations and summation order differ). Both GPU modes feed every GEMM's
  * activations to cuBLAS in bf16 (a relative 2^-9 rounding of each input), so "f32 activations" only keeps
  * the rest of the step (norms, attention, residual stream) in f32. How far such roundings move the logits
  * depends on the model, so the bound is the larger of a share of max |cpu logit| (BF16_ACT_BOUND,
