@@ -209,55 +209,57 @@ static float elem_f32(const void *p, cf_dtype t, int64_t i) {
     }
 }
 
-/* out = x . w^T for a quantized weight (CF_Q): the split of cpu_dense_matmul (below), each thread's rows
- * through cf_cpu_qgemm, which computes every element the same way for any n and row range. */
-static void cpu_qmatmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w) {
-    const cpu_qweight *cq = w.data;
-    const cf_qweight *q = &cq->w;
-    const cf_qmat qm = {.q = q->q, .scales = q->scales, .biases = q->biases, .sb_dtype = q->sb_dtype, .bits = q->bits,
-                        .group = q->group, .rows = q->rows, .cols = q->cols, .tiles = cq->tiles};
+/* out = x . w^T, the share of thread t of T: a contiguous block of weight rows (whole tiles of
+ * CF_GEMM_ROW_BLOCK rows), streamed once per L2-sized panel of x through the tiled kernel (quantized weights:
+ * cf_cpu_qgemm). The kernels compute every element the same way for any n, row position or split, so a row's
+ * values depend neither on the batch it is in nor on the thread count. */
+static void matmul_share(cf_tensor out, cf_tensor x, cf_tensor w, int64_t t, int64_t T) {
     const int64_t n = x.rows, k = x.cols, d = w.rows;
     const int64_t blocks = (d + CF_GEMM_ROW_BLOCK - 1) / CF_GEMM_ROW_BLOCK;
-    int nt = n * d * k >= PAR_MIN_WORK ? be->n_threads : 1;
-    if (nt > blocks) nt = blocks > 0 ? (int)blocks : 1;
-    #pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
-        const int64_t j0 = blocks * t / T * CF_GEMM_ROW_BLOCK, j1e = blocks * (t + 1) / T * CF_GEMM_ROW_BLOCK;
-        const int64_t j1 = j1e < d ? j1e : d;
-        if (j1 > j0) cf_cpu_qgemm(x.data, x.stride, n, &qm, j0, j1, (float *)out.data + j0, out.stride);
+    const int64_t j0 = blocks * t / T * CF_GEMM_ROW_BLOCK, j1e = blocks * (t + 1) / T * CF_GEMM_ROW_BLOCK;
+    const int64_t j1 = j1e < d ? j1e : d;
+    if (j1 <= j0) return;
+    if (w.dtype == CF_Q) {
+        const cpu_qweight *cq = w.data;
+        const cf_qweight *q = &cq->w;
+        const cf_qmat qm = {.q = q->q, .scales = q->scales, .biases = q->biases, .sb_dtype = q->sb_dtype, .bits = q->bits,
+                            .group = q->group, .rows = q->rows, .cols = q->cols, .tiles = cq->tiles};
+        cf_cpu_qgemm(x.data, x.stride, n, &qm, j0, j1, (float *)out.data + j0, out.stride);
+        return;
     }
+    const size_t wrow = (size_t)w.stride * cf_dtype_size(w.dtype);
+    cf_cpu_gemm_kernel(w.dtype)(x.data, x.stride, n, (const char *)w.data + (size_t)j0 * wrow, w.stride, j1 - j0, k,
+                                (float *)out.data + j0, out.stride);
 }
 
-/* out[n, d] = x[n, k] . w[d, k]^T + bias: each thread takes a contiguous block of weight rows (whole tiles
- * of CF_GEMM_ROW_BLOCK rows) and streams it once per L2-sized panel of x through the tiled kernel. The
- * kernel computes every element the same way for any n, row position or split, so a row's values do not
- * depend on the batch it is in (nor on the thread count). */
-static void cpu_dense_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w) {
-    const int64_t n = x.rows, k = x.cols, d = w.rows;
-    const size_t wrow = (size_t)w.stride * cf_dtype_size(w.dtype);
-    const cf_gemm_fn gemm = cf_cpu_gemm_kernel(w.dtype);
-    const int64_t blocks = (d + CF_GEMM_ROW_BLOCK - 1) / CF_GEMM_ROW_BLOCK;
-    int nt = n * d * k >= PAR_MIN_WORK ? be->n_threads : 1;
+static void add_bias(cf_tensor out, cf_tensor bias) {
+    if (!bias.data) return;
+    for (int64_t i = 0; i < out.rows; i++)
+        for (int64_t j = 0; j < out.cols; j++) row(out, i)[j] += elem_f32(bias.data, bias.dtype, j);
+}
+
+/* out[e] = x . w[e]^T + bias[e] for `count` weights that share x, in one parallel region (one wake-up of the
+ * threads instead of count: decoding runs a region in well under a millisecond); the values are those of
+ * count separate products. */
+static void cpu_matmuls(cf_backend *be, int count, const cf_tensor *out, cf_tensor x, const cf_tensor *w, const cf_tensor *bias) {
+    int64_t work = 0, blocks = 0;
+    for (int e = 0; e < count; e++) {
+        work += x.rows * x.cols * w[e].rows;
+        const int64_t b = (w[e].rows + CF_GEMM_ROW_BLOCK - 1) / CF_GEMM_ROW_BLOCK;
+        if (b > blocks) blocks = b;
+    }
+    int nt = work >= PAR_MIN_WORK ? be->n_threads : 1;
     if (nt > blocks) nt = blocks > 0 ? (int)blocks : 1;
     #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
-        const int64_t j0 = blocks * t / T * CF_GEMM_ROW_BLOCK, j1e = blocks * (t + 1) / T * CF_GEMM_ROW_BLOCK;
-        const int64_t j1 = j1e < d ? j1e : d;
-        if (j1 > j0)
-            gemm(x.data, x.stride, n, (const char *)w.data + (size_t)j0 * wrow, w.stride, j1 - j0, k, (float *)out.data + j0,
-                 out.stride);
+        for (int e = 0; e < count; e++) matmul_share(out[e], x, w[e], t, T);
     }
+    for (int e = 0; e < count; e++) add_bias(out[e], bias[e]);
 }
 
 static void cpu_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf_tensor bias) {
-    const int64_t n = x.rows, d = w.rows;
-    if (w.dtype == CF_Q) cpu_qmatmul(be, out, x, w);
-    else cpu_dense_matmul(be, out, x, w);
-    if (bias.data)
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t j = 0; j < d; j++) row(out, i)[j] += elem_f32(bias.data, bias.dtype, j);
+    cpu_matmuls(be, 1, &out, x, &w, &bias);
 }
 
 static void cpu_add(cf_backend *be, cf_tensor out, cf_tensor a, cf_tensor b) {
@@ -431,12 +433,15 @@ static void cpu_copy(cf_backend *be, cf_tensor dst, cf_tensor src) {
 
 static void cpu_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) {
     const int64_t n = x.rows;
-    cpu_matmul(be, a->q, x, a->wq, a->bq);
-    if (a->own_kv) {
-        cpu_matmul(be, a->k, x, a->wk, a->bk);
-        if (a->wv.data) cpu_matmul(be, a->v, x, a->wv, a->bv);
-        else cpu_copy(be, a->v, a->k);
-    }
+    if (a->own_kv && a->wv.data) {
+        const cf_tensor out[3] = {a->q, a->k, a->v}, w[3] = {a->wq, a->wk, a->wv}, bias[3] = {a->bq, a->bk, a->bv};
+        cpu_matmuls(be, 3, out, x, w, bias);
+    } else if (a->own_kv) {
+        const cf_tensor out[2] = {a->q, a->k}, w[2] = {a->wq, a->wk}, bias[2] = {a->bq, a->bk};
+        cpu_matmuls(be, 2, out, x, w, bias);
+        cpu_copy(be, a->v, a->k);
+    } else
+        cpu_matmul(be, a->q, x, a->wq, a->bq);
     if (a->q_norm.data) {
         cf_tensor qh = cf_reshape(a->q, n * a->n_heads, a->head_dim);
         cpu_rmsnorm(be, qh, qh, a->q_norm, a->eps, a->w_offset);
@@ -469,9 +474,8 @@ static void cpu_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) {
 
 static void cpu_matmul_glu(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w_gate, cf_tensor w_up, cf_act act, cf_tensor gate,
                            cf_tensor up) {
-    const cf_tensor none = {0};
-    cpu_matmul(be, gate, x, w_gate, none);
-    cpu_matmul(be, up, x, w_up, none);
+    const cf_tensor o[2] = {gate, up}, w[2] = {w_gate, w_up}, none[2] = {{0}, {0}};
+    cpu_matmuls(be, 2, o, x, w, none);
     cpu_glu(be, out, gate, up, act);
 }
 
