@@ -43,6 +43,13 @@ typedef struct cpu_backend {
 
 static cpu_backend *CPU(cf_backend *be) { return (cpu_backend *)be; }
 
+/* what the quantized kernels take: the descriptor, with the packed copy where there is one */
+static cf_qmat qmat_of(const cpu_qweight *cq) {
+    const cf_qweight *q = &cq->w;
+    return (cf_qmat){.q = q->q, .scales = q->scales, .biases = q->biases, .sb_dtype = q->sb_dtype, .bits = q->bits,
+                     .group = q->group, .rows = q->rows, .cols = q->cols, .tiles = cq->tiles};
+}
+
 static void fail(cpu_backend *b, cinfer_status code, const char *msg) {
     if (b->status != CINFER_OK) return;
     b->status = code;
@@ -112,8 +119,7 @@ static cinfer_status cpu_upload_qweight(cf_backend *be, const cf_qweight *w, cf_
     d->w = *w;
     d->tiles = NULL;
     if ((w->bits == 4 || w->bits == 8) && cf_cpu_qpack_useful()) {
-        const cf_qmat qm = {.q = w->q, .scales = w->scales, .biases = w->biases, .sb_dtype = w->sb_dtype, .bits = w->bits,
-                            .group = w->group, .rows = w->rows, .cols = w->cols};
+        const cf_qmat qm = qmat_of(d);
         d->tiles = cf_cpu_qpack(&qm);
     }
     b->qw = nq;
@@ -220,10 +226,7 @@ static void matmul_share(cf_tensor out, cf_tensor x, cf_tensor w, int64_t t, int
     const int64_t j1 = j1e < d ? j1e : d;
     if (j1 <= j0) return;
     if (w.dtype == CF_Q) {
-        const cpu_qweight *cq = w.data;
-        const cf_qweight *q = &cq->w;
-        const cf_qmat qm = {.q = q->q, .scales = q->scales, .biases = q->biases, .sb_dtype = q->sb_dtype, .bits = q->bits,
-                            .group = q->group, .rows = q->rows, .cols = q->cols, .tiles = cq->tiles};
+        const cf_qmat qm = qmat_of(w.data);
         cf_cpu_qgemm(x.data, x.stride, n, &qm, j0, j1, (float *)out.data + j0, out.stride);
         return;
     }
@@ -433,15 +436,9 @@ static void cpu_copy(cf_backend *be, cf_tensor dst, cf_tensor src) {
 
 static void cpu_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) {
     const int64_t n = x.rows;
-    if (a->own_kv && a->wv.data) {
-        const cf_tensor out[3] = {a->q, a->k, a->v}, w[3] = {a->wq, a->wk, a->wv}, bias[3] = {a->bq, a->bk, a->bv};
-        cpu_matmuls(be, 3, out, x, w, bias);
-    } else if (a->own_kv) {
-        const cf_tensor out[2] = {a->q, a->k}, w[2] = {a->wq, a->wk}, bias[2] = {a->bq, a->bk};
-        cpu_matmuls(be, 2, out, x, w, bias);
-        cpu_copy(be, a->v, a->k);
-    } else
-        cpu_matmul(be, a->q, x, a->wq, a->bq);
+    const cf_tensor out[3] = {a->q, a->k, a->v}, w[3] = {a->wq, a->wk, a->wv}, bias[3] = {a->bq, a->bk, a->bv};
+    cpu_matmuls(be, !a->own_kv ? 1 : a->wv.data ? 3 : 2, out, x, w, bias);  /* no wv: values = keys */
+    if (a->own_kv && !a->wv.data) cpu_copy(be, a->v, a->k);
     if (a->q_norm.data) {
         cf_tensor qh = cf_reshape(a->q, n * a->n_heads, a->head_dim);
         cpu_rmsnorm(be, qh, qh, a->q_norm, a->eps, a->w_offset);

@@ -13,9 +13,12 @@
  *  - AVX-512 with VNNI, one row of x (decode): 8 weight rows read side by side, 128 columns a step, one
  *    vpdpbusd per weight row and 64 columns (4 bits unpacked in registers: a block's 16 packed bytes give its
  *    low nibbles, then its high ones, and x is stored in that order: even columns, then odd), the lane sums
- *    reduced to one vector per block pair (lane = weight row), then the f32 steps of the 8 rows at once;
+ *    reduced to one vector per block pair (lane = weight row), then the f32 steps of the 8 rows at once; with
+ *    the packed copy of cf_cpu_qpack (the backend's, where VNNI runs): one vpdpbusd per packed vector and 4
+ *    values of x broadcast, 16 weight rows in the lanes, no reductions (decode_packed);
  *  - AVX-512 with VNNI, 2 or more rows of x (prefill, batches): a block of 16 weight rows is unpacked once
- *    per call into a tile of 64-byte vectors, each 4 columns of the 16 rows (lane = weight row), and swept
+ *    per call (from the packed copy when there is one) into a tile of 64-byte vectors, each 4 columns of the
+ *    16 rows (lane = weight row), and swept
  *    by up to 8 rows of x at a time: one vpdpbusd per 4 columns, 16 rows and row of x (4 bytes of x
  *    broadcast), the f32 step once per block.
  * Scales and biases are widened to f32 for a block of weight rows first (transposed for the AVX-512 paths).
@@ -105,10 +108,6 @@ static void generic_c(const float *x, int64_t xs, int64_t n, const cf_qmat *w, i
 
 /* ---- 4 and 8 bits: int8 activations ---- */
 
-/* A call's scratch (one allocation): the rows of x in int8 as every path reads them, and room for a block of
- * weight rows (wrow: one row unpacked, C; tile: 16 rows regrouped, AVX-512, or 8, AVX2; sf, bf: scales and
- * biases widened to f32). Rows of x are padded to an even number of blocks (nbp) and groups to a multiple of
- * 16 (ngp); the padding holds zeros. */
 /* ---- the packed layout of cf_cpu_qpack (cpu_quant.h) ---- */
 
 static INL int64_t sb_size(cf_dtype t) { return t == CF_F32 ? 4 : 2; }
@@ -143,6 +142,10 @@ uint8_t *cf_cpu_qpack(const cf_qmat *w) {
     return p;
 }
 
+/* A call's scratch (one allocation): the rows of x in int8 as every path reads them, and room for a block of
+ * weight rows (wrow: one row unpacked, C; tile: 16 rows regrouped, AVX-512, or 8, AVX2; sf, bf: scales and
+ * biases widened to f32). Rows of x are padded to an even number of blocks (nbp) and groups to a multiple of
+ * 16 (ngp); the padding holds zeros. */
 typedef struct qscratch {
     int64_t nb, nbp, ng, ngp;
     int8_t *xq;     /* row i at xq + i * nbp * QB; each block's 32 values in kernel order (kpos) */
