@@ -1,7 +1,8 @@
 # Thin wrapper over CMake. `make demo` and `make test` install missing Debian packages first.
 BUILD ?= build
 JOBS ?= $(shell nproc)
-# OpenMP threads wait passively: tests run side by side on few cores (see src/cli/main.c)
+# OpenMP threads (loading and quantizing; the CPU backend has its own pool) wait passively: tests run side by
+# side on few cores (see src/cli/main.c)
 export OMP_WAIT_POLICY ?= passive
 CMAKE_FLAGS ?=
 
@@ -38,7 +39,7 @@ asan: setup
 	@cmake --build build-asan -j $(JOBS)
 	@cd build-asan && ctest --output-on-failure -j $(JOBS) -LE slow $(CTEST_FLAGS)
 
-# ThreadSanitizer on the tests labelled tsan (the engine's threads; one OpenMP thread, see tests/engine)
+# ThreadSanitizer on the tests labelled tsan (the engine's threads and the CPU backend's worker pool)
 tsan: setup
 	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCINFER_CUDA=OFF -DCINFER_SANITIZE=thread >/dev/null
 	@cmake --build build-tsan -j $(JOBS)

@@ -60,7 +60,7 @@ typedef struct cinfer_model_params {
     size_t struct_size;          /* sizeof(cinfer_model_params), set by cinfer_model_default_params */
     cinfer_device device;
     int gpu_index;
-    int n_threads;               /* CPU threads; 0 = all cores */
+    int n_threads;               /* CPU threads; 0 = one per physical core */
     /* Called with 0 at the start, after each loading stage (weights, tokenizer, chat template) and
      * with 1 at the end. */
     void (*progress)(float fraction, void *user);

@@ -303,7 +303,7 @@ cf_tuning cf_tuning_from_env(void);
 
 typedef struct cf_backend_params {
     cf_device device;
-    int n_threads;       /* CPU threads; 0 = all cores */
+    int n_threads;       /* CPU threads; 0 = one per physical core */
     int gpu_index;
     size_t pool_bytes;   /* CUDA: 0 = sized from free device memory */
     cf_tuning tuning;

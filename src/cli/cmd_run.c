@@ -50,7 +50,7 @@ const char *const cf_gen_flags_help =
     "                           models/cinfer-tiny-draft); its tokenizer must agree with the model's\n"
     "  --draft-max N            drafted tokens per step at most, 1..16 (default: adaptive up to 16)\n"
     "  --device cpu|cuda        compute device (default cpu)\n"
-    "  --threads N              CPU threads (default: all cores)\n";
+    "  --threads N              CPU threads (default: one per physical core)\n";
 
 /* --flag with an integer value in [lo, hi]. */
 static int int_flag(const char *verb, int argc, char **argv, int *i, const char *flag, long lo, long hi, long *out) {

@@ -41,7 +41,7 @@ static const char *serve_help =
     "  --draft-model DIR        a draft model for \"draft\" (with --spec draft and the embedded model, by\n"
     "                           default models/cinfer-tiny-draft); its tokenizer must agree with the model's\n"
     "  --device cpu|cuda        compute device (default cpu)\n"
-    "  --threads N              CPU threads (default: all cores)\n";
+    "  --threads N              CPU threads (default: one per physical core)\n";
 
 static atomic_int stop_requested;
 static pthread_mutex_t stop_mu = PTHREAD_MUTEX_INITIALIZER;

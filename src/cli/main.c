@@ -31,7 +31,8 @@ static void usage(FILE *fp) {
 }
 
 /* OpenMP threads that spin while waiting at barriers starve each other as soon as the machine has
- * other work (on 2 cores: 7x slower decode, measured). libgomp reads OMP_WAIT_POLICY when it is loaded,
+ * other work (on 2 cores: 7x slower decode, measured, when the CPU backend ran on OpenMP; it now has its own
+ * pool, cpu_workers.c, and OpenMP runs the loading, quantizing and bandwidth loops). libgomp reads OMP_WAIT_POLICY when it is loaded,
  * before main, so the program sets it and starts itself again once, unless the user chose a wait policy
  * (OMP_WAIT_POLICY) or a spin count (GOMP_SPINCOUNT) already. */
 static void prefer_passive_openmp(char **argv) {

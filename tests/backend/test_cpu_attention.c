@@ -68,6 +68,7 @@ typedef struct shape {
 } shape;
 
 static cf_attn_scratch scratch;
+static cf_workers *pool3;   /* 3 threads */
 
 /* one shape: every instruction set and thread count against the reference */
 static void run_shape(const shape *sh) {
@@ -107,7 +108,7 @@ static void run_shape(const shape *sh) {
         for (int threads = 1; threads <= 3; threads += 2) {
             for (int64_t i = 0; i < os * sh->n_rows; i++) out[i] = -777.0f;
             cinfer_error e = {0};
-            CHECK(cf_cpu_attention(&c, threads, (cf_cpu_isa_level)isa, &scratch, &e) == CINFER_OK, "%s", e.message);
+            CHECK(cf_cpu_attention(&c, threads == 1 ? NULL : pool3, (cf_cpu_isa_level)isa, &scratch, &e) == CINFER_OK, "%s", e.message);
             double worst = 0;
             int pad_ok = 1;
             for (int i = 0; i < sh->n_rows; i++) {
@@ -128,6 +129,11 @@ done:
 }
 
 int main(void) {
+    cinfer_error pe = {0};
+    if (cf_workers_create(3, &pool3, &pe) != CINFER_OK) {
+        fprintf(stderr, "test_cpu_attention: %s\n", pe.message);
+        return 1;
+    }
     static const int hds[] = {64, 80, 128, 256, 36};
     static const int groups[] = {1, 4, 8, 3};
     for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
@@ -151,6 +157,7 @@ int main(void) {
                 run_shape(&s2);
             }
     free(scratch.buf);
+    cf_workers_free(pool3);
     printf("test_cpu_attention: %d checks, %d failures (instruction sets: C%s%s)\n", checks, failures,
            cf_cpu_isa_available(CF_ISA_AVX2) ? ", AVX2" : "", cf_cpu_isa_available(CF_ISA_AVX512) ? ", AVX-512" : "");
     return failures != 0;

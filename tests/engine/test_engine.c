@@ -10,8 +10,7 @@
  *
  * usage: test_engine MODEL_DIR        the checks that hold for any model (greedy, logprobs, text)
  *        test_engine --tiny TMP_DIR   writes the tiny model into TMP_DIR and runs every check
- * CINFER_TEST_THREADS sets the CPU threads (default 2); ThreadSanitizer runs use 1, since libgomp's
- * barriers are not instrumented and TSan would report every parallel matmul as a race. */
+ * CINFER_TEST_THREADS sets the CPU threads (default 2). */
 #include "cinfer.h"
 #include "model/model.h"
 #include "tiny_model.h"

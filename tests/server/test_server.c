@@ -634,7 +634,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     cinfer_error err = {0};
     cinfer_model_params mp = cinfer_model_default_params();
-    const char *nt = getenv("CINFER_TEST_THREADS");  /* ThreadSanitizer runs use 1: libgomp is not instrumented */
+    const char *nt = getenv("CINFER_TEST_THREADS");  
     mp.n_threads = nt ? atoi(nt) : 2;
     cinfer_engine_params ep = cinfer_engine_default_params();
     ep.max_batch = 8;

@@ -13,7 +13,7 @@
 #include "base/status.h"
 
 #include <math.h>
-#include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -349,9 +349,79 @@ static void attend(const cf_attn_call *c, const dims *d, tile_fn tile, int i, in
     }
 }
 
-cinfer_status cf_cpu_attention(const cf_attn_call *c, int n_threads, cf_cpu_isa_level isa, cf_attn_scratch *s, cinfer_error *err) {
+/* One call's work: tasks (row, kv head, block of keys) taken in turn by the threads, then the merge of
+ * split rows. */
+typedef struct attn_job {
+    const cf_attn_call *c;
+    dims d;
+    tile_fn tile;
+    int split;
+    int64_t pairs;
+    float *buf, *parts;
+    size_t per_thread, part;
+    _Atomic int64_t next;   /* the next task to take */
+} attn_job;
+
+static void attn_tasks(void *arg, int t, int T) {
+    attn_job *j = arg;
+    const cf_attn_call *c = j->c;
+    const dims d = j->d;
+    const int split = j->split;
+    float *sc = j->buf + j->per_thread * (size_t)t, *ml = sc + d.G * KT;
+    const int64_t tasks = j->pairs * split;
+    for (int64_t k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < tasks;) {
+        const int i = (int)(k / split / c->n_kv_heads), h = (int)(k / split % c->n_kv_heads), b = (int)(k % split);
+        const int p = row_pos(c, i), lo = row_lo(c, p), n = p - lo + 1;
+        const int a0 = lo + (int)((int64_t)n * b / split), a1 = lo + (int)((int64_t)n * (b + 1) / split);
+        if (split == 1) {
+            float *o = c->out + (int64_t)i * c->os + (int64_t)h * d.G * d.vhd;
+            attend(c, &d, j->tile, i, h, a0, a1, ml, ml + d.G, o, sc);
+            for (int g = 0; g < d.G; g++) {
+                const float inv = 1.0f / ml[d.G + g];
+                for (int e = 0; e < d.vhd; e++) o[(int64_t)g * d.vhd + e] *= inv;
+            }
+        } else {
+            float *pa = j->parts + j->part * (size_t)k;
+            attend(c, &d, j->tile, i, h, a0, a1, pa + (size_t)d.G * d.vhd, pa + (size_t)d.G * d.vhd + d.G, pa, sc);
+        }
+    }
+    (void)T;
+}
+
+static void attn_merge(void *arg, int t, int T) {
+    const attn_job *j = arg;
+    const cf_attn_call *c = j->c;
+    const dims d = j->d;
+    const int split = j->split;
+    const float *parts = j->parts;
+    const size_t part = j->part;
+    for (int64_t pr = j->pairs * t / T; pr < j->pairs * (t + 1) / T; pr++) {
+        const int i = (int)(pr / c->n_kv_heads), h = (int)(pr % c->n_kv_heads);
+        float *o = c->out + (int64_t)i * c->os + (int64_t)h * d.G * d.vhd;
+        for (int g = 0; g < d.G; g++) {
+            float M = -INFINITY, L = 0;
+            for (int b = 0; b < split; b++) {
+                const float mb = parts[part * (size_t)(pr * split + b) + (size_t)d.G * d.vhd + g];
+                if (mb > M) M = mb;
+            }
+            float *og = o + (int64_t)g * d.vhd;
+            memset(og, 0, (size_t)d.vhd * sizeof *og);
+            for (int b = 0; b < split; b++) {
+                const float *pa = parts + part * (size_t)(pr * split + b);
+                const float mb = pa[(size_t)d.G * d.vhd + g], lb = pa[(size_t)d.G * d.vhd + d.G + g];
+                if (lb == 0) continue;  /* an empty block */
+                const float w = expf(mb - M);
+                L += lb * w;
+                for (int e = 0; e < d.vhd; e++) og[e] += w * pa[(int64_t)g * d.vhd + e];
+            }
+            const float inv = 1.0f / L;
+            for (int e = 0; e < d.vhd; e++) og[e] *= inv;
+        }
+    }
+}
+
+cinfer_status cf_cpu_attention(const cf_attn_call *c, cf_workers *pool, cf_cpu_isa_level isa, cf_attn_scratch *s, cinfer_error *err) {
     const dims d = {.G = c->n_heads / c->n_kv_heads, .hd = c->head_dim, .vhd = c->v_head_dim, .scale = c->scale, .softcap = c->softcap};
-    const tile_fn tile = tile_for(isa);
     int64_t keys = 0;
     int max_keys = 0;
     for (int i = 0; i < c->n_rows; i++) {
@@ -359,6 +429,7 @@ cinfer_status cf_cpu_attention(const cf_attn_call *c, int n_threads, cf_cpu_isa_
         keys += nk;
         if (nk > max_keys) max_keys = nk;
     }
+    const int n_threads = cf_workers_threads(pool);
     const int nt = keys * c->n_heads * (c->head_dim + c->v_head_dim) >= PAR_MIN_WORK && n_threads > 1 ? n_threads : 1;
     const int64_t pairs = (int64_t)c->n_rows * c->n_kv_heads;
     int split = 1;
@@ -375,54 +446,10 @@ cinfer_status cf_cpu_attention(const cf_attn_call *c, int n_threads, cf_cpu_isa_
         s->buf = nb;
         s->floats = need;
     }
-    float *const parts = s->buf + per_thread * (size_t)nt;
-    const int64_t tasks = pairs * split;
-    #pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        float *sc = s->buf + per_thread * (size_t)omp_get_thread_num(), *ml = sc + d.G * KT;
-        #pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < tasks; t++) {
-            const int i = (int)(t / split / c->n_kv_heads), h = (int)(t / split % c->n_kv_heads), b = (int)(t % split);
-            const int p = row_pos(c, i), lo = row_lo(c, p), n = p - lo + 1;
-            const int a0 = lo + (int)((int64_t)n * b / split), a1 = lo + (int)((int64_t)n * (b + 1) / split);
-            if (split == 1) {
-                float *o = c->out + (int64_t)i * c->os + (int64_t)h * d.G * d.vhd;
-                attend(c, &d, tile, i, h, a0, a1, ml, ml + d.G, o, sc);
-                for (int g = 0; g < d.G; g++) {
-                    const float inv = 1.0f / ml[d.G + g];
-                    for (int k = 0; k < d.vhd; k++) o[(int64_t)g * d.vhd + k] *= inv;
-                }
-            } else {
-                float *pa = parts + part * (size_t)t;
-                attend(c, &d, tile, i, h, a0, a1, pa + (size_t)d.G * d.vhd, pa + (size_t)d.G * d.vhd + d.G, pa, sc);
-            }
-        }
-        if (split > 1) {
-            #pragma omp for schedule(static)
-            for (int64_t pr = 0; pr < pairs; pr++) {
-                const int i = (int)(pr / c->n_kv_heads), h = (int)(pr % c->n_kv_heads);
-                float *o = c->out + (int64_t)i * c->os + (int64_t)h * d.G * d.vhd;
-                for (int g = 0; g < d.G; g++) {
-                    float M = -INFINITY, L = 0;
-                    for (int b = 0; b < split; b++) {
-                        const float mb = parts[part * (size_t)(pr * split + b) + (size_t)d.G * d.vhd + g];
-                        if (mb > M) M = mb;
-                    }
-                    float *og = o + (int64_t)g * d.vhd;
-                    memset(og, 0, (size_t)d.vhd * sizeof *og);
-                    for (int b = 0; b < split; b++) {
-                        const float *pa = parts + part * (size_t)(pr * split + b);
-                        const float mb = pa[(size_t)d.G * d.vhd + g], lb = pa[(size_t)d.G * d.vhd + d.G + g];
-                        if (lb == 0) continue;  /* an empty block */
-                        const float w = expf(mb - M);
-                        L += lb * w;
-                        for (int k = 0; k < d.vhd; k++) og[k] += w * pa[(int64_t)g * d.vhd + k];
-                    }
-                    const float inv = 1.0f / L;
-                    for (int k = 0; k < d.vhd; k++) og[k] *= inv;
-                }
-            }
-        }
-    }
+    attn_job j = {.c = c, .d = d, .tile = tile_for(isa), .split = split, .pairs = pairs, .buf = s->buf,
+                  .parts = s->buf + per_thread * (size_t)nt, .per_thread = per_thread, .part = part};
+    atomic_init(&j.next, 0);
+    cf_workers_run(pool, nt, attn_tasks, &j);
+    if (split > 1) cf_workers_run(pool, nt, attn_merge, &j);
     return CINFER_OK;
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_workers.h"
 #include "cinfer.h"
 
 /* One attention call. Row i (query position p = pos ? pos[i] : pos0 + i) sees the keys at positions
@@ -40,9 +41,9 @@ typedef struct cf_attn_scratch {
     size_t floats;
 } cf_attn_scratch;
 
-/* Runs one call on up to n_threads threads with the kernels of isa (which this CPU must run: see
+/* Runs one call on the threads of pool (NULL: this thread alone) with the kernels of isa (which this CPU must run: see
  * cf_cpu_isa_available). Fails only when the scratch cannot grow (nothing written then). */
-cinfer_status cf_cpu_attention(const cf_attn_call *c, int n_threads, cf_cpu_isa_level isa, cf_attn_scratch *s,
+cinfer_status cf_cpu_attention(const cf_attn_call *c, cf_workers *pool, cf_cpu_isa_level isa, cf_attn_scratch *s,
                                cinfer_error *err);
 
 #endif

@@ -1,5 +1,6 @@
 /* cpu_backend.c: the reference backend. Float32 activations, weights used in place from the mmapped
- * files (f32, bf16, f16, and MLX affine-quantized: matmul through cf_cpu_qgemm), OpenMP over output rows. Every operation but attention (cpu_attention.c) is written out plainly: this file is
+ * files (f32, bf16, f16, and MLX affine-quantized: matmul through cf_cpu_qgemm), its worker pool (cpu_workers.h)
+ * over output rows. Every operation but attention (cpu_attention.c) is written out plainly: this file is
  * the definition of what each op in backend.h computes. Its memory is host memory, so the *_pos ops read
  * their positions directly and sample runs the host sampler (sample/sampler.h); there are no graph ops.
  * The only op that can fail is sample: its failure is kept and reported (then forgotten) by the next
@@ -7,12 +8,12 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_workers.h"
 #include "backend/cpu/cpu_quant.h"
 #include "base/status.h"
 #include "sample/sampler.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@ typedef struct cpu_backend {
     int64_t smp_vocab;
     float read_vals[2][16];   /* read_begin's slots (ops run when enqueued: the values are read at once) */
     int read_n[2];
+    cf_workers *pool;            /* base.n_threads threads, this one included */
     cf_attn_scratch attn;     /* the attention's work space, grown as needed and kept */
     cf_cpu_isa_level isa;     /* the attention kernels' instruction set */
     cpu_qweight **qw;         /* the quantized weights uploaded (CF_Q tensors point at them) */
@@ -63,11 +65,29 @@ static cinfer_status report(cpu_backend *b, cinfer_error *err) {
     return cf_fail(err, st, "%s", b->message);
 }
 
-#define NT(be) num_threads((be)->n_threads)
-/* Below this many multiply-adds an op runs on one thread: waking the team costs more than it saves. */
+/* Below this many multiply-adds an op runs on one thread: waking the workers costs more than it saves. */
 #define PAR_MIN_WORK (1 << 18)
 
 static float *row(cf_tensor t, int64_t r) { return (float *)t.data + r * t.stride; }
+
+/* An op over rows: body(ctx, r0, r1) on shares of the rows, on every thread when `parallel`. */
+typedef struct rows_job {
+    void (*body)(void *ctx, int64_t r0, int64_t r1);
+    void *ctx;
+    int64_t rows;
+} rows_job;
+
+static void rows_share(void *arg, int t, int T) {
+    const rows_job *j = arg;
+    int64_t r0, r1;
+    cf_workers_share(j->rows, 1, t, T, &r0, &r1);
+    if (r0 < r1) j->body(j->ctx, r0, r1);
+}
+
+static void par_rows(cf_backend *be, int64_t rows, int parallel, void (*body)(void *, int64_t, int64_t), void *ctx) {
+    rows_job j = {body, ctx, rows};
+    cf_workers_run(CPU(be)->pool, parallel ? be->n_threads : 1, rows_share, &j);
+}
 
 static void cpu_destroy(cf_backend *be) {
     cf_sampler_free(CPU(be)->smp);
@@ -77,6 +97,7 @@ static void cpu_destroy(cf_backend *be) {
         free(CPU(be)->qw[i]);
     }
     free(CPU(be)->qw);
+    cf_workers_free(CPU(be)->pool);
     free(be);
 }
 
@@ -189,21 +210,33 @@ static void cpu_embed(cf_backend *be, cf_tensor out, cf_tensor table, cf_tensor 
     }
 }
 
+typedef struct norm_job {
+    cf_tensor out, x;
+    const float *w;
+    float eps, w_offset;
+} norm_job;
+
 /* y = x / sqrt(mean(x^2) + eps) * (w + w_offset) */
+static void rmsnorm_rows(void *ctx, int64_t r0, int64_t r1) {
+    const norm_job *j = ctx;
+    const int64_t n = j->x.cols;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = row(j->x, r);
+        float *o = row(j->out, r);
+        double ss = 0;
+        for (int64_t c = 0; c < n; c++) ss += (double)xr[c] * xr[c];
+        float inv = 1.0f / sqrtf((float)(ss / (double)n) + j->eps);
+        for (int64_t c = 0; c < n; c++) o[c] = xr[c] * inv * (j->w[c] + j->w_offset);
+    }
+}
+
 static void cpu_rmsnorm(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, float eps, float w_offset) {
     int64_t n = x.cols;
     float *wf = malloc((size_t)n * sizeof *wf);
     if (!wf) return;
     cf_to_f32(wf, w.data, w.dtype, (size_t)n);
-    #pragma omp parallel for NT(be) if (x.rows * x.cols >= PAR_MIN_WORK)
-    for (int64_t r = 0; r < x.rows; r++) {
-        const float *xr = row(x, r);
-        float *o = row(out, r);
-        double ss = 0;
-        for (int64_t c = 0; c < n; c++) ss += (double)xr[c] * xr[c];
-        float inv = 1.0f / sqrtf((float)(ss / (double)n) + eps);
-        for (int64_t c = 0; c < n; c++) o[c] = xr[c] * inv * (wf[c] + w_offset);
-    }
+    norm_job j = {out, x, wf, eps, w_offset};
+    par_rows(be, x.rows, x.rows * x.cols >= PAR_MIN_WORK, rmsnorm_rows, &j);
     free(wf);
 }
 
@@ -244,6 +277,17 @@ static void add_bias(cf_tensor out, cf_tensor bias) {
 /* out[e] = x . w[e]^T + bias[e] for `count` weights that share x, in one parallel region (one wake-up of the
  * threads instead of count: decoding runs a region in well under a millisecond); the values are those of
  * count separate products. */
+typedef struct matmuls_job {
+    int count;
+    const cf_tensor *out, *w;
+    cf_tensor x;
+} matmuls_job;
+
+static void matmuls_share(void *ctx, int t, int T) {
+    const matmuls_job *j = ctx;
+    for (int e = 0; e < j->count; e++) matmul_share(j->out[e], j->x, j->w[e], t, T);
+}
+
 static void cpu_matmuls(cf_backend *be, int count, const cf_tensor *out, cf_tensor x, const cf_tensor *w, const cf_tensor *bias) {
     int64_t work = 0, blocks = 0;
     for (int e = 0; e < count; e++) {
@@ -253,11 +297,8 @@ static void cpu_matmuls(cf_backend *be, int count, const cf_tensor *out, cf_tens
     }
     int nt = work >= PAR_MIN_WORK ? be->n_threads : 1;
     if (nt > blocks) nt = blocks > 0 ? (int)blocks : 1;
-    #pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
-        for (int e = 0; e < count; e++) matmul_share(out[e], x, w[e], t, T);
-    }
+    matmuls_job j = {count, out, w, x};
+    cf_workers_run(CPU(be)->pool, nt, matmuls_share, &j);
     for (int e = 0; e < count; e++) add_bias(out[e], bias[e]);
 }
 
@@ -278,11 +319,18 @@ static void cpu_scale(cf_backend *be, cf_tensor x, float s) {
         for (int64_t c = 0; c < x.cols; c++) row(x, r)[c] *= s;
 }
 
-static void cpu_glu(cf_backend *be, cf_tensor out, cf_tensor gate, cf_tensor up, cf_act act) {
-    #pragma omp parallel for NT(be) if (out.rows * out.cols >= PAR_MIN_WORK / 16)
-    for (int64_t r = 0; r < out.rows; r++) {
+typedef struct glu_job {
+    cf_tensor out, gate, up;
+    cf_act act;
+} glu_job;
+
+static void glu_rows(void *ctx, int64_t r0, int64_t r1) {
+    const glu_job *j = ctx;
+    const cf_tensor out = j->out;
+    const cf_act act = j->act;
+    for (int64_t r = r0; r < r1; r++) {
         float *o = row(out, r);
-        const float *g = row(gate, r), *u = row(up, r);
+        const float *g = row(j->gate, r), *u = row(j->up, r);
         for (int64_t c = 0; c < out.cols; c++) {
             float a;
             if (act == CF_ACT_SILU) {
@@ -294,6 +342,11 @@ static void cpu_glu(cf_backend *be, cf_tensor out, cf_tensor gate, cf_tensor up,
             o[c] = a * u[c];
         }
     }
+}
+
+static void cpu_glu(cf_backend *be, cf_tensor out, cf_tensor gate, cf_tensor up, cf_act act) {
+    glu_job j = {out, gate, up, act};
+    par_rows(be, out.rows, out.rows * out.cols >= PAR_MIN_WORK / 16, glu_rows, &j);
 }
 
 static void cpu_softcap(cf_backend *be, cf_tensor x, float cap) {
@@ -331,7 +384,7 @@ static void cpu_kv_store(cf_backend *be, cf_tensor cache, cf_tensor src, int pos
 
 static void run_attention(cpu_backend *b, const cf_attn_call *c) {
     cinfer_error e = {0};
-    if (cf_cpu_attention(c, b->base.n_threads, b->isa, &b->attn, &e) != CINFER_OK) fail(b, e.code, e.message);
+    if (cf_cpu_attention(c, b->pool, b->isa, &b->attn, &e) != CINFER_OK) fail(b, e.code, e.message);
 }
 
 /* softmax(scale * q.k (softcapped)) . v over the visible keys of each query, per head (cpu_attention.c) */
@@ -421,15 +474,25 @@ static void cpu_sample(cf_backend *be, cf_tensor ids, cf_tensor logits, cf_tenso
     }
 }
 
-/* dst is f32 (activations) or of src's type (token ids) */
-static void cpu_copy(cf_backend *be, cf_tensor dst, cf_tensor src) {
-    size_t es = cf_dtype_size(src.dtype);
-    #pragma omp parallel for NT(be) if (dst.rows > 16)
-    for (int64_t r = 0; r < dst.rows; r++) {
+typedef struct copy_job {
+    cf_tensor dst, src;
+} copy_job;
+
+static void copy_rows(void *ctx, int64_t r0, int64_t r1) {
+    const copy_job *j = ctx;
+    const cf_tensor dst = j->dst, src = j->src;
+    const size_t es = cf_dtype_size(src.dtype);
+    for (int64_t r = r0; r < r1; r++) {
         const char *from = (const char *)src.data + (size_t)(r * src.stride) * es;
         if (dst.dtype == src.dtype) memcpy((char *)dst.data + (size_t)(r * dst.stride) * es, from, (size_t)dst.cols * es);
         else cf_to_f32(row(dst, r), from, src.dtype, (size_t)dst.cols);
     }
+}
+
+/* dst is f32 (activations) or of src's type (token ids) */
+static void cpu_copy(cf_backend *be, cf_tensor dst, cf_tensor src) {
+    copy_job j = {dst, src};
+    par_rows(be, dst.rows, dst.rows > 16, copy_rows, &j);
 }
 
 /* ---- fused ops: their definitions, as the plain op sequences they stand for ---- */
@@ -534,9 +597,14 @@ cinfer_status cf_cpu_backend_create(const cf_backend_params *p, cf_backend **out
     if (!p->tuning.fused_ops) b->ops.qkv = NULL, b->ops.matmul_glu = NULL, b->ops.matmul_gated = NULL, b->ops.add_norm = NULL;
     b->base.ops = &b->ops;
     b->base.act_dtype = CF_F32;
-    b->base.n_threads = p->n_threads > 0 ? p->n_threads : omp_get_num_procs();
+    b->base.n_threads = p->n_threads > 0 ? p->n_threads : cf_workers_default_threads();
     b->base.prefill_chunk = 256;
     b->isa = cf_cpu_best_isa();
+    cinfer_status st = cf_workers_create(b->base.n_threads, &b->pool, err);
+    if (st != CINFER_OK) {
+        free(b);
+        return st;
+    }
     *out = &b->base;
     return CINFER_OK;
 }
