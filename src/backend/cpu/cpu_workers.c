@@ -1,6 +1,7 @@
 /* cpu_workers.c: the CPU backend's worker threads (see cpu_workers.h). A job is published by bumping `gen`;
- * workers wait for a new generation by spinning (while spinning pays) and then on a futex; the last worker
- * to finish stores the generation in `done` and wakes the caller if it sleeps. */
+ * workers wait for a new generation by spinning (while spinning pays) and then on a futex; each runs its share
+ * (or none, past the job's thread count) and answers; the last to answer stores the generation in `done` and
+ * wakes the caller if it sleeps. The caller writes the next job only after every worker answered. */
 #define _GNU_SOURCE
 #include "backend/cpu/cpu_workers.h"
 
@@ -39,7 +40,7 @@ struct cf_workers {
     _Atomic int nt;
     _Atomic uint32_t gen;       /* futex: the job generation */
     _Atomic uint32_t done;      /* futex: the generation whose shares are all done */
-    _Atomic int pending;        /* workers still in the current job */
+    _Atomic int pending;        /* workers yet to answer the current job */
     _Atomic int sleepers;       /* workers asleep on gen */
     _Atomic int caller_sleeps;  /* the caller is asleep on done */
     _Atomic bool spin;          /* spinning allowed (no more runnable threads than cores) */
@@ -100,8 +101,7 @@ static void *worker_main(void *arg) {
         seen = atomic_load_explicit(&p->gen, memory_order_acquire);
         if (atomic_load(&p->stop)) return NULL;
         const int nt = atomic_load_explicit(&p->nt, memory_order_relaxed);
-        if (me->t >= nt) continue;
-        p->fn(p->ctx, me->t, nt);
+        if (me->t < nt) p->fn(p->ctx, me->t, nt);
         if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
             atomic_store(&p->done, seen);
             if (atomic_load(&p->caller_sleeps)) futex_wake(&p->done);
@@ -222,7 +222,7 @@ void cf_workers_run(cf_workers *p, int nt, cf_workers_fn fn, void *ctx) {
     p->fn = fn;
     p->ctx = ctx;
     atomic_store_explicit(&p->nt, nt, memory_order_relaxed);
-    atomic_store(&p->pending, nt - 1);
+    atomic_store(&p->pending, p->n - 1);   /* every worker answers, so none reads the next job's fields for this one */
     const uint32_t g = atomic_fetch_add(&p->gen, 1) + 1;
     if (atomic_load(&p->sleepers)) futex_wake(&p->gen);
     fn(ctx, 0, nt);
