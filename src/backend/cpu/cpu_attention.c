@@ -1,8 +1,9 @@
 /* cpu_attention.c: attention over f32 cache rows (cpu_attention.h), owning its kernels and thread split.
  *
- * A task is one query row, one kv head and one block of its keys. It walks the keys in tiles of up to KT
- * (gathered across ring wraps and cache blocks as row pointers): the scores of all G query heads of the
- * group against each key row, then per head the running max m, the rescale of the sum l and accumulator by
+ * A task is one query row, one kv head (a few rows, as in decode: every kv head, the threads splitting the
+ * keys instead) and one block of its keys. It walks the keys in tiles of up to KT (gathered across ring wraps
+ * and cache blocks as row pointers), fetching the keys ahead in decode: per kv head, the scores of all G query
+ * heads of the group against each key row, then per head the running max m, the rescale of the sum l and accumulator by
  * exp(m_old - m_new), p = exp(score - m_new), and acc += p * v for each value row. With one block per
  * (row, kv head) the accumulator is the output row itself, divided by l at the end; with several, each
  * block keeps (m, l, acc) in the scratch and a second pass merges them: M = max m_b, L = sum l_b e^(m_b - M),
@@ -24,7 +25,9 @@
 
 #define INL inline __attribute__((always_inline))
 #define KT 64                 /* keys per tile */
-#define SPLIT_MIN_KEYS 256    /* the fewest keys a block of a split row gets */
+#define SPLIT_MIN_KEYS 256    /* the fewest keys a block of a split row gets (one kv head a task) */
+#define SPLIT_MIN_KEYS_ALL KT   /* the same with every kv head in the task */
+#define MAX_GROUP_HEADS 64    /* kv heads one task takes at most */
 #define PAR_MIN_WORK (1 << 18)
 
 /* The shape a kernel sees: G query heads (contiguous rows of hd) against key rows of hd, value rows of vhd. */
@@ -331,31 +334,63 @@ static int64_t cache_row(const cf_attn_call *c, int i, int j) {
     return (int64_t)t[j / c->block] * c->block + j % c->block;
 }
 
-/* keys a .. b-1 of row i for kv head h into (m, l, acc) */
-static void attend(const cf_attn_call *c, const dims *d, tile_fn tile, int i, int h, int a, int b, float *m, float *l, float *acc,
-                   float *sc) {
-    const float *kr[KT], *vr[KT];
-    const float *q = c->q + (int64_t)i * c->qs + (int64_t)h * d->G * d->hd;
-    for (int g = 0; g < d->G; g++) m[g] = -INFINITY, l[g] = 0;
-    memset(acc, 0, (size_t)d->G * (size_t)d->vhd * sizeof *acc);
-    for (int j0 = a; j0 < b; j0 += KT) {
-        const int nt = b - j0 < KT ? b - j0 : KT;
-        for (int j = 0; j < nt; j++) {
-            const int64_t r = cache_row(c, i, j0 + j);
-            kr[j] = c->k + r * c->ks + (int64_t)h * d->hd;
-            vr[j] = c->v + r * c->vs + (int64_t)h * d->vhd;
+/* the cache rows of keys j0 .. min(j0 + KT, b) - 1 of row i (all heads); returns how many */
+static int rows_of(const cf_attn_call *c, int i, int j0, int b, const float **kb, const float **vb) {
+    const int nt = b - j0 < KT ? b - j0 : KT;
+    for (int j = 0; j < nt; j++) {
+        const int64_t r = cache_row(c, i, j0 + j);
+        kb[j] = c->k + r * c->ks;
+        vb[j] = c->v + r * c->vs;
+    }
+    return nt;
+}
+
+/* keys a .. b-1 of row i for kv heads h0 .. h0 + nh - 1, head h0 + h into (m[h], l[h], acc[h]): tile by tile,
+ * every head on a tile before the next tile, so that the tile's cache rows (all heads' keys or values of a
+ * position side by side) come from memory once and are used whole while they are in cache. */
+static void attend(const cf_attn_call *c, const dims *d, tile_fn tile, int i, int h0, int nh, int a, int b, int fetch,
+                   float *const *m, float *const *l, float *const *acc, float *sc) {
+    const float *kb[2][KT], *vb[2][KT], *kr[KT], *vr[KT];
+    for (int h = 0; h < nh; h++) {
+        for (int g = 0; g < d->G; g++) m[h][g] = -INFINITY, l[h][g] = 0;
+        memset(acc[h], 0, (size_t)d->G * (size_t)d->vhd * sizeof *acc[h]);
+    }
+    int cur = 0, nt = rows_of(c, i, a, b, kb[0], vb[0]);
+    /* The hardware prefetchers do not follow the kernels' reads (a head's slice of each row, rows a cache row
+     * apart), and from a cold cache decode attention was latency-bound, 2x slower: the block's rows are asked
+     * for at once, and each tile again head by head while the tile before it is computed. (Prefill rows share
+     * their keys, which stay in cache: fetch is 0 for them.) */
+    for (int j = a; fetch && j < b; j++) {
+        const int64_t r = cache_row(c, i, j);
+        const char *kp = (const char *)(c->k + r * c->ks + (int64_t)h0 * d->hd), *vp = (const char *)(c->v + r * c->vs + (int64_t)h0 * d->vhd);
+        for (int e = 0; e < nh * d->hd * (int)sizeof(float); e += 64) __builtin_prefetch(kp + e, 0, 1);
+        for (int e = 0; e < nh * d->vhd * (int)sizeof(float); e += 64) __builtin_prefetch(vp + e, 0, 1);
+    }
+    for (int j0 = a; j0 < b; j0 += KT, cur ^= 1) {
+        const int nn = j0 + KT < b ? rows_of(c, i, j0 + KT, b, kb[cur ^ 1], vb[cur ^ 1]) : 0;
+        for (int h = 0; h < nh; h++) {
+            const int64_t ko = (int64_t)(h0 + h) * d->hd, vo = (int64_t)(h0 + h) * d->vhd;
+            for (int j = 0; fetch && j < nn; j++) {
+                for (int e = 0; e < d->hd; e += 16) __builtin_prefetch(kb[cur ^ 1][j] + ko + e, 0, 2);
+                for (int e = 0; e < d->vhd; e += 16) __builtin_prefetch(vb[cur ^ 1][j] + vo + e, 0, 2);
+            }
+            for (int j = 0; j < nt; j++) kr[j] = kb[cur][j] + ko, vr[j] = vb[cur][j] + vo;
+            const float *q = c->q + (int64_t)i * c->qs + (int64_t)(h0 + h) * d->G * d->hd;
+            tile(d, q, kr, vr, nt, m[h], l[h], acc[h], sc);
         }
-        tile(d, q, kr, vr, nt, m, l, acc, sc);
+        nt = nn;
     }
 }
 
-/* One call's work: tasks (row, kv head, block of keys) taken in turn by the threads, then the merge of
+/* One call's work: tasks (row, kv heads, block of keys) taken in turn by the threads, then the merge of
  * split rows. */
 typedef struct attn_job {
     const cf_attn_call *c;
     dims d;
     tile_fn tile;
     int split;
+    int heads;              /* kv heads a task takes: all of them for a few rows (decode), else 1 */
+    int few_rows;           /* decode or a verification: the keys are fetched ahead (attend) */
     int64_t pairs;
     float *buf, *parts;
     size_t per_thread, part;
@@ -366,24 +401,31 @@ static void attn_tasks(void *arg, int t, int T) {
     attn_job *j = arg;
     const cf_attn_call *c = j->c;
     const dims d = j->d;
-    const int split = j->split;
+    const int split = j->split, H = j->heads, groups = c->n_kv_heads / H;
     float *sc = j->buf + j->per_thread * (size_t)t, *ml = sc + d.G * KT;
-    const int64_t tasks = j->pairs * split;
+    float *m[MAX_GROUP_HEADS], *l[MAX_GROUP_HEADS], *acc[MAX_GROUP_HEADS];
+    const int64_t tasks = (int64_t)c->n_rows * groups * split;
     for (int64_t k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < tasks;) {
-        const int i = (int)(k / split / c->n_kv_heads), h = (int)(k / split % c->n_kv_heads), b = (int)(k % split);
+        const int i = (int)(k / split / groups), h0 = (int)(k / split % groups) * H, b = (int)(k % split);
         const int p = row_pos(c, i), lo = row_lo(c, p), n = p - lo + 1;
         const int a0 = lo + (int)((int64_t)n * b / split), a1 = lo + (int)((int64_t)n * (b + 1) / split);
-        if (split == 1) {
-            float *o = c->out + (int64_t)i * c->os + (int64_t)h * d.G * d.vhd;
-            attend(c, &d, j->tile, i, h, a0, a1, ml, ml + d.G, o, sc);
-            for (int g = 0; g < d.G; g++) {
-                const float inv = 1.0f / ml[d.G + g];
-                for (int e = 0; e < d.vhd; e++) o[(int64_t)g * d.vhd + e] *= inv;
+        for (int h = 0; h < H; h++) {
+            if (split == 1) {   /* the accumulator is the output itself, divided by l at the end */
+                acc[h] = c->out + (int64_t)i * c->os + (int64_t)(h0 + h) * d.G * d.vhd;
+                m[h] = ml + (size_t)h * 2 * d.G;
+            } else {
+                acc[h] = j->parts + j->part * (size_t)(((int64_t)i * c->n_kv_heads + h0 + h) * split + b);
+                m[h] = acc[h] + (size_t)d.G * d.vhd;
             }
-        } else {
-            float *pa = j->parts + j->part * (size_t)k;
-            attend(c, &d, j->tile, i, h, a0, a1, pa + (size_t)d.G * d.vhd, pa + (size_t)d.G * d.vhd + d.G, pa, sc);
+            l[h] = m[h] + d.G;
         }
+        attend(c, &d, j->tile, i, h0, H, a0, a1, j->few_rows, m, l, acc, sc);
+        if (split == 1)
+            for (int h = 0; h < H; h++)
+                for (int g = 0; g < d.G; g++) {
+                    const float inv = 1.0f / l[h][g];
+                    for (int e = 0; e < d.vhd; e++) acc[h][(int64_t)g * d.vhd + e] *= inv;
+                }
     }
     (void)T;
 }
@@ -432,12 +474,16 @@ cinfer_status cf_cpu_attention(const cf_attn_call *c, cf_workers *pool, cf_cpu_i
     const int n_threads = cf_workers_threads(pool);
     const int nt = keys * c->n_heads * (c->head_dim + c->v_head_dim) >= PAR_MIN_WORK && n_threads > 1 ? n_threads : 1;
     const int64_t pairs = (int64_t)c->n_rows * c->n_kv_heads;
+    /* a few rows (decode, a verification): a task takes every kv head of a row, and threads split the keys */
+    const int few_rows = c->n_rows <= 4, heads = few_rows && c->n_kv_heads <= MAX_GROUP_HEADS ? c->n_kv_heads : 1;
+    const int64_t units = pairs / heads;
+    const int min_keys = heads > 1 ? SPLIT_MIN_KEYS_ALL : SPLIT_MIN_KEYS;
     int split = 1;
-    if (pairs < nt && max_keys >= 2 * SPLIT_MIN_KEYS) {
-        split = (int)((nt + pairs - 1) / pairs);
-        if (split > max_keys / SPLIT_MIN_KEYS) split = max_keys / SPLIT_MIN_KEYS;
+    if (units < nt && max_keys >= 2 * min_keys) {
+        split = (int)((nt + units - 1) / units);
+        if (split > max_keys / min_keys) split = max_keys / min_keys;
     }
-    const size_t per_thread = (size_t)d.G * (KT + 2), part = (size_t)d.G * (size_t)(d.vhd + 2);
+    const size_t per_thread = (size_t)d.G * (KT + 2 * (size_t)heads), part = (size_t)d.G * (size_t)(d.vhd + 2);
     const size_t need = per_thread * (size_t)nt + (split > 1 ? part * (size_t)(pairs * split) : 0);
     if (need > s->floats) {
         float *nb = malloc(need * sizeof *nb);
@@ -446,7 +492,7 @@ cinfer_status cf_cpu_attention(const cf_attn_call *c, cf_workers *pool, cf_cpu_i
         s->buf = nb;
         s->floats = need;
     }
-    attn_job j = {.c = c, .d = d, .tile = tile_for(isa), .split = split, .pairs = pairs, .buf = s->buf,
+    attn_job j = {.c = c, .d = d, .tile = tile_for(isa), .split = split, .heads = heads, .few_rows = few_rows, .pairs = pairs, .buf = s->buf,
                   .parts = s->buf + per_thread * (size_t)nt, .per_thread = per_thread, .part = part};
     atomic_init(&j.next, 0);
     cf_workers_run(pool, nt, attn_tasks, &j);
