@@ -81,10 +81,11 @@ static void run_shape(const shape *sh) {
     const int64_t os = (int64_t)n_heads * vhd + 2;
     float *q = malloc(sizeof(float) * (size_t)(qs * sh->n_rows)), *k = malloc(sizeof(float) * (size_t)(ks * slots));
     float *v = malloc(sizeof(float) * (size_t)(vs * slots)), *out = malloc(sizeof(float) * (size_t)(os * sh->n_rows));
+    float *first_out = malloc(sizeof(float) * (size_t)(os * sh->n_rows)), *alone = malloc(sizeof(float) * (size_t)os);
     double *ref = malloc(sizeof(double) * (size_t)(sh->n_rows * n_heads * vhd));
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)sh->n_rows), *rseq = calloc((size_t)sh->n_rows, sizeof(int32_t));
     int32_t *table = malloc(sizeof(int32_t) * (size_t)(n_blocks + 1));
-    if (!q || !k || !v || !out || !ref || !pos || !rseq || !table) { CHECK(0, "out of memory"); goto done; }
+    if (!q || !k || !v || !out || !ref || !pos || !rseq || !table || !first_out || !alone) { CHECK(0, "out of memory"); goto done; }
     for (int64_t i = 0; i < qs * sh->n_rows; i++) q[i] = 2.0f * frand();
     for (int64_t i = 0; i < ks * slots; i++) k[i] = frand();
     for (int64_t i = 0; i < vs * slots; i++) v[i] = frand();
@@ -122,10 +123,29 @@ static void run_shape(const shape *sh) {
                   isa_names[isa], threads, hd, sh->G, sh->kvh, sh->n_rows, sh->ctx, sh->window, sh->softcap,
                   sh->paged ? "paged" : "ring", worst);
             CHECK(pad_ok, "%s: wrote past the rows' values (hd %d, G %d)", isa_names[isa], hd, sh->G);
+            /* the same bits on every thread count, and for each row computed alone (no batch) */
+            if (threads == 1) {
+                memcpy(first_out, out, sizeof(float) * (size_t)(os * sh->n_rows));
+                for (int i = 0; i < sh->n_rows; i++) {
+                    cf_attn_call one = c;
+                    one.n_rows = 1;
+                    one.q = q + i * qs;
+                    one.out = alone;
+                    one.pos0 = first + i;
+                    if (sh->paged) one.pos = pos + i, one.row_seq = rseq + i;
+                    CHECK(cf_cpu_attention(&one, pool3, (cf_cpu_isa_level)isa, &scratch, &e) == CINFER_OK, "%s", e.message);
+                    CHECK(!memcmp(alone, out + i * os, sizeof(float) * (size_t)(n_heads * vhd)),
+                          "%s: row %d of %d alone differs from the row in the batch (hd %d, G %d, ctx %d)", isa_names[isa], i,
+                          sh->n_rows, hd, sh->G, sh->ctx);
+                }
+            } else {
+                CHECK(!memcmp(first_out, out, sizeof(float) * (size_t)(os * sh->n_rows)),
+                      "%s: 3 threads differ from 1 (hd %d, G %d, rows %d, ctx %d)", isa_names[isa], hd, sh->G, sh->n_rows, sh->ctx);
+            }
         }
     }
 done:
-    free(q), free(k), free(v), free(out), free(ref), free(pos), free(rseq), free(table);
+    free(q), free(k), free(v), free(out), free(ref), free(pos), free(rseq), free(table), free(first_out), free(alone);
 }
 
 int main(void) {
@@ -151,6 +171,11 @@ int main(void) {
                 const shape w = {.hd = hd, .G = G, .kvh = 2, .n_rows = 9, .ctx = 150, .window = 37, .paged = paged};
                 const shape s = {.hd = hd, .G = G, .kvh = 1, .n_rows = 1, .ctx = 1500, .window = 600, .softcap = 30.0f, .paged = paged};
                 const shape s2 = {.hd = hd, .G = G, .kvh = 2, .n_rows = 5, .ctx = 40, .softcap = 5.0f, .paged = paged};
+                /* a verification's few rows and a batch's many, long enough for several key blocks each */
+                const shape f = {.hd = hd, .G = G, .kvh = 2, .n_rows = 3, .ctx = 700, .paged = paged};
+                const shape f2 = {.hd = hd, .G = G, .kvh = 2, .n_rows = 6, .ctx = 600, .window = 530, .paged = paged};
+                run_shape(&f);
+                run_shape(&f2);
                 run_shape(&b);
                 run_shape(&w);
                 run_shape(&s);

@@ -25,8 +25,8 @@
 
 #define INL inline __attribute__((always_inline))
 #define KT 64                 /* keys per tile */
-#define SPLIT_MIN_KEYS 256    /* the fewest keys a block of a split row gets (one kv head a task) */
-#define SPLIT_MIN_KEYS_ALL KT   /* the same with every kv head in the task */
+#define BLOCK_KEYS 256        /* keys of a block (see attn_job) */
+#define FEW_ROWS 4            /* calls of at most this many rows spread a row's blocks over the threads */
 #define MAX_GROUP_HEADS 64    /* kv heads one task takes at most */
 #define PAR_MIN_WORK (1 << 18)
 
@@ -382,109 +382,143 @@ static void attend(const cf_attn_call *c, const dims *d, tile_fn tile, int i, in
     }
 }
 
-/* One call's work: tasks (row, kv heads, block of keys) taken in turn by the threads, then the merge of
- * split rows. */
+/* One call's work. A row's keys are attended in blocks of BLOCK_KEYS from its first key; a row of several
+ * blocks merges them in order (M = max m_b, L = sum l_b e^(m_b - M), out = sum acc_b e^(m_b - M) / L), whether
+ * its blocks ran on one thread or several: a row's values never depend on the rows batched with it or on
+ * the threads. A few rows (decode): tasks are (row, block) with every kv head, spread over the threads, their
+ * partial results in `parts`, merged by a second job. Many rows: tasks are (row, kv head), each merging its
+ * own blocks in its thread's scratch. */
 typedef struct attn_job {
     const cf_attn_call *c;
     dims d;
     tile_fn tile;
-    int split;
-    int heads;              /* kv heads a task takes: all of them for a few rows (decode), else 1 */
-    int few_rows;           /* decode or a verification: the keys are fetched ahead (attend) */
-    int64_t pairs;
+    int heads;              /* kv heads a task takes: all of them for a few rows, else 1 */
+    int few_rows;
+    int64_t *first;         /* few rows: row i's blocks are numbered first[i] .. first[i + 1] - 1 */
     float *buf, *parts;
     size_t per_thread, part;
     _Atomic int64_t next;   /* the next task to take */
 } attn_job;
 
+static int n_blocks(const cf_attn_call *c, int i) {
+    const int p = row_pos(c, i), n = p - row_lo(c, p) + 1;
+    return (n + BLOCK_KEYS - 1) / BLOCK_KEYS;
+}
+
+/* out (G rows of vhd) from nb partial results (G * vhd acc, then G m, then G l), block b's at pa + b * stride */
+static void merge(const dims *d, const float *pa, size_t stride, int nb, float *out) {
+    for (int g = 0; g < d->G; g++) {
+        float M = -INFINITY, L = 0;
+        for (int b = 0; b < nb; b++) {
+            const float mb = pa[stride * (size_t)b + (size_t)d->G * d->vhd + g];
+            if (mb > M) M = mb;
+        }
+        float *og = out + (int64_t)g * d->vhd;
+        memset(og, 0, (size_t)d->vhd * sizeof *og);
+        for (int b = 0; b < nb; b++) {
+            const float *pb = pa + stride * (size_t)b;
+            const float mb = pb[(size_t)d->G * d->vhd + g], lb = pb[(size_t)d->G * d->vhd + d->G + g];
+            if (lb == 0) continue;  /* an empty block */
+            const float w = expf(mb - M);
+            L += lb * w;
+            for (int e = 0; e < d->vhd; e++) og[e] += w * pb[(int64_t)g * d->vhd + e];
+        }
+        const float inv = 1.0f / L;
+        for (int e = 0; e < d->vhd; e++) og[e] *= inv;
+    }
+}
+
+/* keys [a, b) of row i, kv heads h0 .. h0 + H - 1: into the output (a row of one block) or into the partial
+ * results at part(h) */
+static void run_block(attn_job *j, float *sc, int i, int h0, int a, int b, int whole, float *const *part) {
+    const cf_attn_call *c = j->c;
+    const dims *d = &j->d;
+    const int H = j->heads;
+    float *ml = sc + d->G * KT, *m[MAX_GROUP_HEADS], *l[MAX_GROUP_HEADS], *acc[MAX_GROUP_HEADS];
+    for (int h = 0; h < H; h++) {
+        if (whole) {   /* the accumulator is the output itself, divided by l at the end */
+            acc[h] = c->out + (int64_t)i * c->os + (int64_t)(h0 + h) * d->G * d->vhd;
+            m[h] = ml + (size_t)h * 2 * d->G;
+        } else {
+            acc[h] = part[h];
+            m[h] = acc[h] + (size_t)d->G * d->vhd;
+        }
+        l[h] = m[h] + d->G;
+    }
+    attend(c, d, j->tile, i, h0, H, a, b, j->few_rows, m, l, acc, sc);
+    if (whole)
+        for (int h = 0; h < H; h++)
+            for (int g = 0; g < d->G; g++) {
+                const float inv = 1.0f / l[h][g];
+                for (int e = 0; e < d->vhd; e++) acc[h][(int64_t)g * d->vhd + e] *= inv;
+            }
+}
+
 static void attn_tasks(void *arg, int t, int T) {
     attn_job *j = arg;
     const cf_attn_call *c = j->c;
     const dims d = j->d;
-    const int split = j->split, H = j->heads, groups = c->n_kv_heads / H;
-    float *sc = j->buf + j->per_thread * (size_t)t, *ml = sc + d.G * KT;
-    float *m[MAX_GROUP_HEADS], *l[MAX_GROUP_HEADS], *acc[MAX_GROUP_HEADS];
-    const int64_t tasks = (int64_t)c->n_rows * groups * split;
-    for (int64_t k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < tasks;) {
-        const int i = (int)(k / split / groups), h0 = (int)(k / split % groups) * H, b = (int)(k % split);
-        const int p = row_pos(c, i), lo = row_lo(c, p), n = p - lo + 1;
-        const int a0 = lo + (int)((int64_t)n * b / split), a1 = lo + (int)((int64_t)n * (b + 1) / split);
-        for (int h = 0; h < H; h++) {
-            if (split == 1) {   /* the accumulator is the output itself, divided by l at the end */
-                acc[h] = c->out + (int64_t)i * c->os + (int64_t)(h0 + h) * d.G * d.vhd;
-                m[h] = ml + (size_t)h * 2 * d.G;
-            } else {
-                acc[h] = j->parts + j->part * (size_t)(((int64_t)i * c->n_kv_heads + h0 + h) * split + b);
-                m[h] = acc[h] + (size_t)d.G * d.vhd;
-            }
-            l[h] = m[h] + d.G;
+    float *sc = j->buf + j->per_thread * (size_t)t;
+    if (j->few_rows) {
+        const int64_t tasks = j->first[c->n_rows];
+        for (int64_t k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < tasks;) {
+            int i = 0;
+            while (j->first[i + 1] <= k) i++;
+            const int nb = (int)(j->first[i + 1] - j->first[i]), b = (int)(k - j->first[i]);
+            const int p = row_pos(c, i), lo = row_lo(c, p);
+            const int a0 = lo + b * BLOCK_KEYS, a1 = a0 + BLOCK_KEYS < p + 1 ? a0 + BLOCK_KEYS : p + 1;
+            float *part[MAX_GROUP_HEADS];
+            for (int h = 0; h < j->heads; h++) part[h] = j->parts + j->part * (size_t)(k * c->n_kv_heads + h);
+            run_block(j, sc, i, 0, a0, a1, nb == 1, part);
         }
-        attend(c, &d, j->tile, i, h0, H, a0, a1, j->few_rows, m, l, acc, sc);
-        if (split == 1)
-            for (int h = 0; h < H; h++)
-                for (int g = 0; g < d.G; g++) {
-                    const float inv = 1.0f / l[h][g];
-                    for (int e = 0; e < d.vhd; e++) acc[h][(int64_t)g * d.vhd + e] *= inv;
-                }
+        return;
+    }
+    float *local = sc + (size_t)d.G * (KT + 2);   /* this thread's partial results of one (row, head) */
+    const int64_t tasks = (int64_t)c->n_rows * c->n_kv_heads;
+    for (int64_t k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < tasks;) {
+        const int i = (int)(k / c->n_kv_heads), h = (int)(k % c->n_kv_heads), nb = n_blocks(c, i);
+        const int p = row_pos(c, i), lo = row_lo(c, p);
+        for (int b = 0; b < nb; b++) {
+            const int a0 = lo + b * BLOCK_KEYS, a1 = a0 + BLOCK_KEYS < p + 1 ? a0 + BLOCK_KEYS : p + 1;
+            float *part = local + j->part * (size_t)b;
+            run_block(j, sc, i, h, a0, a1, nb == 1, &part);
+        }
+        if (nb > 1) merge(&d, local, j->part, nb, c->out + (int64_t)i * c->os + (int64_t)h * d.G * d.vhd);
     }
     (void)T;
 }
 
+/* few rows: the rows of several blocks, (row, head) pairs shared out among the threads */
 static void attn_merge(void *arg, int t, int T) {
     const attn_job *j = arg;
     const cf_attn_call *c = j->c;
-    const dims d = j->d;
-    const int split = j->split;
-    const float *parts = j->parts;
-    const size_t part = j->part;
-    for (int64_t pr = j->pairs * t / T; pr < j->pairs * (t + 1) / T; pr++) {
+    const int64_t pairs = (int64_t)c->n_rows * c->n_kv_heads;
+    for (int64_t pr = pairs * t / T; pr < pairs * (t + 1) / T; pr++) {
         const int i = (int)(pr / c->n_kv_heads), h = (int)(pr % c->n_kv_heads);
-        float *o = c->out + (int64_t)i * c->os + (int64_t)h * d.G * d.vhd;
-        for (int g = 0; g < d.G; g++) {
-            float M = -INFINITY, L = 0;
-            for (int b = 0; b < split; b++) {
-                const float mb = parts[part * (size_t)(pr * split + b) + (size_t)d.G * d.vhd + g];
-                if (mb > M) M = mb;
-            }
-            float *og = o + (int64_t)g * d.vhd;
-            memset(og, 0, (size_t)d.vhd * sizeof *og);
-            for (int b = 0; b < split; b++) {
-                const float *pa = parts + part * (size_t)(pr * split + b);
-                const float mb = pa[(size_t)d.G * d.vhd + g], lb = pa[(size_t)d.G * d.vhd + d.G + g];
-                if (lb == 0) continue;  /* an empty block */
-                const float w = expf(mb - M);
-                L += lb * w;
-                for (int e = 0; e < d.vhd; e++) og[e] += w * pa[(int64_t)g * d.vhd + e];
-            }
-            const float inv = 1.0f / L;
-            for (int e = 0; e < d.vhd; e++) og[e] *= inv;
-        }
+        const int nb = (int)(j->first[i + 1] - j->first[i]);
+        if (nb > 1)
+            merge(&j->d, j->parts + j->part * (size_t)(j->first[i] * c->n_kv_heads + h), j->part * (size_t)c->n_kv_heads, nb,
+                  c->out + (int64_t)i * c->os + (int64_t)h * j->d.G * j->d.vhd);
     }
 }
 
 cinfer_status cf_cpu_attention(const cf_attn_call *c, cf_workers *pool, cf_cpu_isa_level isa, cf_attn_scratch *s, cinfer_error *err) {
     const dims d = {.G = c->n_heads / c->n_kv_heads, .hd = c->head_dim, .vhd = c->v_head_dim, .scale = c->scale, .softcap = c->softcap};
-    int64_t keys = 0;
-    int max_keys = 0;
+    int64_t keys = 0, first[FEW_ROWS + 1] = {0};
+    int max_blocks = 0;
     for (int i = 0; i < c->n_rows; i++) {
-        const int p = row_pos(c, i), nk = p - row_lo(c, p) + 1;
-        keys += nk;
-        if (nk > max_keys) max_keys = nk;
+        const int p = row_pos(c, i), nb = n_blocks(c, i);
+        keys += p - row_lo(c, p) + 1;
+        if (nb > max_blocks) max_blocks = nb;
+        if (i < FEW_ROWS) first[i + 1] = first[i] + nb;
     }
     const int n_threads = cf_workers_threads(pool);
     const int nt = keys * c->n_heads * (c->head_dim + c->v_head_dim) >= PAR_MIN_WORK && n_threads > 1 ? n_threads : 1;
-    const int64_t pairs = (int64_t)c->n_rows * c->n_kv_heads;
-    /* a few rows (decode, a verification): a task takes every kv head of a row, and threads split the keys */
-    const int few_rows = c->n_rows <= 4, heads = few_rows && c->n_kv_heads <= MAX_GROUP_HEADS ? c->n_kv_heads : 1;
-    const int64_t units = pairs / heads;
-    const int min_keys = heads > 1 ? SPLIT_MIN_KEYS_ALL : SPLIT_MIN_KEYS;
-    int split = 1;
-    if (units < nt && max_keys >= 2 * min_keys) {
-        split = (int)((nt + units - 1) / units);
-        if (split > max_keys / min_keys) split = max_keys / min_keys;
-    }
-    const size_t per_thread = (size_t)d.G * (KT + 2 * (size_t)heads), part = (size_t)d.G * (size_t)(d.vhd + 2);
-    const size_t need = per_thread * (size_t)nt + (split > 1 ? part * (size_t)(pairs * split) : 0);
+    const int few_rows = c->n_rows <= FEW_ROWS && c->n_kv_heads <= MAX_GROUP_HEADS;
+    const size_t part = (size_t)d.G * (size_t)(d.vhd + 2);
+    const size_t per_thread = few_rows ? (size_t)d.G * (KT + 2 * (size_t)c->n_kv_heads)
+                                       : (size_t)d.G * (KT + 2) + (max_blocks > 1 ? part * (size_t)max_blocks : 0);
+    const size_t need = per_thread * (size_t)nt + (few_rows ? part * (size_t)(first[c->n_rows] * c->n_kv_heads) : 0);
     if (need > s->floats) {
         float *nb = malloc(need * sizeof *nb);
         if (!nb) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "attention: out of memory for %zu bytes of work space", need * sizeof *nb);
@@ -492,10 +526,10 @@ cinfer_status cf_cpu_attention(const cf_attn_call *c, cf_workers *pool, cf_cpu_i
         s->buf = nb;
         s->floats = need;
     }
-    attn_job j = {.c = c, .d = d, .tile = tile_for(isa), .split = split, .heads = heads, .few_rows = few_rows, .pairs = pairs, .buf = s->buf,
-                  .parts = s->buf + per_thread * (size_t)nt, .per_thread = per_thread, .part = part};
+    attn_job j = {.c = c, .d = d, .tile = tile_for(isa), .heads = few_rows ? c->n_kv_heads : 1, .few_rows = few_rows,
+                  .first = first, .buf = s->buf, .parts = s->buf + per_thread * (size_t)nt, .per_thread = per_thread, .part = part};
     atomic_init(&j.next, 0);
     cf_workers_run(pool, nt, attn_tasks, &j);
-    if (split > 1) cf_workers_run(pool, nt, attn_merge, &j);
+    if (few_rows && max_blocks > 1) cf_workers_run(pool, nt, attn_merge, &j);
     return CINFER_OK;
 }
