@@ -252,11 +252,10 @@ static float elem_f32(const void *p, cf_dtype t, int64_t i) {
  * CF_GEMM_ROW_BLOCK rows), streamed once per L2-sized panel of x through the tiled kernel (quantized weights:
  * cf_cpu_qgemm). The kernels compute every element the same way for any n, row position or split, so a row's
  * values depend neither on the batch it is in nor on the thread count. */
-static void matmul_share(cf_tensor out, cf_tensor x, cf_tensor w, int64_t t, int64_t T) {
-    const int64_t n = x.rows, k = x.cols, d = w.rows;
-    const int64_t blocks = (d + CF_GEMM_ROW_BLOCK - 1) / CF_GEMM_ROW_BLOCK;
-    const int64_t j0 = blocks * t / T * CF_GEMM_ROW_BLOCK, j1e = blocks * (t + 1) / T * CF_GEMM_ROW_BLOCK;
-    const int64_t j1 = j1e < d ? j1e : d;
+static void matmul_share(cf_tensor out, cf_tensor x, cf_tensor w, int t, int T) {
+    const int64_t n = x.rows, k = x.cols;
+    int64_t j0, j1;
+    cf_workers_share(w.rows, CF_GEMM_ROW_BLOCK, t, T, &j0, &j1);
     if (j1 <= j0) return;
     if (w.dtype == CF_Q) {
         const cf_qmat qm = qmat_of(w.data);
