@@ -19,7 +19,9 @@
  *   points to device memory: backend/cuda/cuda_internal.h); it dequantizes 2-, 3-, 5- and 6-bit weights to bf16
  *   at upload and returns a plain BF16 tensor for those.
  * - Activations: the model allocates them with act_dtype (CPU: F32; CUDA: its choice). Integer inputs
- *   (token ids, positions) are CF_I32 tensors filled with write().
+ *   (token ids, positions) are CF_I32 tensors filled with write(). KV caches (the cache arguments of the
+ *   kv_store and attention ops) are act_dtype, or on a backend with kv_any_dtype F32, BF16 or F16: the
+ *   store rounds to the cache's type.
  * - Operations are enqueued in order on the backend's single stream and return nothing: the first
  *   failure is remembered (sticky) and reported by sync() or read(), which return the status.
  * - Shapes are the caller's responsibility (the model checks them once at load); backends may assume them.
@@ -248,6 +250,7 @@ typedef struct cf_backend_ops {
 struct cf_backend {
     const cf_backend_ops *ops;
     cf_dtype act_dtype;
+    int kv_any_dtype;    /* 1: KV caches may be F32, BF16 or F16 (cf_model.kv_dtype); 0: they are act_dtype */
     int n_threads;
     int prefill_chunk;   /* positions per forward pass a sequence takes by default (cf_seq_create);
                             0 = the model's default (256). CPU 256; CUDA wants 4096 (GEMM efficiency) */

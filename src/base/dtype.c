@@ -92,3 +92,17 @@ void cf_to_f32(float *dst, const void *src, cf_dtype t, size_t n) {
     default: break;
     }
 }
+
+void cf_from_f32(void *dst, const float *src, cf_dtype t, size_t n) {
+    uint16_t *d = dst;
+    switch (t) {
+    case CF_F32: memcpy(dst, src, n * 4); break;
+    case CF_BF16:
+        for (size_t i = 0; i < n; i++) d[i] = cf_f32_to_bf16(src[i]);
+        break;
+    case CF_F16:
+        for (size_t i = 0; i < n; i++) d[i] = cf_f32_to_f16(src[i]);
+        break;
+    default: break;
+    }
+}

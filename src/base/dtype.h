@@ -40,5 +40,7 @@ uint16_t cf_f32_to_f16(float f);
 
 /* Converts n elements of src (type t) to float32. */
 void cf_to_f32(float *dst, const void *src, cf_dtype t, size_t n);
+/* Converts n float32 values to type t (F32, BF16 or F16; rounding to nearest even). */
+void cf_from_f32(void *dst, const float *src, cf_dtype t, size_t n);
 
 #endif

@@ -146,7 +146,7 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
     const int vocab = model->hp.vocab;
     const double weight_bytes = (double)model->decode_bytes;
     const double kv_bytes = (double)cf_hparams_kv_read_bytes(&model->hp, a->n_prompt + 1 + a->n_gen / 2,
-                                                           cf_dtype_size(model->be->act_dtype));
+                                                           cf_dtype_size(model->kv_dtype));
     cinfer_engine_params ep = cinfer_engine_default_params();
     ep.max_batch = a->max_batch;
     ep.kv_memory = a->kv_memory;

@@ -326,7 +326,7 @@ int cf_cmd_bench(int argc, char **argv) {
     {
         double prefill = median(pre, (int)reps), decode = median(dec, (int)reps);
         /* bytes per decoded token: all weights but the embedding gather, plus the average KV cache read */
-        double kv_avg = (double)cf_hparams_kv_read_bytes(hp, n_prompt + 1 + n_gen / 2, cf_dtype_size(m->be->act_dtype));
+        double kv_avg = (double)cf_hparams_kv_read_bytes(hp, n_prompt + 1 + n_gen / 2, cf_dtype_size(m->kv_dtype));
         double bytes = (double)m->decode_bytes + kv_avg;
         double roof = bw * 1e9 / bytes;
         /* 2 flops per weight used per token: everything but the embedding gather, and the output projection

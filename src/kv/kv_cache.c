@@ -30,10 +30,10 @@ cinfer_status cf_kv_create(cf_backend *be, const cf_kv_spec *specs, int n_layers
         if (kcols < 1 || vcols < 1 || kcols > INT32_MAX || vcols > INT32_MAX || cap < 1)
             st = cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a KV cache layer of %d slots of %lld and %lld values", cap, (long long)kcols,
                          (long long)vcols);
-        else if ((kcols + vcols) * (int64_t)cf_dtype_size(be->act_dtype) > (int64_t)(SIZE_MAX / 2) / cap)
+        else if ((kcols + vcols) * (int64_t)cf_dtype_size(s->dtype) > (int64_t)(SIZE_MAX / 2) / cap)
             st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "%d slots of %lld values do not fit in memory", cap, (long long)(kcols + vcols));
-        if (st == CINFER_OK) st = be->ops->alloc(be, be->act_dtype, cap, kcols, &L->k, err);
-        if (st == CINFER_OK) st = be->ops->alloc(be, be->act_dtype, cap, vcols, &L->v, err);
+        if (st == CINFER_OK) st = be->ops->alloc(be, s->dtype, cap, kcols, &L->k, err);
+        if (st == CINFER_OK) st = be->ops->alloc(be, s->dtype, cap, vcols, &L->v, err);
         if (st != CINFER_OK) {
             cf_kv_free(kv);
             return cf_wrap(err, st, "allocating the KV cache (layer %d of %d, %d slots)", l, n_layers, cap);

@@ -19,6 +19,7 @@ typedef struct cf_kv_layer {
 typedef struct cf_kv_spec {
     int n_kv_heads, head_dim, v_head_dim, window;
     int shared;         /* reads another layer's cache: nothing allocated */
+    cf_dtype dtype;     /* of its K and V tensors (cf_model.kv_dtype) */
 } cf_kv_spec;
 
 typedef struct cf_kv_cache {

@@ -13,7 +13,7 @@ int64_t cf_kv_pool_block_bytes(cf_backend *be, const cf_kv_spec *specs, const ui
     for (int l = 0; l < n_layers; l++)
         if (!specs[l].shared && in_pool(in_window, l, window))
             b += ((int64_t)specs[l].n_kv_heads * specs[l].head_dim + (int64_t)specs[l].n_kv_heads * specs[l].v_head_dim) *
-                 block_size * (int64_t)cf_dtype_size(be->act_dtype);
+                 block_size * (int64_t)cf_dtype_size(specs[l].dtype);
     return b;
 }
 
@@ -55,8 +55,8 @@ cinfer_status cf_kv_pool_create(cf_backend *be, const cf_kv_spec *specs, const u
         const int64_t kc = (int64_t)s->n_kv_heads * s->head_dim, vc = (int64_t)s->n_kv_heads * s->v_head_dim;
         if (kc < 1 || vc < 1 || kc > INT32_MAX || vc > INT32_MAX)
             st = cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a KV layer of %lld and %lld values a slot", (long long)kc, (long long)vc);
-        if (st == CINFER_OK) st = be->ops->alloc(be, be->act_dtype, slots, kc, &p->k[l], err);
-        if (st == CINFER_OK) st = be->ops->alloc(be, be->act_dtype, slots, vc, &p->v[l], err);
+        if (st == CINFER_OK) st = be->ops->alloc(be, s->dtype, slots, kc, &p->k[l], err);
+        if (st == CINFER_OK) st = be->ops->alloc(be, s->dtype, slots, vc, &p->v[l], err);
         if (st != CINFER_OK)
             st = cf_wrap(err, st, "allocating the KV pool (layer %d of %d, %lld slots of the %s pool)", l, n_layers, (long long)slots,
                          p->windowed[l] ? "window" : "full");

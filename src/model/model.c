@@ -338,6 +338,28 @@ static cinfer_status check_ops(const cf_model *m, cinfer_error *err) {
     return CINFER_OK;
 }
 
+/* The KV cache keeps the model's precision, as transformers keeps its cache in the model's dtype: the type of the
+ * query projection (of a quantized one, its scales'), where the backend stores any type; else the activations'.
+ * On the CPU a bf16 model's cache takes half the memory and attention reads half the bytes of f32. */
+static cf_dtype kv_dtype_of(const cf_model *m) {
+    const cf_tensor w = m->lw[0].wq;
+    if (!m->be->kv_any_dtype || !w.data) return m->be->act_dtype;
+    const cf_dtype t = w.dtype == CF_Q ? ((const cf_qweight *)w.data)->sb_dtype : w.dtype;
+    return t == CF_BF16 || t == CF_F16 ? t : CF_F32;
+}
+
+cf_kv_spec *cf_model_kv_specs(const cf_model *m) {
+    const cf_hparams *hp = &m->hp;
+    cf_kv_spec *specs = calloc((size_t)hp->n_layers, sizeof *specs);
+    if (!specs) return NULL;
+    for (int l = 0; l < hp->n_layers; l++) {
+        const cf_layer_hp *L = &hp->layers[l];
+        specs[l] = (cf_kv_spec){.n_kv_heads = L->n_kv_heads, .head_dim = L->head_dim, .v_head_dim = L->v_head_dim,
+                                .window = L->window, .shared = L->kv_source != l, .dtype = m->kv_dtype};
+    }
+    return specs;
+}
+
 static cinfer_status finish_load(cf_model *m, binder *b, cinfer_error *err) {
     cf_hparams *hp = &m->hp;
     CF_TRY(check_ops(m, err));
@@ -369,6 +391,7 @@ static cinfer_status finish_load(cf_model *m, binder *b, cinfer_error *err) {
                 snprintf(m->dtype_summary + strlen(m->dtype_summary), sizeof m->dtype_summary - strlen(m->dtype_summary), "%sQ%d/g%d",
                          m->dtype_summary[0] ? "+" : "", bits, g);
     if (!m->st) snprintf(m->dtype_summary + strlen(m->dtype_summary), sizeof m->dtype_summary - strlen(m->dtype_summary), " (random)");
+    m->kv_dtype = kv_dtype_of(m);
     const cf_backend_ops *op = m->be->ops;
     m->decode_graphs = m->decode_graphs && op->graph_begin && op->graph_end && op->graph_launch && op->graph_free && op->kv_store_pos &&
                        op->attention_pos && !hp->n_experts;
@@ -566,17 +589,12 @@ cinfer_status cf_seq_create_chunked(cf_model *m, int max_ctx, int chunk, cf_seq 
     /* no pass is longer than the context; window layers hold min(window + chunk, max_ctx) slots either way */
     if (chunk > max_ctx) chunk = max_ctx;
     cf_seq *s = calloc(1, sizeof *s);
-    cf_kv_spec *specs = calloc((size_t)hp->n_layers, sizeof *specs);
+    cf_kv_spec *specs = cf_model_kv_specs(m);
     if (!s || !specs) { free(s); free(specs); return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory"); }
     s->m = m;
     s->max_ctx = max_ctx;
     s->chunk = chunk;
     s->last_row = -1;
-    for (int l = 0; l < hp->n_layers; l++) {
-        const cf_layer_hp *L = &hp->layers[l];
-        specs[l] = (cf_kv_spec){.n_kv_heads = L->n_kv_heads, .head_dim = L->head_dim, .v_head_dim = L->v_head_dim,
-                                .window = L->window, .shared = L->kv_source != l};
-    }
     cinfer_status st = cf_kv_create(m->be, specs, hp->n_layers, max_ctx, chunk, &s->kv, err);
     free(specs);
     if (st == CINFER_OK) st = seq_scratch(s, err);

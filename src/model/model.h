@@ -39,6 +39,7 @@ typedef struct cf_model {
     int decode_graphs;        /* decode steps are recorded and replayed (see cf_model_decode_step) */
     int device_sampling;      /* the engine may pick tokens on the device (tuning.device_sampling) */
     char dtype_summary[64];   /* e.g. "BF16" or "F32+BF16" */
+    cf_dtype kv_dtype;        /* of the KV caches: the model's precision where the backend stores any (see finish_load) */
 } cf_model;
 
 typedef struct cf_model_params {
@@ -48,6 +49,9 @@ typedef struct cf_model_params {
 } cf_model_params;
 
 cf_model_params cf_model_default_params(void);
+
+/* Each layer's KV cache shape and type (n_layers entries, malloc'd: the caller frees; NULL when out of memory). */
+cf_kv_spec *cf_model_kv_specs(const cf_model *m);
 
 /* Loads a Hugging Face model folder, MLX affine-quantized ones too (format/mlx_quant.h): a quantized matrix
  * goes to the backend through upload_qweight. Quantized MoE expert stacks are not supported yet. */

@@ -149,7 +149,7 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
                        p.max_seqs, p.max_batch_tokens, p.block_size, 1 << (N_BUCKETS - 1));
     if (!p.rollback) p.rollback = DEFAULT_ROLLBACK;
     if (p.rollback > p.max_ctx) p.rollback = p.max_ctx;
-    cf_kv_spec *specs = calloc((size_t)hp->n_layers, sizeof *specs);
+    cf_kv_spec *specs = cf_model_kv_specs(m);
     uint8_t *in_window = calloc((size_t)hp->n_layers, sizeof *in_window);
     if (!specs || !in_window) {
         free(specs);
@@ -157,11 +157,6 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
         return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
     }
     const int table_cols = (p.max_ctx + p.block_size - 1) / p.block_size;
-    for (int l = 0; l < hp->n_layers; l++) {
-        const cf_layer_hp *L = &hp->layers[l];
-        specs[l] = (cf_kv_spec){.n_kv_heads = L->n_kv_heads, .head_dim = L->head_dim, .v_head_dim = L->v_head_dim,
-                                .window = L->window, .shared = L->kv_source != l};
-    }
     const int window = p.single_pool ? 0 : plan_window_pool(hp, in_window);
     const int wcap_decode = window ? window_blocks(window, p.rollback, 1, p.block_size, table_cols) : 0;
     const int wcap_step = window ? window_blocks(window, p.rollback, p.max_batch_tokens, p.block_size, table_cols) : 0;

@@ -430,13 +430,8 @@ static cinfer_status check_tokenizers(const cf_tokenizer *t, const cf_tokenizer 
 /* KV bytes: max_seqs contexts of max_ctx tokens, at most a quarter of the backend's free memory, at least a block. */
 static int64_t kv_bytes_for(cf_model *m, int max_seqs, int max_ctx, int block_size, cinfer_error *err) {
     const cf_hparams *hp = &m->hp;
-    cf_kv_spec *specs = calloc((size_t)hp->n_layers, sizeof *specs);
+    cf_kv_spec *specs = cf_model_kv_specs(m);
     if (!specs) return -1;
-    for (int l = 0; l < hp->n_layers; l++) {
-        const cf_layer_hp *L = &hp->layers[l];
-        specs[l] = (cf_kv_spec){.n_kv_heads = L->n_kv_heads, .head_dim = L->head_dim, .v_head_dim = L->v_head_dim,
-                                .window = L->window, .shared = L->kv_source != l};
-    }
     const int64_t per_block = cf_kv_pool_block_bytes(m->be, specs, NULL, hp->n_layers, block_size, 0);   /* every layer, as one pool */
     free(specs);
     int64_t bytes = (int64_t)max_seqs * ((max_ctx + block_size - 1) / block_size) * per_block;

@@ -36,7 +36,7 @@ struct cf_target_txn {   /* one allocation: a transaction is bound for every ver
 static void state_abi(const cf_model *m, const cf_runner *r, char *out, size_t cap) {
     const cf_hparams *hp = &m->hp;
     size_t k = (size_t)snprintf(out, cap, "paged-kv block=%d dtype=%s ", cf_runner_params_of(r)->block_size,
-                                cf_dtype_name(m->be->act_dtype));
+                                cf_dtype_name(m->kv_dtype));
     if (k < cap && cf_runner_window(r))
         k += (size_t)snprintf(out + k, cap - k, "window=%d rollback=%d ", cf_runner_window(r), cf_runner_params_of(r)->rollback);
     if (k < cap) k += (size_t)snprintf(out + k, cap - k, "layers=");

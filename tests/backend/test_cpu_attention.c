@@ -1,8 +1,9 @@
 /* test_cpu_attention.c: the CPU attention (cpu_attention.c) with each instruction set this CPU runs forced in
  * turn, against a two-pass double-precision softmax written out here: head dims 64/80/128/256 and 36 (a
  * vector tail), GQA ratios 1/4/8 (and 3: a partial group of 4), windows, softcap, 1 and many query rows,
- * contexts 1..2,000, ring caches that wrap, paged caches with shuffled block tables, 1 and 3 threads (with
- * key blocks split and merged where the rows leave threads idle); the scratch is reused between calls. */
+ * contexts 1..2,000, ring caches that wrap, paged caches with shuffled block tables, caches of f32, bf16 and f16,
+ * 1 and 3 threads (with key blocks split and merged where the rows leave threads idle); the scratch is reused
+ * between calls. */
 #include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_kernels.h"
 
@@ -21,7 +22,7 @@ static float frand(void) {  /* [-1, 1] */
     return (float)((rs >> 40) % 2001) / 1000.0f - 1.0f;
 }
 
-/* out[i] of the call, computed with doubles in two passes (max, then exp and sum) */
+/* out[i] of the call (k, v: f32), computed with doubles in two passes (max, then exp and sum) */
 static void reference(const cf_attn_call *c, double *out) {
     const int G = c->n_heads / c->n_kv_heads;
     double *sc = malloc(sizeof(double) * 4096);
@@ -37,7 +38,7 @@ static void reference(const cf_attn_call *c, double *out) {
                     const int32_t *t = c->table + (int64_t)c->row_seq[i] * c->table_stride;
                     r = (int64_t)t[j / c->block] * c->block + j % c->block;
                 }
-                const float *k = c->k + r * c->ks + (int64_t)(h / G) * c->head_dim;
+                const float *k = (const float *)c->k + r * c->ks + (int64_t)(h / G) * c->head_dim;
                 double s = 0;
                 for (int d = 0; d < c->head_dim; d++) s += (double)q[d] * k[d];
                 s *= c->scale;
@@ -54,7 +55,7 @@ static void reference(const cf_attn_call *c, double *out) {
                     const int32_t *t = c->table + (int64_t)c->row_seq[i] * c->table_stride;
                     r = (int64_t)t[j / c->block] * c->block + j % c->block;
                 }
-                const float *v = c->v + r * c->vs + (int64_t)(h / G) * c->v_head_dim;
+                const float *v = (const float *)c->v + r * c->vs + (int64_t)(h / G) * c->v_head_dim;
                 for (int d = 0; d < c->v_head_dim; d++) o[d] += sc[j - lo] / sum * v[d];
             }
         }
@@ -65,7 +66,10 @@ static void reference(const cf_attn_call *c, double *out) {
 typedef struct shape {
     int hd, G, kvh, n_rows, ctx, window, paged;
     float softcap;
+    cf_dtype kvt;   /* of the cache */
 } shape;
+
+static const char *kvt_name(cf_dtype t) { return t == CF_BF16 ? "bf16" : t == CF_F16 ? "f16" : "f32"; }
 
 static cf_attn_scratch scratch;
 static cf_workers *pool3;   /* 3 threads */
@@ -89,6 +93,14 @@ static void run_shape(const shape *sh) {
     for (int64_t i = 0; i < qs * sh->n_rows; i++) q[i] = 2.0f * frand();
     for (int64_t i = 0; i < ks * slots; i++) k[i] = frand();
     for (int64_t i = 0; i < vs * slots; i++) v[i] = frand();
+    /* a 16-bit cache holds the values rounded to its type; the reference takes them as f32 */
+    const size_t es = cf_dtype_size(sh->kvt);
+    void *kc = malloc(es * (size_t)(ks * slots)), *vc = malloc(es * (size_t)(vs * slots));
+    if (!kc || !vc) { CHECK(0, "out of memory"); free(kc), free(vc); goto done; }
+    cf_from_f32(kc, k, sh->kvt, (size_t)(ks * slots));
+    cf_from_f32(vc, v, sh->kvt, (size_t)(vs * slots));
+    cf_to_f32(k, kc, sh->kvt, (size_t)(ks * slots));
+    cf_to_f32(v, vc, sh->kvt, (size_t)(vs * slots));
     for (int i = 0; i < sh->n_rows; i++) pos[i] = first + i;
     for (int b = 0; b < n_blocks; b++) table[b] = (b * 7 + 3) % n_blocks;   /* a permutation (7 coprime to n_blocks) */
     if (n_blocks % 7 == 0)
@@ -104,6 +116,7 @@ static void run_shape(const shape *sh) {
         c.block = block;
     }
     reference(&c, ref);
+    c.k = kc, c.v = vc, c.kv_dtype = sh->kvt;
     for (int isa = CF_ISA_C; isa <= CF_ISA_AVX512; isa++) {
         if (!cf_cpu_isa_available((cf_cpu_isa_level)isa)) continue;
         for (int threads = 1; threads <= 3; threads += 2) {
@@ -119,9 +132,9 @@ static void run_shape(const shape *sh) {
                 }
                 for (int j = n_heads * vhd; j < os; j++) pad_ok &= out[i * os + j] == -777.0f;
             }
-            CHECK(worst < 2e-5, "%s, %d threads: hd %d, G %d, kvh %d, rows %d, ctx %d, window %d, softcap %g, %s: max error %g",
+            CHECK(worst < 2e-5, "%s, %d threads: hd %d, G %d, kvh %d, rows %d, ctx %d, window %d, softcap %g, %s %s: max error %g",
                   isa_names[isa], threads, hd, sh->G, sh->kvh, sh->n_rows, sh->ctx, sh->window, sh->softcap,
-                  sh->paged ? "paged" : "ring", worst);
+                  sh->paged ? "paged" : "ring", kvt_name(sh->kvt), worst);
             CHECK(pad_ok, "%s: wrote past the rows' values (hd %d, G %d)", isa_names[isa], hd, sh->G);
             /* the same bits on every thread count, and for each row computed alone (no batch) */
             if (threads == 1) {
@@ -144,6 +157,7 @@ static void run_shape(const shape *sh) {
             }
         }
     }
+    free(kc), free(vc);
 done:
     free(q), free(k), free(v), free(out), free(ref), free(pos), free(rseq), free(table), free(first_out), free(alone);
 }
@@ -156,24 +170,26 @@ int main(void) {
     }
     static const int hds[] = {64, 80, 128, 256, 36};
     static const int groups[] = {1, 4, 8, 3};
+    static const cf_dtype kvts[] = {CF_F32, CF_BF16, CF_F16};
     for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
         for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++)
             for (int paged = 0; paged <= 1; paged++) {
                 const int hd = hds[hi], G = groups[gi];
+                const cf_dtype kvt = kvts[(hi + gi + (size_t)paged) % 3];   /* each type meets every head size and group */
                 /* decode at several contexts, one kv head (splits over key blocks) and two */
                 static const int ctxs[] = {1, 2, 63, 65, 700, 2000};
                 for (size_t ci = 0; ci < sizeof ctxs / sizeof ctxs[0]; ci++) {
-                    const shape a = {.hd = hd, .G = G, .kvh = ci % 2 ? 2 : 1, .n_rows = 1, .ctx = ctxs[ci], .paged = paged};
+                    const shape a = {.hd = hd, .G = G, .kvh = ci % 2 ? 2 : 1, .n_rows = 1, .ctx = ctxs[ci], .paged = paged, .kvt = kvt};
                     run_shape(&a);
                 }
                 /* prefill rows: causal, windowed (ring wraps), softcapped */
-                const shape b = {.hd = hd, .G = G, .kvh = 2, .n_rows = 17, .ctx = 90, .paged = paged};
-                const shape w = {.hd = hd, .G = G, .kvh = 2, .n_rows = 9, .ctx = 150, .window = 37, .paged = paged};
-                const shape s = {.hd = hd, .G = G, .kvh = 1, .n_rows = 1, .ctx = 1500, .window = 600, .softcap = 30.0f, .paged = paged};
-                const shape s2 = {.hd = hd, .G = G, .kvh = 2, .n_rows = 5, .ctx = 40, .softcap = 5.0f, .paged = paged};
+                const shape b = {.hd = hd, .G = G, .kvh = 2, .n_rows = 17, .ctx = 90, .paged = paged, .kvt = kvt};
+                const shape w = {.hd = hd, .G = G, .kvh = 2, .n_rows = 9, .ctx = 150, .window = 37, .paged = paged, .kvt = kvt};
+                const shape s = {.hd = hd, .G = G, .kvh = 1, .n_rows = 1, .ctx = 1500, .window = 600, .softcap = 30.0f, .paged = paged, .kvt = kvt};
+                const shape s2 = {.hd = hd, .G = G, .kvh = 2, .n_rows = 5, .ctx = 40, .softcap = 5.0f, .paged = paged, .kvt = kvt};
                 /* a verification's few rows and a batch's many, long enough for several key blocks each */
-                const shape f = {.hd = hd, .G = G, .kvh = 2, .n_rows = 3, .ctx = 700, .paged = paged};
-                const shape f2 = {.hd = hd, .G = G, .kvh = 2, .n_rows = 6, .ctx = 600, .window = 530, .paged = paged};
+                const shape f = {.hd = hd, .G = G, .kvh = 2, .n_rows = 3, .ctx = 700, .paged = paged, .kvt = kvt};
+                const shape f2 = {.hd = hd, .G = G, .kvh = 2, .n_rows = 6, .ctx = 600, .window = 530, .paged = paged, .kvt = kvt};
                 run_shape(&f);
                 run_shape(&f2);
                 run_shape(&b);

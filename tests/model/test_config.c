@@ -220,7 +220,7 @@ static void test_kv(void) {
     bp.n_threads = 1;
     cinfer_error err = {0};
     if (cf_backend_create(&bp, &be, &err) != CINFER_OK) { CHECK(0, "cpu backend: %s", err.message); return; }
-    const cf_kv_spec specs[2] = {{2, 16, 16, 0, 0}, {2, 16, 16, 2147483647, 0}};
+    const cf_kv_spec specs[2] = {{2, 16, 16, 0, 0, CF_F32}, {2, 16, 16, 2147483647, 0, CF_F32}};
     cf_kv_cache *kv = NULL;
 
     /* a window near INT_MAX: window + chunk must not overflow; the layer holds the whole context */
@@ -242,7 +242,7 @@ static void test_kv(void) {
     be->ops = real_ops;
 
     /* more than memory holds: an error, not a crash */
-    const cf_kv_spec huge = {4096, 1024, 1024, 0, 0};
+    const cf_kv_spec huge = {4096, 1024, 1024, 0, 0, CF_F32};
     memset(&err, 0, sizeof err);
     st = cf_kv_create(be, &huge, 1, 1 << 24, 16, &kv, &err);
     CHECK(st == CINFER_E_OUT_OF_MEMORY && !kv, "a cache of 2^24 x 4M values: %s '%s'", cinfer_status_name(st), err.message);

@@ -1,13 +1,14 @@
-/* cpu_attention.c: attention over f32 cache rows (cpu_attention.h), owning its kernels and thread split.
+/* cpu_attention.c: attention over cache rows of f32, bf16 or f16 (cpu_attention.h), owning its kernels and
+ * thread split.
  *
- * A task is one query row, one kv head (a few rows, as in decode: every kv head, the threads splitting the
- * keys instead) and one block of its keys. It walks the keys in tiles of up to KT (gathered across ring wraps
- * and cache blocks as row pointers), fetching the keys ahead in decode: per kv head, the scores of all G query
- * heads of the group against each key row, then per head the running max m, the rescale of the sum l and accumulator by
- * exp(m_old - m_new), p = exp(score - m_new), and acc += p * v for each value row. With one block per
- * (row, kv head) the accumulator is the output row itself, divided by l at the end; with several, each
- * block keeps (m, l, acc) in the scratch and a second pass merges them: M = max m_b, L = sum l_b e^(m_b - M),
- * out = sum acc_b e^(m_b - M) / L.
+ * A task is one query row and one block of BLOCK_KEYS of its keys, for one kv head (many rows, as in prefill) or
+ * for every kv head (a few rows, as in decode, where the threads then split a row's blocks). It walks the keys in
+ * tiles of up to KT (gathered across ring wraps and cache blocks as row pointers), fetching the keys ahead in
+ * decode: per kv head, the scores of all G query heads of the group against each key row (16-bit keys widened to
+ * f32 in registers), then per head the running max m, the rescale of the sum l and accumulator by
+ * exp(m_old - m_new), p = exp(score - m_new), and acc += p * v for each value row. A row of one block accumulates
+ * into its output row, divided by l at the end; a row of several keeps (m, l, acc) per block in the scratch and
+ * merges them in block order: M = max m_b, L = sum l_b e^(m_b - M), out = sum acc_b e^(m_b - M) / L.
  * The AVX2 and AVX-512 kernels use a polynomial exp (relative error ~1e-7) and tanh = 1 - 2 / (e^2x + 1);
  * the portable C kernel uses expf and tanhf and is the reference the tests hold the others to. */
 #include "backend/cpu/cpu_attention.h"
@@ -36,8 +37,9 @@ typedef struct dims {
     float scale, softcap;
 } dims;
 
-/* One tile: nt key/value row pointers; m, l: G floats; acc: G rows of vhd; sc: G * KT floats of work space. */
-typedef void (*tile_fn)(const dims *d, const float *q, const float *const *kr, const float *const *vr, int nt, float *m,
+/* One tile: nt key/value row pointers (this kv head's slice of a cache row, elements of the call's KV type); m, l:
+ * G floats; acc: G rows of vhd; sc: G * KT floats of work space. */
+typedef void (*tile_fn)(const dims *d, const float *q, const void *const *kr, const void *const *vr, int nt, float *m,
                         float *l, float *acc, float *sc);
 
 /* Per head after its scores are in sc[0..nt): the new max, the rescale of l and acc, and p in place of the
@@ -56,14 +58,20 @@ static INL void rescale(const dims *d, int g, float mt, float *m, float *l, floa
 
 /* ---- portable C: the reference ---- */
 
-static void tile_c(const dims *d, const float *q, const float *const *kr, const float *const *vr, int nt, float *m, float *l,
-                   float *acc, float *sc) {
+static INL float kv_at(const cf_dtype T, const void *r, int c) {
+    if (T == CF_BF16) return cf_bf16_to_f32(((const uint16_t *)r)[c]);
+    if (T == CF_F16) return cf_f16_to_f32(((const uint16_t *)r)[c]);
+    return ((const float *)r)[c];
+}
+
+static INL void tile_c(const cf_dtype T, const dims *d, const float *q, const void *const *kr, const void *const *vr, int nt,
+                       float *m, float *l, float *acc, float *sc) {
     for (int g = 0; g < d->G; g++) {
         const float *qg = q + (int64_t)g * d->hd;
         float *s = sc + g * KT, mt = -INFINITY;
         for (int j = 0; j < nt; j++) {
             float t = 0;
-            for (int c = 0; c < d->hd; c++) t += qg[c] * kr[j][c];
+            for (int c = 0; c < d->hd; c++) t += qg[c] * kv_at(T, kr[j], c);
             t *= d->scale;
             if (d->softcap > 0) t = d->softcap * tanhf(t / d->softcap);
             s[j] = t;
@@ -78,7 +86,7 @@ static void tile_c(const dims *d, const float *q, const float *const *kr, const 
         l[g] += sum;
         float *a = acc + (int64_t)g * d->vhd;
         for (int j = 0; j < nt; j++)
-            for (int c = 0; c < d->vhd; c++) a[c] += s[j] * vr[j][c];
+            for (int c = 0; c < d->vhd; c++) a[c] += s[j] * kv_at(T, vr[j], c);
     }
 }
 
@@ -106,6 +114,14 @@ AVX512 static INL __m512 exp16(__m512 x) {
 
 static INL __mmask16 mask16(int rest) { return rest >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rest) - 1); }
 
+/* 16 elements (lanes past mk zero) of a K or V row slice from element c, as f32 */
+AVX512 static INL __m512 ldkv16(const cf_dtype T, const void *r, int c, __mmask16 mk) {
+    if (T == CF_F32) return _mm512_maskz_loadu_ps(mk, (const float *)r + c);
+    const __m256i h = _mm256_maskz_loadu_epi16(mk, (const uint16_t *)r + c);
+    if (T == CF_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 AVX512 static INL __m256 hi256(__m512 a) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)); }
 
 /* four 16-lane sums -> lanes 0..3 */
@@ -119,13 +135,14 @@ AVX512 static INL __m128 sum4_512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 }
 
 /* scores of heads g..g+3 (GN = 4) or g (GN = 1) against key rows 0..nt into sc[h * KT + j] */
-AVX512 static INL void scores512(const int GN, const dims *d, const float *q, const float *const *kr, int nt, int g, float *sc) {
+AVX512 static INL void scores512(const int GN, const cf_dtype T, const dims *d, const float *q, const void *const *kr, int nt, int g,
+                                 float *sc) {
     const int hd = d->hd;
     for (int j = 0; j < nt; j++) {
         __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
         for (int c = 0; c < hd; c += 16) {
             const __mmask16 mk = mask16(hd - c);
-            const __m512 kv = _mm512_maskz_loadu_ps(mk, kr[j] + c);
+            const __m512 kv = ldkv16(T, kr[j], c, mk);
             for (int h = 0; h < GN; h++)
                 a[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q + (int64_t)(g + h) * hd + c), kv, a[h]);
         }
@@ -140,14 +157,15 @@ AVX512 static INL void scores512(const int GN, const dims *d, const float *q, co
 }
 
 /* acc[h] += sum_j p[h][j] * v[j] for heads g..g+GN */
-AVX512 static INL void values512(const int GN, const dims *d, const float *const *vr, int nt, int g, const float *sc, float *acc) {
+AVX512 static INL void values512(const int GN, const cf_dtype T, const dims *d, const void *const *vr, int nt, int g, const float *sc,
+                                 float *acc) {
     const int vhd = d->vhd;
     for (int c = 0; c < vhd; c += 16) {
         const __mmask16 mk = mask16(vhd - c);
         __m512 a[4];
         for (int h = 0; h < GN; h++) a[h] = _mm512_maskz_loadu_ps(mk, acc + (int64_t)(g + h) * vhd + c);
         for (int j = 0; j < nt; j++) {
-            const __m512 vv = _mm512_maskz_loadu_ps(mk, vr[j] + c);
+            const __m512 vv = ldkv16(T, vr[j], c, mk);
             for (int h = 0; h < GN; h++) a[h] = _mm512_fmadd_ps(_mm512_set1_ps(sc[(g + h) * KT + j]), vv, a[h]);
         }
         for (int h = 0; h < GN; h++) _mm512_mask_storeu_ps(acc + (int64_t)(g + h) * vhd + c, mk, a[h]);
@@ -181,21 +199,21 @@ AVX512 static float softmax512(const dims *d, int g, float *s, int nt, float *m,
     return _mm512_reduce_add_ps(sum);
 }
 
-AVX512 static void tile_avx512(const dims *d, const float *q, const float *const *kr, const float *const *vr, int nt, float *m,
-                               float *l, float *acc, float *sc) {
+AVX512 static INL void tile_avx512(const cf_dtype T, const dims *d, const float *q, const void *const *kr, const void *const *vr,
+                                   int nt, float *m, float *l, float *acc, float *sc) {
     int g = 0;
-    for (; g + 4 <= d->G; g += 4) scores512(4, d, q, kr, nt, g, sc);
-    for (; g < d->G; g++) scores512(1, d, q, kr, nt, g, sc);
+    for (; g + 4 <= d->G; g += 4) scores512(4, T, d, q, kr, nt, g, sc);
+    for (; g < d->G; g++) scores512(1, T, d, q, kr, nt, g, sc);
     for (g = 0; g < d->G; g++) {
         const float sum = softmax512(d, g, sc + g * KT, nt, m, l, acc);
         l[g] += sum;
     }
-    for (g = 0; g + 4 <= d->G; g += 4) values512(4, d, vr, nt, g, sc, acc);
-    for (; g < d->G; g++) values512(1, d, vr, nt, g, sc, acc);
+    for (g = 0; g + 4 <= d->G; g += 4) values512(4, T, d, vr, nt, g, sc, acc);
+    for (; g < d->G; g++) values512(1, T, d, vr, nt, g, sc, acc);
 }
 
 /* ---- AVX2 + FMA ---- */
-#define AVX2 __attribute__((target("avx2,fma")))
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
 
 AVX2 static INL __m256 exp8(__m256 x) {
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
@@ -228,6 +246,21 @@ AVX2 static INL void st8m(float *p, int rest, __m256 v) {
     else _mm256_maskstore_ps(p, mask8(rest), v);
 }
 
+/* 8 elements (lanes from rest on zero) of a K or V row slice from element c, as f32 */
+AVX2 static INL __m256 ldkv8(const cf_dtype T, const void *r, int c, int rest) {
+    if (T == CF_F32) return ld8m((const float *)r + c, rest);
+    __m128i h;
+    if (rest >= 8) {
+        h = _mm_loadu_si128((const __m128i *)((const uint16_t *)r + c));
+    } else {
+        uint16_t t[8] = {0};
+        memcpy(t, (const uint16_t *)r + c, (size_t)rest * sizeof *t);
+        h = _mm_loadu_si128((const __m128i *)t);
+    }
+    if (T == CF_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
 AVX2 static INL float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -240,12 +273,13 @@ AVX2 static INL float hmax8(__m256 v) {
     return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
 }
 
-AVX2 static INL void scores256(const int GN, const dims *d, const float *q, const float *const *kr, int nt, int g, float *sc) {
+AVX2 static INL void scores256(const int GN, const cf_dtype T, const dims *d, const float *q, const void *const *kr, int nt, int g,
+                               float *sc) {
     const int hd = d->hd;
     for (int j = 0; j < nt; j++) {
         __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
         for (int c = 0; c < hd; c += 8) {
-            const __m256 kv = ld8m(kr[j] + c, hd - c);
+            const __m256 kv = ldkv8(T, kr[j], c, hd - c);
             for (int h = 0; h < GN; h++) a[h] = _mm256_fmadd_ps(ld8m(q + (int64_t)(g + h) * hd + c, hd - c), kv, a[h]);
         }
         if (GN == 4) {
@@ -259,13 +293,14 @@ AVX2 static INL void scores256(const int GN, const dims *d, const float *q, cons
     }
 }
 
-AVX2 static INL void values256(const int GN, const dims *d, const float *const *vr, int nt, int g, const float *sc, float *acc) {
+AVX2 static INL void values256(const int GN, const cf_dtype T, const dims *d, const void *const *vr, int nt, int g, const float *sc,
+                               float *acc) {
     const int vhd = d->vhd;
     for (int c = 0; c < vhd; c += 8) {
         __m256 a[4];
         for (int h = 0; h < GN; h++) a[h] = ld8m(acc + (int64_t)(g + h) * vhd + c, vhd - c);
         for (int j = 0; j < nt; j++) {
-            const __m256 vv = ld8m(vr[j] + c, vhd - c);
+            const __m256 vv = ldkv8(T, vr[j], c, vhd - c);
             for (int h = 0; h < GN; h++) a[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + (g + h) * KT + j), vv, a[h]);
         }
         for (int h = 0; h < GN; h++) st8m(acc + (int64_t)(g + h) * vhd + c, vhd - c, a[h]);
@@ -301,26 +336,48 @@ AVX2 static float softmax256(const dims *d, int g, float *s, int nt, float *m, f
     return hsum8(sum);
 }
 
-AVX2 static void tile_avx2(const dims *d, const float *q, const float *const *kr, const float *const *vr, int nt, float *m,
-                           float *l, float *acc, float *sc) {
+AVX2 static INL void tile_avx2(const cf_dtype T, const dims *d, const float *q, const void *const *kr, const void *const *vr, int nt,
+                               float *m, float *l, float *acc, float *sc) {
     int g = 0;
-    for (; g + 4 <= d->G; g += 4) scores256(4, d, q, kr, nt, g, sc);
-    for (; g < d->G; g++) scores256(1, d, q, kr, nt, g, sc);
+    for (; g + 4 <= d->G; g += 4) scores256(4, T, d, q, kr, nt, g, sc);
+    for (; g < d->G; g++) scores256(1, T, d, q, kr, nt, g, sc);
     for (g = 0; g < d->G; g++) {
         const float sum = softmax256(d, g, sc + g * KT, nt, m, l, acc);
         l[g] += sum;
     }
-    for (g = 0; g + 4 <= d->G; g += 4) values256(4, d, vr, nt, g, sc, acc);
-    for (; g < d->G; g++) values256(1, d, vr, nt, g, sc, acc);
+    for (g = 0; g + 4 <= d->G; g += 4) values256(4, T, d, vr, nt, g, sc, acc);
+    for (; g < d->G; g++) values256(1, T, d, vr, nt, g, sc, acc);
 }
 #endif
 
-static tile_fn tile_for(cf_cpu_isa_level isa) {
+/* the tile kernels, one per instruction set and KV type */
+#define TILE_FN(ATTR, name, kernel, T)                                                                                      \
+    ATTR static void name(const dims *d, const float *q, const void *const *kr, const void *const *vr, int nt, float *m,  \
+                          float *l, float *acc, float *sc) {                                                             \
+        kernel(T, d, q, kr, vr, nt, m, l, acc, sc);                                                                      \
+    }
+TILE_FN(, tile_c_f32, tile_c, CF_F32)
+TILE_FN(, tile_c_bf16, tile_c, CF_BF16)
+TILE_FN(, tile_c_f16, tile_c, CF_F16)
 #ifdef CF_X86
-    if (isa == CF_ISA_AVX512) return tile_avx512;
-    if (isa == CF_ISA_AVX2) return tile_avx2;
+TILE_FN(AVX512, tile_avx512_f32, tile_avx512, CF_F32)
+TILE_FN(AVX512, tile_avx512_bf16, tile_avx512, CF_BF16)
+TILE_FN(AVX512, tile_avx512_f16, tile_avx512, CF_F16)
+TILE_FN(AVX2, tile_avx2_f32, tile_avx2, CF_F32)
+TILE_FN(AVX2, tile_avx2_bf16, tile_avx2, CF_BF16)
+TILE_FN(AVX2, tile_avx2_f16, tile_avx2, CF_F16)
 #endif
-    return tile_c;
+
+static tile_fn tile_for(cf_cpu_isa_level isa, cf_dtype kvt) {
+    const int t = kvt == CF_BF16 ? 1 : kvt == CF_F16 ? 2 : 0;
+#ifdef CF_X86
+    static const tile_fn avx512[3] = {tile_avx512_f32, tile_avx512_bf16, tile_avx512_f16};
+    static const tile_fn avx2[3] = {tile_avx2_f32, tile_avx2_bf16, tile_avx2_f16};
+    if (isa == CF_ISA_AVX512) return avx512[t];
+    if (isa == CF_ISA_AVX2) return avx2[t];
+#endif
+    static const tile_fn c[3] = {tile_c_f32, tile_c_bf16, tile_c_f16};
+    return c[t];
 }
 
 /* ---- the driver ---- */
@@ -335,12 +392,13 @@ static int64_t cache_row(const cf_attn_call *c, int i, int j) {
 }
 
 /* the cache rows of keys j0 .. min(j0 + KT, b) - 1 of row i (all heads); returns how many */
-static int rows_of(const cf_attn_call *c, int i, int j0, int b, const float **kb, const float **vb) {
+static int rows_of(const cf_attn_call *c, int i, int j0, int b, const char **kb, const char **vb) {
     const int nt = b - j0 < KT ? b - j0 : KT;
+    const size_t es = cf_dtype_size(c->kv_dtype);
     for (int j = 0; j < nt; j++) {
         const int64_t r = cache_row(c, i, j0 + j);
-        kb[j] = c->k + r * c->ks;
-        vb[j] = c->v + r * c->vs;
+        kb[j] = (const char *)c->k + (size_t)(r * c->ks) * es;
+        vb[j] = (const char *)c->v + (size_t)(r * c->vs) * es;
     }
     return nt;
 }
@@ -350,7 +408,9 @@ static int rows_of(const cf_attn_call *c, int i, int j0, int b, const float **kb
  * position side by side) come from memory once and are used whole while they are in cache. */
 static void attend(const cf_attn_call *c, const dims *d, tile_fn tile, int i, int h0, int nh, int a, int b, int fetch,
                    float *const *m, float *const *l, float *const *acc, float *sc) {
-    const float *kb[2][KT], *vb[2][KT], *kr[KT], *vr[KT];
+    const char *kb[2][KT], *vb[2][KT];
+    const void *kr[KT], *vr[KT];
+    const int es = (int)cf_dtype_size(c->kv_dtype);
     for (int h = 0; h < nh; h++) {
         for (int g = 0; g < d->G; g++) m[h][g] = -INFINITY, l[h][g] = 0;
         memset(acc[h], 0, (size_t)d->G * (size_t)d->vhd * sizeof *acc[h]);
@@ -362,17 +422,18 @@ static void attend(const cf_attn_call *c, const dims *d, tile_fn tile, int i, in
      * their keys, which stay in cache: fetch is 0 for them.) */
     for (int j = a; fetch && j < b; j++) {
         const int64_t r = cache_row(c, i, j);
-        const char *kp = (const char *)(c->k + r * c->ks + (int64_t)h0 * d->hd), *vp = (const char *)(c->v + r * c->vs + (int64_t)h0 * d->vhd);
-        for (int e = 0; e < nh * d->hd * (int)sizeof(float); e += 64) __builtin_prefetch(kp + e, 0, 1);
-        for (int e = 0; e < nh * d->vhd * (int)sizeof(float); e += 64) __builtin_prefetch(vp + e, 0, 1);
+        const char *kp = (const char *)c->k + (r * c->ks + (int64_t)h0 * d->hd) * es;
+        const char *vp = (const char *)c->v + (r * c->vs + (int64_t)h0 * d->vhd) * es;
+        for (int e = 0; e < nh * d->hd * es; e += 64) __builtin_prefetch(kp + e, 0, 1);
+        for (int e = 0; e < nh * d->vhd * es; e += 64) __builtin_prefetch(vp + e, 0, 1);
     }
     for (int j0 = a; j0 < b; j0 += KT, cur ^= 1) {
         const int nn = j0 + KT < b ? rows_of(c, i, j0 + KT, b, kb[cur ^ 1], vb[cur ^ 1]) : 0;
         for (int h = 0; h < nh; h++) {
-            const int64_t ko = (int64_t)(h0 + h) * d->hd, vo = (int64_t)(h0 + h) * d->vhd;
+            const int64_t ko = (int64_t)(h0 + h) * d->hd * es, vo = (int64_t)(h0 + h) * d->vhd * es;
             for (int j = 0; fetch && j < nn; j++) {
-                for (int e = 0; e < d->hd; e += 16) __builtin_prefetch(kb[cur ^ 1][j] + ko + e, 0, 2);
-                for (int e = 0; e < d->vhd; e += 16) __builtin_prefetch(vb[cur ^ 1][j] + vo + e, 0, 2);
+                for (int e = 0; e < d->hd * es; e += 64) __builtin_prefetch(kb[cur ^ 1][j] + ko + e, 0, 2);
+                for (int e = 0; e < d->vhd * es; e += 64) __builtin_prefetch(vb[cur ^ 1][j] + vo + e, 0, 2);
             }
             for (int j = 0; j < nt; j++) kr[j] = kb[cur][j] + ko, vr[j] = vb[cur][j] + vo;
             const float *q = c->q + (int64_t)i * c->qs + (int64_t)(h0 + h) * d->G * d->hd;
@@ -526,7 +587,7 @@ cinfer_status cf_cpu_attention(const cf_attn_call *c, cf_workers *pool, cf_cpu_i
         s->buf = nb;
         s->floats = need;
     }
-    attn_job j = {.c = c, .d = d, .tile = tile_for(isa), .heads = few_rows ? c->n_kv_heads : 1, .few_rows = few_rows,
+    attn_job j = {.c = c, .d = d, .tile = tile_for(isa, c->kv_dtype), .heads = few_rows ? c->n_kv_heads : 1, .few_rows = few_rows,
                   .first = first, .buf = s->buf, .parts = s->buf + per_thread * (size_t)nt, .per_thread = per_thread, .part = part};
     atomic_init(&j.next, 0);
     cf_workers_run(pool, nt, attn_tasks, &j);

@@ -1,6 +1,6 @@
-/* cpu_attention.h: the CPU backend's attention (ring and paged caches of f32 rows): one pass over the keys
- * with an online softmax, each K/V row read once for all the query heads of its GQA group, threads split
- * over (row, kv head) and, where those leave threads idle, over blocks of keys merged exactly afterwards.
+/* cpu_attention.h: the CPU backend's attention (ring and paged caches of f32, bf16 or f16 rows): one pass over
+ * the keys with an online softmax, each K/V row read once for all the query heads of its GQA group, threads split
+ * over rows, kv heads and blocks of keys, the blocks of a row merged in a fixed order.
  * Kernels for portable C (the reference), AVX2+FMA and AVX-512, chosen by the caller. The work space is the
  * caller's (cf_attn_scratch, grown and kept between calls). */
 #ifndef CF_BACKEND_CPU_ATTENTION_H
@@ -16,14 +16,16 @@
 /* One attention call. Row i (query position p = pos ? pos[i] : pos0 + i) sees the keys at positions
  * max(0, p - window + 1) .. p (window 0: from 0). Key position j lives in cache row j % cap (table NULL) or
  * in row table[row_seq[i] * table_stride + j / block] * block + j % block. q: n_rows rows of n_heads *
- * head_dim; out: n_rows rows of n_heads * v_head_dim; k, v: cache rows of n_kv_heads * head_dim (v_head_dim).
- * Strides count floats. score = scale * q.k, then softcap * tanh(score / softcap) where softcap > 0. */
+ * head_dim; out: n_rows rows of n_heads * v_head_dim; k, v: cache rows of n_kv_heads * head_dim (v_head_dim) of
+ * kv_dtype (CF_F32, CF_BF16 or CF_F16). Strides count elements. score = scale * q.k, then
+ * softcap * tanh(score / softcap) where softcap > 0. */
 typedef struct cf_attn_call {
     const float *q;
     int64_t qs;
     float *out;
     int64_t os;
-    const float *k, *v;
+    const void *k, *v;
+    cf_dtype kv_dtype;
     int64_t ks, vs;
     int n_rows, n_heads, n_kv_heads, head_dim, v_head_dim, window;
     float scale, softcap;

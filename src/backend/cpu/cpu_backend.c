@@ -376,9 +376,13 @@ static void cpu_rope(cf_backend *be, cf_tensor x, cf_tensor pos, int n_heads, in
     }
 }
 
+/* cache row r (f32, bf16 or f16) = row i of src (f32), rounded to the cache's type */
+static void kv_put(cf_tensor cache, int64_t r, cf_tensor src, int64_t i) {
+    cf_from_f32((char *)cache.data + (size_t)(r * cache.stride) * cf_dtype_size(cache.dtype), row(src, i), cache.dtype, (size_t)src.cols);
+}
+
 static void cpu_kv_store(cf_backend *be, cf_tensor cache, cf_tensor src, int pos0, int cap) {
-    for (int64_t i = 0; i < src.rows; i++)
-        memcpy(row(cache, (pos0 + i) % cap), row(src, i), (size_t)src.cols * sizeof(float));
+    for (int64_t i = 0; i < src.rows; i++) kv_put(cache, (pos0 + i) % cap, src, i);
 }
 
 static void run_attention(cpu_backend *b, const cf_attn_call *c) {
@@ -389,7 +393,7 @@ static void run_attention(cpu_backend *b, const cf_attn_call *c) {
 /* softmax(scale * q.k (softcapped)) . v over the visible keys of each query, per head (cpu_attention.c) */
 static void cpu_attention(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor kc, cf_tensor vc, const cf_attn_args *a) {
     const cf_attn_call c = {.q = q.data, .qs = q.stride, .out = out.data, .os = out.stride, .k = kc.data, .v = vc.data,
-                            .ks = kc.stride, .vs = vc.stride, .n_rows = a->n_q, .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads,
+                            .kv_dtype = kc.dtype, .ks = kc.stride, .vs = vc.stride, .n_rows = a->n_q, .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads,
                             .head_dim = a->head_dim, .v_head_dim = a->v_head_dim, .window = a->window, .scale = a->scale,
                             .softcap = a->softcap, .pos0 = a->pos0, .cap = a->cap};
     run_attention(CPU(be), &c);
@@ -400,8 +404,7 @@ static void cpu_attention(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor 
 static int32_t pos_at(cf_tensor pos, int64_t i) { return ((const int32_t *)pos.data)[i * pos.stride]; }
 
 static void cpu_kv_store_pos(cf_backend *be, cf_tensor cache, cf_tensor src, cf_tensor pos, int cap) {
-    for (int64_t i = 0; i < src.rows; i++)
-        memcpy(row(cache, pos_at(pos, i) % cap), row(src, i), (size_t)src.cols * sizeof(float));
+    for (int64_t i = 0; i < src.rows; i++) kv_put(cache, pos_at(pos, i) % cap, src, i);
 }
 
 static void cpu_attention_pos(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor kc, cf_tensor vc, const cf_attn_args *a,
@@ -417,14 +420,13 @@ static int64_t cpu_mem_available(cf_backend *be) {
 }
 
 static void cpu_kv_store_slots(cf_backend *be, cf_tensor cache, cf_tensor src, cf_tensor slot) {
-    for (int64_t i = 0; i < src.rows; i++)
-        memcpy(row(cache, pos_at(slot, i)), row(src, i), (size_t)src.cols * sizeof(float));
+    for (int64_t i = 0; i < src.rows; i++) kv_put(cache, pos_at(slot, i), src, i);
 }
 
 static void cpu_attention_paged(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor kp, cf_tensor vp,
                                 const cf_paged_attn_args *a, const cf_batch_view *b) {
     const cf_attn_call c = {.q = q.data, .qs = q.stride, .out = out.data, .os = out.stride, .k = kp.data, .v = vp.data,
-                            .ks = kp.stride, .vs = vp.stride, .n_rows = b->n_rows, .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads,
+                            .kv_dtype = kp.dtype, .ks = kp.stride, .vs = vp.stride, .n_rows = b->n_rows, .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads,
                             .head_dim = a->head_dim, .v_head_dim = a->v_head_dim, .window = a->window, .scale = a->scale,
                             .softcap = a->softcap, .pos = b->pos.data, .table = b->block_table.data, .row_seq = b->row_seq.data,
                             .table_stride = b->block_table.stride, .block = a->block_size};
@@ -596,6 +598,7 @@ cinfer_status cf_cpu_backend_create(const cf_backend_params *p, cf_backend **out
     if (!p->tuning.fused_ops) b->ops.qkv = NULL, b->ops.matmul_glu = NULL, b->ops.matmul_gated = NULL, b->ops.add_norm = NULL;
     b->base.ops = &b->ops;
     b->base.act_dtype = CF_F32;
+    b->base.kv_any_dtype = 1;
     b->base.n_threads = p->n_threads > 0 ? p->n_threads : cf_workers_default_threads();
     b->base.prefill_chunk = 256;
     b->isa = cf_cpu_best_isa();
