@@ -27,7 +27,6 @@
 #include "backend/cpu/cpu_driver.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include "backend/cpu/cpu_tile512.h"
@@ -371,24 +370,12 @@ BF512 static void gemm_avx512(const float *x, int64_t xs, int64_t n, const void 
     free(b.heap);
 }
 
-/* AVX512-BF16: CPUID leaf 7, subleaf 1, EAX bit 5 */
-static int has_bf16(void) {
-    static int v = -1;
-    int f = __atomic_load_n(&v, __ATOMIC_RELAXED);
-    if (f < 0) {
-        unsigned a = 0, b = 0, c = 0, dd = 0;
-        f = __get_cpuid_count(7, 1, &a, &b, &c, &dd) && (a >> 5 & 1);
-        __atomic_store_n(&v, f, __ATOMIC_RELAXED);
-    }
-    return f;
-}
-
 #endif
 
 cf_gemm_fn cf_cpu_bf16_kernel(cf_cpu_isa_level isa) {
     switch (isa) {
 #ifdef CF_X86
-    case CF_ISA_AVX512: return has_bf16() ? gemm_avx512 : gemm_avx2;
+    case CF_ISA_AVX512: return cf_cpu_has_avx512_bf16() ? gemm_avx512 : gemm_avx2;
     case CF_ISA_AVX2: return gemm_avx2;
 #endif
     default: return gemm_c;

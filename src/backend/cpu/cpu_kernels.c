@@ -270,9 +270,10 @@ AVX512 static INL void panel_gemm(const int T, const float *x, int64_t xs, int64
 DEFINE_TILES16(CF_F32, f32)
 DEFINE_TILES16(CF_F16, f16)
 
-static int cpu_has(cf_cpu_isa_level isa) {
-    /* bit 0: AVX2+FMA+F16C, bit 1: AVX-512; found once, atomically (threads of a parallel region may ask first,
-     * e.g. through cf_cpu_qgemm; racing first calls store the same value) */
+/* bit 0: AVX2+FMA+F16C, bit 1: AVX-512 (F, BW, VL), bit 2: AVX512-BF16, bit 3: AVX512-VNNI (2 and 3 only with 1);
+ * found once, atomically (threads of a parallel region may ask first, e.g. through cf_cpu_qgemm; racing first calls
+ * store the same value) */
+static int cpu_flags(void) {
     static int flags = -1;
     int f = __atomic_load_n(&flags, __ATOMIC_RELAXED);
     if (f < 0) {
@@ -284,14 +285,25 @@ static int cpu_has(cf_cpu_isa_level isa) {
         const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
         const int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                            __builtin_cpu_supports("avx512vl");
-        f = avx2 | avx512 << 1;
+        /* AVX512-BF16: leaf 7 subleaf 1, EAX bit 5; AVX512-VNNI: leaf 7 subleaf 0, ECX bit 11 */
+        const int bf16 = avx512 && __get_cpuid_count(7, 1, &a, &b, &c, &dd) && (a >> 5 & 1);
+        const int vnni = avx512 && __get_cpuid_count(7, 0, &a, &b, &c, &dd) && (c >> 11 & 1);
+        f = avx2 | avx512 << 1 | bf16 << 2 | vnni << 3;
         __atomic_store_n(&flags, f, __ATOMIC_RELAXED);
     }
-    return isa == CF_ISA_C || (isa == CF_ISA_AVX2 && (f & 1)) || (isa == CF_ISA_AVX512 && (f & 2));
+    return f;
 }
 #else
-static int cpu_has(cf_cpu_isa_level isa) { return isa == CF_ISA_C; }
+static int cpu_flags(void) { return 0; }
 #endif
+
+static int cpu_has(cf_cpu_isa_level isa) {
+    const int f = cpu_flags();
+    return isa == CF_ISA_C || (isa == CF_ISA_AVX2 && (f & 1)) || (isa == CF_ISA_AVX512 && (f & 2));
+}
+
+int cf_cpu_has_avx512_bf16(void) { return cpu_flags() >> 2 & 1; }
+int cf_cpu_has_avx512_vnni(void) { return cpu_flags() >> 3 & 1; }
 
 cf_gemm_fn cf_cpu_gemm_kernel_isa(cf_dtype wdt, cf_cpu_isa_level isa) {
     if (!cpu_has(isa)) return NULL;

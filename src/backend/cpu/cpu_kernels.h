@@ -32,5 +32,9 @@ const char *cf_cpu_isa(void);
 cf_cpu_isa_level cf_cpu_best_isa(void);
 /* Whether this CPU (and build) runs the kernels of one instruction set (CF_ISA_C always). */
 int cf_cpu_isa_available(cf_cpu_isa_level isa);
+/* The AVX-512 extensions some kernels use where present (0 without AVX-512): the bf16 dot product (cpu_bf16.c)
+ * and the int8 dot product (cpu_quant.c). */
+int cf_cpu_has_avx512_bf16(void);
+int cf_cpu_has_avx512_vnni(void);
 
 #endif

@@ -35,7 +35,6 @@
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define CF_X86 1
 #endif
@@ -778,18 +777,6 @@ AVX512V static void decode_packed8(const qscratch *s, const cf_qmat *w, int64_t 
     decode_packed(8, s, w, r0, r1, out);
 }
 
-/* AVX512-VNNI: CPUID leaf 7, ECX bit 11 */
-static int has_vnni(void) {
-    static int v = -1;
-    int f = __atomic_load_n(&v, __ATOMIC_RELAXED);
-    if (f < 0) {
-        unsigned a = 0, b = 0, c = 0, dd = 0;
-        f = __get_cpuid_count(7, 0, &a, &b, &c, &dd) && (c >> 11 & 1);
-        __atomic_store_n(&v, f, __ATOMIC_RELAXED);
-    }
-    return f;
-}
-
 #endif
 
 /* 4 and 8 bits on one instruction set: x quantized, then the weight rows */
@@ -803,7 +790,7 @@ static void int8_gemm(cf_cpu_isa_level isa, const float *x, int64_t xs, int64_t 
     }
     const int bits = w->bits, G = w->group;
 #ifdef CF_X86
-    if (isa == CF_ISA_AVX512 && has_vnni()) {
+    if (isa == CF_ISA_AVX512 && cf_cpu_has_avx512_vnni()) {
         quant_rows_avx512(x, xs, n, &s, bits, G);
         if (n == 1 && w->tiles && r0 % 16 == 0) (bits == 4 ? decode_packed4 : decode_packed8)(&s, w, r0, r1, out);
         else (bits == 4 ? rows4_avx512 : rows8_avx512)(&s, n, w, r0, r1, out, os);
@@ -847,7 +834,7 @@ int cf_cpu_qgemm_isa(cf_cpu_isa_level isa, const float *x, int64_t xs, int64_t n
 
 int cf_cpu_qpack_useful(void) {
 #ifdef CF_X86
-    return cf_cpu_isa_available(CF_ISA_AVX512) && has_vnni();
+    return cf_cpu_isa_available(CF_ISA_AVX512) && cf_cpu_has_avx512_vnni();
 #else
     return 0;
 #endif
