@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # vs_llamacpp.sh: cinfer against llama.cpp on this machine's CPU, side by side: the same model shape
 # (a bench/configs/ file), random weights in each engine's format, both engines run alternately round by round
-# so that drift of a shared machine hits both, medians reported.
+# so that drift of a shared machine hits both; medians reported, then each round's pair.
 #
 #   bench/vs_llamacpp.sh LLAMA_CPP_SRC [--config bench/configs/llama-3.2-1b.json] [--threads N] [--rounds N]
 #                        [--types bf16,q8,q4] [--prompt 128] [--gen 64] [--depth 1024]
@@ -96,4 +96,17 @@ for t in types.split(","):
     roof, bw = med([x["roofline_fraction"] for x in c]), med([x["bandwidth_gb_s"] for x in c])
     print(f"| {t} | {cdec:.1f} | {ldec:.1f} | {cdec/ldec:.2f} | {cpre:.1f} | {lpre:.1f} | {cpre/lpre:.2f} | {cdep:.1f} | {ldep:.1f} | "
           f"{cdep/ldep:.2f} | {roof:.1%} | {bw:.1f} |")
+# Each round's pair, in order: on a shared machine the spread says how far to trust the medians.
+print()
+print(f"each round, cinfer / llama.cpp (tokens/s), in the order run:")
+print()
+print(f"| type | decode | prefill | decode after {depth} |")
+print("|---|---|---|---|")
+for t in types.split(","):
+    c, cd = rows(f"{d}/cinfer-{t}.jsonl"), rows(f"{d}/cinfer-{t}-depth.jsonl")
+    l, ld = rows(f"{d}/llama-{t}.jsonl"), rows(f"{d}/llama-{t}-depth.jsonl")
+    pairs = lambda a, b: ", ".join(f"{x:.1f} / {y:.1f}" for x, y in zip(a, b))
+    print(f"| {t} | {pairs([x['decode_tokens_per_s'] for x in c], [x['avg_ts'] for x in l if x['n_gen'] > 0])} | "
+          f"{pairs([x['prefill_tokens_per_s'] for x in c], [x['avg_ts'] for x in l if x['n_prompt'] > 0 and x['n_gen'] == 0])} | "
+          f"{pairs([x['decode_tokens_per_s'] for x in cd], [x['avg_ts'] for x in ld if x['n_gen'] > 0])} |")
 PY
