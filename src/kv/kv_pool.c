@@ -7,8 +7,7 @@
 
 static int in_pool(const uint8_t *in_window, int l, int window) { return !(in_window && in_window[l]) == !window; }
 
-int64_t cf_kv_pool_block_bytes(cf_backend *be, const cf_kv_spec *specs, const uint8_t *in_window, int n_layers, int block_size,
-                               int window) {
+int64_t cf_kv_pool_block_bytes(const cf_kv_spec *specs, const uint8_t *in_window, int n_layers, int block_size, int window) {
     int64_t b = 0;
     for (int l = 0; l < n_layers; l++)
         if (!specs[l].shared && in_pool(in_window, l, window))
@@ -43,8 +42,8 @@ cinfer_status cf_kv_pool_create(cf_backend *be, const cf_kv_spec *specs, const u
     p->scratch_block = n_blocks;
     p->wscratch_block = any_windowed ? n_wblocks : 0;
     p->window = any_windowed ? window : 0;
-    p->bytes_per_block = cf_kv_pool_block_bytes(be, specs, in_window, n_layers, block_size, 0);
-    p->wbytes_per_block = cf_kv_pool_block_bytes(be, specs, in_window, n_layers, block_size, 1);
+    p->bytes_per_block = cf_kv_pool_block_bytes(specs, in_window, n_layers, block_size, 0);
+    p->wbytes_per_block = cf_kv_pool_block_bytes(specs, in_window, n_layers, block_size, 1);
     cinfer_status st = cf_block_pool_create(n_blocks, block_size, &p->blocks, err);
     if (st == CINFER_OK && any_windowed) st = cf_block_pool_create(n_wblocks, block_size, &p->wblocks, err);
     for (int l = 0; l < n_layers && st == CINFER_OK; l++) {

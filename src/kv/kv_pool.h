@@ -36,8 +36,7 @@ typedef struct cf_kv_pool {
 
 /* in_window: per layer, whether its own cache goes to the window pool (NULL: none does). */
 /* Bytes one block takes over the layers of one pool (window: 0 the full pool, 1 the window pool). */
-int64_t cf_kv_pool_block_bytes(cf_backend *be, const cf_kv_spec *specs, const uint8_t *in_window, int n_layers, int block_size,
-                               int window);
+int64_t cf_kv_pool_block_bytes(const cf_kv_spec *specs, const uint8_t *in_window, int n_layers, int block_size, int window);
 /* n_wblocks: the window pool's blocks (unused when no layer is in it); window: the most positions its readers
  * look back. */
 cinfer_status cf_kv_pool_create(cf_backend *be, const cf_kv_spec *specs, const uint8_t *in_window, int n_layers, int n_blocks,

@@ -178,8 +178,8 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
     /* the KV pools: what was asked for, else room for max_seqs full contexts within 90% of what is left */
     const int64_t avail = be->ops->mem_available ? be->ops->mem_available(be) : 0;
     cf_kv_split_in si = {.kv_bytes = p.kv_bytes, .mem_cap = avail > 0 ? avail / 10 * 9 : 0,
-                         .full_bytes = cf_kv_pool_block_bytes(be, specs, pools, hp->n_layers, p.block_size, 0),
-                         .win_bytes = windowed ? cf_kv_pool_block_bytes(be, specs, pools, hp->n_layers, p.block_size, 1) : 0,
+                         .full_bytes = cf_kv_pool_block_bytes(specs, pools, hp->n_layers, p.block_size, 0),
+                         .win_bytes = windowed ? cf_kv_pool_block_bytes(specs, pools, hp->n_layers, p.block_size, 1) : 0,
                          .max_seqs = p.max_seqs, .block_size = p.block_size, .ctx_blocks = table_cols,
                          .win_blocks_decode = windowed ? wcap_decode : 0, .win_blocks_step = windowed ? wcap_step : 0};
     cf_kv_split_out so = {0};

@@ -432,7 +432,7 @@ static int64_t kv_bytes_for(cf_model *m, int max_seqs, int max_ctx, int block_si
     const cf_hparams *hp = &m->hp;
     cf_kv_spec *specs = cf_model_kv_specs(m);
     if (!specs) return -1;
-    const int64_t per_block = cf_kv_pool_block_bytes(m->be, specs, NULL, hp->n_layers, block_size, 0);   /* every layer, as one pool */
+    const int64_t per_block = cf_kv_pool_block_bytes(specs, NULL, hp->n_layers, block_size, 0);   /* every layer, as one pool */
     free(specs);
     int64_t bytes = (int64_t)max_seqs * ((max_ctx + block_size - 1) / block_size) * per_block;
     const int64_t avail = m->be->ops->mem_available ? m->be->ops->mem_available(m->be) : 0;
