@@ -3,9 +3,10 @@
  *
  * A task is one query row and one block of BLOCK_KEYS of its keys, for one kv head (many rows, as in prefill) or
  * for every kv head (a few rows, as in decode, where the threads then split a row's blocks; the block's rows are
- * first read in address order, see attend). It walks the keys in tiles of up to KT (gathered across ring wraps
- * and cache blocks as row pointers): per kv head, the scores of all G query heads of the group against each key row (16-bit keys widened to
- * f32 in registers), then per head the running max m, the rescale of the sum l and accumulator by
+ * first read in address order, see attend). It gathers the block's cache rows across ring wraps and cache blocks
+ * as row pointers and walks them in tiles of up to KT: per kv head, the scores of all G query heads of the group
+ * against each key row (16-bit keys widened to f32 in registers), then per head the running max m, the rescale of
+ * the sum l and accumulator by
  * exp(m_old - m_new), p = exp(score - m_new), and acc += p * v for each value row. A row of one block accumulates
  * into its output row, divided by l at the end; a row of several keeps (m, l, acc) per block in the scratch and
  * merges them in block order: M = max m_b, L = sum l_b e^(m_b - M), out = sum acc_b e^(m_b - M) / L.
@@ -391,26 +392,25 @@ static int64_t cache_row(const cf_attn_call *c, int i, int j) {
     return (int64_t)t[j / c->block] * c->block + j % c->block;
 }
 
-/* the cache rows of keys j0 .. min(j0 + KT, b) - 1 of row i (all heads); returns how many */
-static int rows_of(const cf_attn_call *c, int i, int j0, int b, const char **kb, const char **vb) {
-    const int nt = b - j0 < KT ? b - j0 : KT;
+/* the cache rows (all heads) of keys a .. b - 1 of row i, b - a <= BLOCK_KEYS */
+static void rows_of(const cf_attn_call *c, int i, int a, int b, const char **kb, const char **vb) {
     const size_t es = cf_dtype_size(c->kv_dtype);
-    for (int j = 0; j < nt; j++) {
-        const int64_t r = cache_row(c, i, j0 + j);
-        kb[j] = (const char *)c->k + (size_t)(r * c->ks) * es;
-        vb[j] = (const char *)c->v + (size_t)(r * c->vs) * es;
+    for (int j = a; j < b; j++) {
+        const int64_t r = cache_row(c, i, j);
+        kb[j - a] = (const char *)c->k + (size_t)(r * c->ks) * es;
+        vb[j - a] = (const char *)c->v + (size_t)(r * c->vs) * es;
     }
-    return nt;
 }
 
-/* keys a .. b-1 of row i for kv heads h0 .. h0 + nh - 1, head h0 + h into (m[h], l[h], acc[h]): tile by tile,
+/* keys a .. b-1 (b - a <= BLOCK_KEYS) of row i for kv heads h0 .. h0 + nh - 1, head h0 + h into (m[h], l[h], acc[h]): tile by tile,
  * every head on a tile before the next tile, so that the tile's cache rows (all heads' keys or values of a
  * position side by side) come from memory once and are used whole while they are in cache. */
 static void attend(const cf_attn_call *c, const dims *d, tile_fn tile, int i, int h0, int nh, int a, int b, int fetch,
                    float *const *m, float *const *l, float *const *acc, float *sc) {
-    const char *kb[KT], *vb[KT];
+    const char *kb[BLOCK_KEYS], *vb[BLOCK_KEYS];
     const void *kr[KT], *vr[KT];
-    const int es = (int)cf_dtype_size(c->kv_dtype);
+    const int es = (int)cf_dtype_size(c->kv_dtype), n = b - a;
+    rows_of(c, i, a, b, kb, vb);
     for (int h = 0; h < nh; h++) {
         for (int g = 0; g < d->G; g++) m[h][g] = -INFINITY, l[h][g] = 0;
         memset(acc[h], 0, (size_t)d->G * (size_t)d->vhd * sizeof *acc[h]);
@@ -422,18 +422,16 @@ static void attend(const cf_attn_call *c, const dims *d, tile_fn tile, int i, in
      * bench_cpu_attention's cold table: 25-35% less time than prefetch instructions for every line of the block
      * and of the next tile, which filled the miss queues and stalled. */
     for (int pass = 0; fetch && pass < 2; pass++)
-        for (int j = a; j < b; j++) {
-            const int64_t r = cache_row(c, i, j);
-            const char *p = pass ? (const char *)c->v + (r * c->vs + (int64_t)h0 * d->vhd) * es
-                                 : (const char *)c->k + (r * c->ks + (int64_t)h0 * d->hd) * es;
+        for (int j = 0; j < n; j++) {
+            const char *p = pass ? vb[j] + (int64_t)h0 * d->vhd * es : kb[j] + (int64_t)h0 * d->hd * es;
             const int bytes = nh * (pass ? d->vhd : d->hd) * es;
             for (int e = 0; e < bytes; e += 64) (void)*(const volatile char *)(p + e);
         }
-    for (int j0 = a; j0 < b; j0 += KT) {
-        const int nt = rows_of(c, i, j0, b, kb, vb);
+    for (int j0 = 0; j0 < n; j0 += KT) {
+        const int nt = n - j0 < KT ? n - j0 : KT;
         for (int h = 0; h < nh; h++) {
             const int64_t ko = (int64_t)(h0 + h) * d->hd * es, vo = (int64_t)(h0 + h) * d->vhd * es;
-            for (int j = 0; j < nt; j++) kr[j] = kb[j] + ko, vr[j] = vb[j] + vo;
+            for (int j = 0; j < nt; j++) kr[j] = kb[j0 + j] + ko, vr[j] = vb[j0 + j] + vo;
             const float *q = c->q + (int64_t)i * c->qs + (int64_t)(h0 + h) * d->G * d->hd;
             tile(d, q, kr, vr, nt, m[h], l[h], acc[h], sc);
         }
@@ -461,6 +459,13 @@ typedef struct attn_job {
 static int n_blocks(const cf_attn_call *c, int i) {
     const int p = row_pos(c, i), n = p - row_lo(c, p) + 1;
     return (n + BLOCK_KEYS - 1) / BLOCK_KEYS;
+}
+
+/* the keys [*a, *b) of block blk of row i */
+static void block_keys(const cf_attn_call *c, int i, int blk, int *a, int *b) {
+    const int p = row_pos(c, i);
+    *a = row_lo(c, p) + blk * BLOCK_KEYS;
+    *b = *a + BLOCK_KEYS < p + 1 ? *a + BLOCK_KEYS : p + 1;
 }
 
 /* out (G rows of vhd) from nb partial results (G * vhd acc, then G m, then G l), block b's at pa + b * stride */
@@ -522,9 +527,9 @@ static void attn_tasks(void *arg, int t, int T) {
         for (int64_t k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < tasks;) {
             int i = 0;
             while (j->first[i + 1] <= k) i++;
-            const int nb = (int)(j->first[i + 1] - j->first[i]), b = (int)(k - j->first[i]);
-            const int p = row_pos(c, i), lo = row_lo(c, p);
-            const int a0 = lo + b * BLOCK_KEYS, a1 = a0 + BLOCK_KEYS < p + 1 ? a0 + BLOCK_KEYS : p + 1;
+            const int nb = (int)(j->first[i + 1] - j->first[i]);
+            int a0, a1;
+            block_keys(c, i, (int)(k - j->first[i]), &a0, &a1);
             float *part[MAX_GROUP_HEADS];
             for (int h = 0; h < j->heads; h++) part[h] = j->parts + j->part * (size_t)(k * c->n_kv_heads + h);
             run_block(j, sc, i, 0, a0, a1, nb == 1, part);
@@ -535,9 +540,9 @@ static void attn_tasks(void *arg, int t, int T) {
     const int64_t tasks = (int64_t)c->n_rows * c->n_kv_heads;
     for (int64_t k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < tasks;) {
         const int i = (int)(k / c->n_kv_heads), h = (int)(k % c->n_kv_heads), nb = n_blocks(c, i);
-        const int p = row_pos(c, i), lo = row_lo(c, p);
         for (int b = 0; b < nb; b++) {
-            const int a0 = lo + b * BLOCK_KEYS, a1 = a0 + BLOCK_KEYS < p + 1 ? a0 + BLOCK_KEYS : p + 1;
+            int a0, a1;
+            block_keys(c, i, b, &a0, &a1);
             float *part = local + j->part * (size_t)b;
             run_block(j, sc, i, h, a0, a1, nb == 1, &part);
         }
