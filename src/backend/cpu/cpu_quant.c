@@ -832,13 +832,7 @@ int cf_cpu_qgemm_isa(cf_cpu_isa_level isa, const float *x, int64_t xs, int64_t n
     }
 }
 
-int cf_cpu_qpack_useful(void) {
-#ifdef CF_X86
-    return cf_cpu_isa_available(CF_ISA_AVX512) && cf_cpu_has_avx512_vnni();
-#else
-    return 0;
-#endif
-}
+int cf_cpu_qpack_useful(void) { return cf_cpu_has_avx512_vnni(); }
 
 void cf_cpu_qgemm(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1, float *out,
                   int64_t os) {
