@@ -15,8 +15,8 @@ static int copy_file(const char *from, const char *to) {
     size_t len = 0;
     char *data = cf_read_file(from, &len);
     FILE *fp = data ? fopen(to, "wb") : NULL;
-    const int ok = fp && fwrite(data, 1, len, fp) == len;
-    if (fp && fclose(fp) != 0) return 0;
+    int ok = fp && fwrite(data, 1, len, fp) == len;
+    if (fp && fclose(fp) != 0) ok = 0;
     free(data);
     return ok;
 }
