@@ -47,6 +47,8 @@ static double quantile(double *v, size_t n, double q) {
 typedef struct run_result {
     int concurrency;
     double decode_tps, all_tps, output_tps, ttft_p50, ttft_p99, itl_p50, itl_p99, roofline_tps, wall_s;
+    long steps;
+    double turn_ms, runner_ms;   /* a step's turn of the engine thread and the runner's step in it, means */
     char plan[48];
 } run_result;
 
@@ -62,6 +64,8 @@ static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen,
     for (int i = 0; !rc && i < c; i++) rc = !(cl[i].t = malloc((size_t)n_gen * sizeof(double)));
     if (rc) fprintf(stderr, "cinfer bench: out of memory for %d clients\n", c);
     uint64_t x = seed;
+    cinfer_engine_stats s0, s1;
+    cinfer_engine_get_stats(e, &s0);
     const double t0 = cf_monotonic_seconds();
     for (int i = 0; !rc && i < c; i++) {
         for (int k = 0; k < n_prompt; k++) {
@@ -116,8 +120,12 @@ static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen,
     long in_span = 0;
     for (int i = 0; !rc && i < c && all_last > all_first; i++)
         for (int k = 1; k < n_gen; k++) in_span += cl[i].t[k] > all_first && cl[i].t[k] <= all_last;
+    cinfer_engine_get_stats(e, &s1);
     if (!rc) {
         r->concurrency = c;
+        r->steps = s1.steps - s0.steps;
+        r->turn_ms = r->steps ? 1e3 * (s1.turn_seconds - s0.turn_seconds) / (double)r->steps : 0;
+        r->runner_ms = r->steps ? 1e3 * (s1.runner_seconds - s0.runner_seconds) / (double)r->steps : 0;
         r->all_tps = all_last > all_first ? (double)in_span / (all_last - all_first) : 0;
         r->wall_s = last - t0;
         r->decode_tps = last > first ? (double)decoded / (last - first) : 0;
@@ -178,9 +186,10 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
             printf("%s{\"concurrency\":%d,\"plan\":\"%s\",\"decode_tokens_per_s\":%.3f,\"all_decoding_tokens_per_s\":%.3f,"
                    "\"output_tokens_per_s\":%.3f,"
                    "\"ttft_p50_s\":%.5f,\"ttft_p99_s\":%.5f,\"itl_p50_s\":%.6f,\"itl_p99_s\":%.6f,"
-                   "\"roofline_tokens_per_s\":%.3f,\"roofline_fraction\":%.4f,\"wall_s\":%.3f}",
+                   "\"roofline_tokens_per_s\":%.3f,\"roofline_fraction\":%.4f,\"wall_s\":%.3f,"
+                   "\"steps\":%ld,\"turn_ms\":%.4f,\"runner_ms\":%.4f}",
                    k ? "," : "", r->concurrency, r->plan, r->decode_tps, r->all_tps, r->output_tps, r->ttft_p50, r->ttft_p99, r->itl_p50,
-                   r->itl_p99, r->roofline_tps, r->decode_tps / r->roofline_tps, r->wall_s);
+                   r->itl_p99, r->roofline_tps, r->decode_tps / r->roofline_tps, r->wall_s, r->steps, r->turn_ms, r->runner_ms);
         }
         printf("],\"kv\":{\"bytes\":%lld,\"block_tokens\":%d,\"full_blocks\":%d,\"window_blocks\":%d,\"window\":%d,"
                "\"one_pool_blocks\":%lld}}\n",
@@ -202,6 +211,13 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
             printf("%11d %-16s %14.2f %14.2f %14.2f %8.1f / %7.1f %8.2f / %7.2f %8.1f%%\n", r->concurrency, r->plan, r->decode_tps,
                    r->all_tps, r->output_tps, 1e3 * r->ttft_p50, 1e3 * r->ttft_p99, 1e3 * r->itl_p50, 1e3 * r->itl_p99,
                    100 * r->decode_tps / r->roofline_tps);
+        }
+        printf("engine thread, means of a step (a turn: the runner's step and the engine's own host work around it):\n");
+        printf("%11s %8s %10s %10s %10s %10s\n", "concurrency", "steps", "wall ms", "turn ms", "runner ms", "host ms");
+        for (int k = 0; k < a->n_concurrency; k++) {
+            const run_result *r = &runs[k];
+            printf("%11d %8ld %10.3f %10.3f %10.3f %10.3f\n", r->concurrency, r->steps, r->steps ? 1e3 * r->wall_s / (double)r->steps : 0,
+                   r->turn_ms, r->runner_ms, r->turn_ms - r->runner_ms);
         }
     }
     free(runs);

@@ -100,6 +100,7 @@ struct cinfer_engine {
     /* published under mu at the end of each turn, for cinfer_engine_get_stats */
     int pub_running, pub_blocks_available, pub_blocks_cached, pub_wblocks_available;
     long pub_steps;
+    double turn_s, runner_s, pub_turn_s, pub_runner_s;   /* cinfer_engine_stats' turn_seconds, runner_seconds */
 };
 
 static double monotonic_now(void *user) {
@@ -809,6 +810,7 @@ static void abort_verify(cinfer_engine *e, int n) {
 /* One turn: settles what was cancelled, asks for drafts, runs one step over the batch (dropping the drafts,
  * then preempting, while the KV memory cannot hold it) and commits the tokens it picked or verified. */
 static void iterate(cinfer_engine *e) {
+    const double t0 = mono_now();
     for (int i = 0; i < e->n_run;) {
         cinfer_session *s = e->run[i];
         if (atomic_load(&s->cancel) != CINFER_CANCEL_NONE || consumer_idle(s)) {
@@ -821,7 +823,6 @@ static void iterate(cinfer_engine *e) {
     }
     if (!e->n_run) return;
 
-    const double t0 = mono_now();
     int drafts = draft_phase(e) > 0;
     e->step_tokens = 0;
     cinfer_error err = {0};
@@ -845,7 +846,9 @@ static void iterate(cinfer_engine *e) {
             continue;
         }
         st = bind_verify(e, n, &err);
+        const double tr = mono_now();
         if (st == CINFER_OK) st = cf_runner_step(e->runner, e->items, n, &err);
+        e->runner_s += mono_now() - tr;
         if (st != CINFER_OK) abort_verify(e, n);
         e->n_steps++;
         if (n > e->peak_batch) e->peak_batch = n;
@@ -900,8 +903,9 @@ static void iterate(cinfer_engine *e) {
             settle(e, s, &end);
         }
     }
+    const double t = mono_now() - t0;
+    e->turn_s += t;
     if (decode_only && n) {
-        const double t = mono_now() - t0;
         cost_record(e, rows, t);
         guard_record(e, drafts, e->step_tokens, t);
     }
@@ -917,6 +921,8 @@ static void publish_stats(cinfer_engine *e) {
     e->pub_blocks_cached = cf_runner_blocks_cached(e->runner);
     e->pub_wblocks_available = cf_runner_wblocks_available(e->runner);
     e->pub_steps = e->n_steps;
+    e->pub_turn_s = e->turn_s;
+    e->pub_runner_s = e->runner_s;
 }
 
 void cinfer_engine_get_stats(cinfer_engine *e, cinfer_engine_stats *out) {
@@ -931,6 +937,8 @@ void cinfer_engine_get_stats(cinfer_engine *e, cinfer_engine_stats *out) {
                                  .kv_block_tokens = e->block_size,
                                  .kv_block_bytes = e->block_bytes,
                                  .steps = e->pub_steps,
+                                 .turn_seconds = e->pub_turn_s,
+                                 .runner_seconds = e->pub_runner_s,
                                  .kv_window_blocks_total = cf_runner_wblocks_total(e->runner),
                                  .kv_window_blocks_used = cf_runner_wblocks_total(e->runner) - e->pub_wblocks_available,
                                  .kv_window_block_bytes = cf_runner_wblock_bytes(e->runner),
