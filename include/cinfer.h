@@ -162,9 +162,10 @@ typedef struct cinfer_engine_stats {
     long steps;                  /* forward steps run so far */
     /* where the scheduler thread's time went, seconds so far: the batch's turns (from settling cancellations to
      * handing out the step's tokens; runner_seconds included), and in those the runner's steps (the forward pass,
-     * waiting for the device included). The rest of a turn is the engine's own host work: building the step,
+     * waiting for the device included), and in those the wait for the device (from enqueuing the step's picks and
+     * reads to its end). The rest of a turn is the host's: building the step, the runner's bookkeeping and launches,
      * sampling on the host, text, stops, handing tokens to sessions. */
-    double turn_seconds, runner_seconds;
+    double turn_seconds, runner_seconds, device_wait_seconds;
     /* Sliding-window layers' own KV memory, where a sequence holds only the blocks its window still sees (the
      * kv_blocks above are then the full-attention layers'); all 0 when the model has no such layers. */
     int kv_window_blocks_total;

@@ -48,7 +48,7 @@ typedef struct run_result {
     int concurrency;
     double decode_tps, all_tps, output_tps, ttft_p50, ttft_p99, itl_p50, itl_p99, roofline_tps, wall_s;
     long steps;
-    double turn_ms, runner_ms;   /* a step's turn of the engine thread and the runner's step in it, means */
+    double turn_ms, runner_ms, wait_ms;   /* a step's turn of the engine thread, the runner's step in it, the wait for the device */
     char plan[48];
 } run_result;
 
@@ -126,6 +126,7 @@ static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen,
         r->steps = s1.steps - s0.steps;
         r->turn_ms = r->steps ? 1e3 * (s1.turn_seconds - s0.turn_seconds) / (double)r->steps : 0;
         r->runner_ms = r->steps ? 1e3 * (s1.runner_seconds - s0.runner_seconds) / (double)r->steps : 0;
+        r->wait_ms = r->steps ? 1e3 * (s1.device_wait_seconds - s0.device_wait_seconds) / (double)r->steps : 0;
         r->all_tps = all_last > all_first ? (double)in_span / (all_last - all_first) : 0;
         r->wall_s = last - t0;
         r->decode_tps = last > first ? (double)decoded / (last - first) : 0;
@@ -187,9 +188,9 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
                    "\"output_tokens_per_s\":%.3f,"
                    "\"ttft_p50_s\":%.5f,\"ttft_p99_s\":%.5f,\"itl_p50_s\":%.6f,\"itl_p99_s\":%.6f,"
                    "\"roofline_tokens_per_s\":%.3f,\"roofline_fraction\":%.4f,\"wall_s\":%.3f,"
-                   "\"steps\":%ld,\"turn_ms\":%.4f,\"runner_ms\":%.4f}",
+                   "\"steps\":%ld,\"turn_ms\":%.4f,\"runner_ms\":%.4f,\"device_wait_ms\":%.4f}",
                    k ? "," : "", r->concurrency, r->plan, r->decode_tps, r->all_tps, r->output_tps, r->ttft_p50, r->ttft_p99, r->itl_p50,
-                   r->itl_p99, r->roofline_tps, r->decode_tps / r->roofline_tps, r->wall_s, r->steps, r->turn_ms, r->runner_ms);
+                   r->itl_p99, r->roofline_tps, r->decode_tps / r->roofline_tps, r->wall_s, r->steps, r->turn_ms, r->runner_ms, r->wait_ms);
         }
         printf("],\"kv\":{\"bytes\":%lld,\"block_tokens\":%d,\"full_blocks\":%d,\"window_blocks\":%d,\"window\":%d,"
                "\"one_pool_blocks\":%lld}}\n",
@@ -212,12 +213,16 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
                    r->all_tps, r->output_tps, 1e3 * r->ttft_p50, 1e3 * r->ttft_p99, 1e3 * r->itl_p50, 1e3 * r->itl_p99,
                    100 * r->decode_tps / r->roofline_tps);
         }
-        printf("engine thread, means of a step (a turn: the runner's step and the engine's own host work around it):\n");
-        printf("%11s %8s %10s %10s %10s %10s\n", "concurrency", "steps", "wall ms", "turn ms", "runner ms", "host ms");
+        printf("engine thread, means of a step: its turn = the runner's step + the engine's work around it; the device wait\n"
+               "is the part of the runner's step from enqueuing the picks to the device's end; the rest of the turn is host work\n"
+               "(on the CPU the step computes on the host: the runner's host time holds the forward pass)\n");
+        printf("%11s %8s %10s %10s %10s %14s %12s %12s\n", "concurrency", "steps", "wall ms", "turn ms", "runner ms", "device wait ms",
+               "runner host", "engine host");
         for (int k = 0; k < a->n_concurrency; k++) {
             const run_result *r = &runs[k];
-            printf("%11d %8ld %10.3f %10.3f %10.3f %10.3f\n", r->concurrency, r->steps, r->steps ? 1e3 * r->wall_s / (double)r->steps : 0,
-                   r->turn_ms, r->runner_ms, r->turn_ms - r->runner_ms);
+            printf("%11d %8ld %10.3f %10.3f %10.3f %14.3f %12.3f %12.3f\n", r->concurrency, r->steps,
+                   r->steps ? 1e3 * r->wall_s / (double)r->steps : 0, r->turn_ms, r->runner_ms, r->wait_ms, r->runner_ms - r->wait_ms,
+                   r->turn_ms - r->runner_ms);
         }
     }
     free(runs);

@@ -100,7 +100,7 @@ struct cinfer_engine {
     /* published under mu at the end of each turn, for cinfer_engine_get_stats */
     int pub_running, pub_blocks_available, pub_blocks_cached, pub_wblocks_available;
     long pub_steps;
-    double turn_s, runner_s, pub_turn_s, pub_runner_s;   /* cinfer_engine_stats' turn_seconds, runner_seconds */
+    double turn_s, runner_s, pub_turn_s, pub_runner_s, pub_wait_s;   /* cinfer_engine_stats' *_seconds */
 };
 
 static double monotonic_now(void *user) {
@@ -923,6 +923,7 @@ static void publish_stats(cinfer_engine *e) {
     e->pub_steps = e->n_steps;
     e->pub_turn_s = e->turn_s;
     e->pub_runner_s = e->runner_s;
+    e->pub_wait_s = cf_runner_wait_seconds(e->runner);
 }
 
 void cinfer_engine_get_stats(cinfer_engine *e, cinfer_engine_stats *out) {
@@ -939,6 +940,7 @@ void cinfer_engine_get_stats(cinfer_engine *e, cinfer_engine_stats *out) {
                                  .steps = e->pub_steps,
                                  .turn_seconds = e->pub_turn_s,
                                  .runner_seconds = e->pub_runner_s,
+                                 .device_wait_seconds = e->pub_wait_s,
                                  .kv_window_blocks_total = cf_runner_wblocks_total(e->runner),
                                  .kv_window_blocks_used = cf_runner_wblocks_total(e->runner) - e->pub_wblocks_available,
                                  .kv_window_block_bytes = cf_runner_wblock_bytes(e->runner),

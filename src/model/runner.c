@@ -5,6 +5,7 @@
 #include "model/forward.h"
 #include "kv/kv_split.h"
 #include "kv/lease.h"
+#include "base/clock.h"
 #include "base/status.h"
 #include "sample/sampler.h"
 
@@ -25,6 +26,7 @@ struct cf_runner {
     int tstride;                 /* a host/device table row: the full pool's table_cols, then the window pool's if any */
     int window, rollback;        /* the window pool (kv->wblocks): positions its readers look back, a truncate can go back */
     int n_seqs_alive;
+    double wait_s;               /* seconds the steps spent waiting for the device (cf_runner_wait_seconds) */
     /* the batch on the device and its host copies */
     cf_batch_view bv, bv_win;    /* bv_win: the window pool's slots and tables (window pool only) */
     cf_tensor u, picks;          /* F32 [max_seqs, 1] uniforms; I32 [max_seqs, 1] picked tokens */
@@ -63,6 +65,8 @@ cf_runner_params cf_runner_default_params(void) {
 const cf_runner_params *cf_runner_params_of(const cf_runner *r) { return &r->p; }
 cf_model *cf_runner_model(const cf_runner *r) { return r->m; }
 int cf_runner_blocks_total(const cf_runner *r) { return cf_block_pool_size(r->kv->blocks); }
+double cf_runner_wait_seconds(const cf_runner *r) { return r->wait_s; }
+
 int cf_runner_blocks_available(const cf_runner *r) { return cf_block_pool_available(r->kv->blocks); }
 int cf_runner_blocks_cached(const cf_runner *r) { return cf_block_pool_cached(r->kv->blocks); }
 int cf_runner_wblocks_total(const cf_runner *r) { return r->kv->wblocks ? cf_block_pool_size(r->kv->wblocks) : 0; }
@@ -625,6 +629,7 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
     /* picks on the device into the picks row of their logits row: one launch for each run of neighbours that pick
      * one row alike, one for each item that picks every row (greedy: a verification); then everything back to the
      * host, a read for each run of neighbouring logits rows that are not picked whole */
+    const double t_wait = cf_monotonic_seconds();
     int any_pick = 0, pick_end = 0;
     for (int i = 0; i < n_items && st == CINFER_OK; i++) {
         if (!it[i].pick) continue;
@@ -668,6 +673,7 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
         if (st == CINFER_OK && r->taps.n) st = op->read(be, r->h_tapped, cf_cols(cf_rows(r->tap_dev, 0, rows), 0, r->taps.n * D), err);
     }
     if (st == CINFER_OK) st = op->sync(be, err);
+    r->wait_s += cf_monotonic_seconds() - t_wait;
     if (st != CINFER_OK) {
         release_reserved(r, it, n_items);
         return st;
