@@ -1,9 +1,10 @@
-/* file.c: whole-file reads of regular files, bounded in size. */
+/* file.c: whole-file reads of regular files, bounded in size, and whole-file copies. */
 #include "base/file.h"
 #include "base/status.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -62,4 +63,20 @@ cinfer_status cf_file_read(const char *path, size_t max, int optional, char **da
 char *cf_read_file(const char *path, size_t *len) {
     char *data;
     return cf_file_read(path, CF_FILE_MAX_CONFIG, 0, &data, len, NULL) == CINFER_OK ? data : NULL;
+}
+
+cinfer_status cf_file_copy(const char *from, const char *to, int optional, cinfer_error *err) {
+    char *data = NULL;
+    size_t len = 0;
+    CF_TRY(cf_file_read(from, CF_FILE_MAX_CONFIG, optional, &data, &len, err));
+    if (!data) return CINFER_OK;   /* optional and not there: nothing to copy */
+    FILE *fp = fopen(to, "wb");
+    if (!fp) {
+        free(data);
+        return cf_fail(err, CINFER_E_IO, "%s: cannot create: %s", to, strerror(errno));
+    }
+    int ok = fwrite(data, 1, len, fp) == len;
+    free(data);
+    if (fclose(fp) != 0 || !ok) return cf_fail(err, CINFER_E_IO, "%s: write failed", to);
+    return CINFER_OK;
 }

@@ -16,6 +16,10 @@
 cinfer_status cf_file_read(const char *path, size_t max, int optional, char **data, size_t *len,
                            cinfer_error *err);
 
+/* Copies the regular file at from (read as cf_file_read does, up to CF_FILE_MAX_CONFIG bytes) to to, created or
+ * truncated. With optional set, a missing from copies nothing and gives CINFER_OK. */
+cinfer_status cf_file_copy(const char *from, const char *to, int optional, cinfer_error *err);
+
 /* "a directory", "a FIFO", "a character device", ... for a st_mode. */
 const char *cf_file_kind(unsigned mode);
 

@@ -23,22 +23,6 @@ static int kept(const char *module, const char *const *keep, int n_keep) {
     return 0;
 }
 
-static cinfer_status copy_file(const char *from, const char *to, cinfer_error *err) {
-    char *data = NULL;
-    size_t len = 0;
-    CF_TRY(cf_file_read(from, CF_FILE_MAX_CONFIG, 1, &data, &len, err));
-    if (!data) return CINFER_OK;   /* not there: nothing to copy */
-    FILE *fp = fopen(to, "wb");
-    if (!fp) {
-        free(data);
-        return cf_fail(err, CINFER_E_IO, "%s: cannot create: %s", to, strerror(errno));
-    }
-    int ok = fwrite(data, 1, len, fp) == len;
-    free(data);
-    if (fclose(fp) != 0 || !ok) return cf_fail(err, CINFER_E_IO, "%s: write failed", to);
-    return CINFER_OK;
-}
-
 static cinfer_status write_config(const char *in_dir, const char *out_dir, int bits, int group, cinfer_error *err) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/config.json", in_dir);
@@ -179,7 +163,7 @@ cinfer_status cf_mlxq_quantize_dir(const char *in_dir, const char *out_dir, int 
         char from[PATH_MAX], to[PATH_MAX];
         snprintf(from, sizeof from, "%s/%s", in_dir, copies[i]);
         snprintf(to, sizeof to, "%s/%s", out_dir, copies[i]);
-        st = copy_file(from, to, err);
+        st = cf_file_copy(from, to, 1, err);   /* a file the model does not have is not copied */
     }
     for (size_t i = 0; bufs && i < n; i++) free(bufs[i]);
     for (size_t i = 0; names && i < nn; i++) free(names[i]);

@@ -11,16 +11,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static int copy_file(const char *from, const char *to) {
-    size_t len = 0;
-    char *data = cf_read_file(from, &len);
-    FILE *fp = data ? fopen(to, "wb") : NULL;
-    int ok = fp && fwrite(data, 1, len, fp) == len;
-    if (fp && fclose(fp) != 0) ok = 0;
-    free(data);
-    return ok;
-}
-
 int main(int argc, char **argv) {
     if (argc != 4 || (strcmp(argv[3], "f16") && strcmp(argv[3], "bf16"))) {
         fprintf(stderr, "usage: copy_as_dtype IN_DIR OUT_DIR f16|bf16\n");
@@ -32,17 +22,17 @@ int main(int argc, char **argv) {
     DIR *d = opendir(argv[1]);
     if (!d) { fprintf(stderr, "cannot open %s\n", argv[1]); return 1; }
     int ok = 1;
+    cinfer_error err = {0};
     for (struct dirent *e; ok && (e = readdir(d));) {
         if (e->d_name[0] == '.' || !strcmp(e->d_name, "model.safetensors")) continue;
         snprintf(from, sizeof from, "%s/%s", argv[1], e->d_name);
         snprintf(dest, sizeof dest, "%s/%s", argv[2], e->d_name);
-        ok = copy_file(from, dest);
-        if (!ok) fprintf(stderr, "cannot copy %s to %s\n", from, dest);
+        ok = cf_file_copy(from, dest, 0, &err) == CINFER_OK;
+        if (!ok) fprintf(stderr, "%s\n", err.message);
     }
     closedir(d);
     snprintf(from, sizeof from, "%s/model.safetensors", argv[1]);
     snprintf(dest, sizeof dest, "%s/model.safetensors", argv[2]);
-    cinfer_error err = {0};
     cf_st_set *set = NULL;
     if (!ok || cf_st_open_file(from, &set, &err) != CINFER_OK) {
         if (ok) fprintf(stderr, "%s\n", err.message);
