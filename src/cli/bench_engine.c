@@ -52,6 +52,9 @@ typedef struct run_result {
     char plan[48];
 } run_result;
 
+/* milliseconds a step of seconds s0 -> s1 over steps steps */
+static double ms_per_step(double s0, double s1, long steps) { return steps ? 1e3 * (s1 - s0) / (double)steps : 0; }
+
 /* One run of c sessions; fills r. Returns 0, or 1 after printing why. */
 static const char *run_draft;   /* the sessions' draft source, or NULL */
 
@@ -124,9 +127,9 @@ static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen,
     if (!rc) {
         r->concurrency = c;
         r->steps = s1.steps - s0.steps;
-        r->turn_ms = r->steps ? 1e3 * (s1.turn_seconds - s0.turn_seconds) / (double)r->steps : 0;
-        r->runner_ms = r->steps ? 1e3 * (s1.runner_seconds - s0.runner_seconds) / (double)r->steps : 0;
-        r->wait_ms = r->steps ? 1e3 * (s1.device_wait_seconds - s0.device_wait_seconds) / (double)r->steps : 0;
+        r->turn_ms = ms_per_step(s0.turn_seconds, s1.turn_seconds, r->steps);
+        r->runner_ms = ms_per_step(s0.runner_seconds, s1.runner_seconds, r->steps);
+        r->wait_ms = ms_per_step(s0.device_wait_seconds, s1.device_wait_seconds, r->steps);
         r->all_tps = all_last > all_first ? (double)in_span / (all_last - all_first) : 0;
         r->wall_s = last - t0;
         r->decode_tps = last > first ? (double)decoded / (last - first) : 0;
@@ -221,7 +224,7 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
         for (int k = 0; k < a->n_concurrency; k++) {
             const run_result *r = &runs[k];
             printf("%11d %8ld %10.3f %10.3f %10.3f %14.3f %12.3f %12.3f\n", r->concurrency, r->steps,
-                   r->steps ? 1e3 * r->wall_s / (double)r->steps : 0, r->turn_ms, r->runner_ms, r->wait_ms, r->runner_ms - r->wait_ms,
+                   ms_per_step(0, r->wall_s, r->steps), r->turn_ms, r->runner_ms, r->wait_ms, r->runner_ms - r->wait_ms,
                    r->turn_ms - r->runner_ms);
         }
     }

@@ -64,9 +64,8 @@ cf_runner_params cf_runner_default_params(void) {
 
 const cf_runner_params *cf_runner_params_of(const cf_runner *r) { return &r->p; }
 cf_model *cf_runner_model(const cf_runner *r) { return r->m; }
-int cf_runner_blocks_total(const cf_runner *r) { return cf_block_pool_size(r->kv->blocks); }
 double cf_runner_wait_seconds(const cf_runner *r) { return r->wait_s; }
-
+int cf_runner_blocks_total(const cf_runner *r) { return cf_block_pool_size(r->kv->blocks); }
 int cf_runner_blocks_available(const cf_runner *r) { return cf_block_pool_available(r->kv->blocks); }
 int cf_runner_blocks_cached(const cf_runner *r) { return cf_block_pool_cached(r->kv->blocks); }
 int cf_runner_wblocks_total(const cf_runner *r) { return r->kv->wblocks ? cf_block_pool_size(r->kv->wblocks) : 0; }

@@ -52,10 +52,10 @@ void cf_runner_free(cf_runner *r);
 
 const cf_runner_params *cf_runner_params_of(const cf_runner *r);   /* with the defaults filled in */
 cf_model *cf_runner_model(const cf_runner *r);
-int cf_runner_blocks_total(const cf_runner *r);
 /* Seconds the steps so far spent from enqueuing their picks and reads to the end of the device's work (the host
  * waiting for the device, mostly). */
 double cf_runner_wait_seconds(const cf_runner *r);
+int cf_runner_blocks_total(const cf_runner *r);
 int cf_runner_blocks_available(const cf_runner *r);   /* free + cached (unreferenced prefix blocks) */
 int cf_runner_blocks_cached(const cf_runner *r);
 int64_t cf_runner_block_bytes(const cf_runner *r);      /* a full-pool block over its layers */

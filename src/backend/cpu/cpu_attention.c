@@ -6,10 +6,10 @@
  * first read in address order, see attend). It gathers the block's cache rows across ring wraps and cache blocks
  * as row pointers and walks them in tiles of up to KT: per kv head, the scores of all G query heads of the group
  * against each key row (16-bit keys widened to f32 in registers), then per head the running max m, the rescale of
- * the sum l and accumulator by
- * exp(m_old - m_new), p = exp(score - m_new), and acc += p * v for each value row. A row of one block accumulates
- * into its output row, divided by l at the end; a row of several keeps (m, l, acc) per block in the scratch and
- * merges them in block order: M = max m_b, L = sum l_b e^(m_b - M), out = sum acc_b e^(m_b - M) / L.
+ * the sum l and accumulator by exp(m_old - m_new), p = exp(score - m_new), and acc += p * v for each value row.
+ * A row of one block accumulates into its output row, divided by l at the end; a row of several keeps (m, l, acc)
+ * per block in the scratch and merges them in block order: M = max m_b, L = sum l_b e^(m_b - M),
+ * out = sum acc_b e^(m_b - M) / L.
  * The AVX2 and AVX-512 kernels use a polynomial exp (relative error ~1e-7) and tanh = 1 - 2 / (e^2x + 1);
  * the portable C kernel uses expf and tanhf and is the reference the tests hold the others to. */
 #include "backend/cpu/cpu_attention.h"
@@ -402,9 +402,9 @@ static void rows_of(const cf_attn_call *c, int i, int a, int b, const char **kb,
     }
 }
 
-/* keys a .. b-1 (b - a <= BLOCK_KEYS) of row i for kv heads h0 .. h0 + nh - 1, head h0 + h into (m[h], l[h], acc[h]): tile by tile,
- * every head on a tile before the next tile, so that the tile's cache rows (all heads' keys or values of a
- * position side by side) come from memory once and are used whole while they are in cache. */
+/* keys a .. b-1 (b - a <= BLOCK_KEYS) of row i for kv heads h0 .. h0 + nh - 1, head h0 + h into (m[h], l[h],
+ * acc[h]): tile by tile, every head on a tile before the next tile, so that the tile's cache rows (all heads' keys
+ * or values of a position side by side) come from memory once and are used whole while they are in cache. */
 static void attend(const cf_attn_call *c, const dims *d, tile_fn tile, int i, int h0, int nh, int a, int b, int fetch,
                    float *const *m, float *const *l, float *const *acc, float *sc) {
     const char *kb[BLOCK_KEYS], *vb[BLOCK_KEYS];
