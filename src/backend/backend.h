@@ -147,6 +147,7 @@ typedef struct cf_qkv_args {
 } cf_qkv_args;
 
 typedef struct cf_backend cf_backend;
+#define CF_READ_SLOT_VALUES 4096   /* values a read_begin slot holds */
 typedef struct cf_graph cf_graph;
 
 typedef struct cf_backend_ops {
@@ -232,7 +233,7 @@ typedef struct cf_backend_ops {
      * distribution but not always the same token for a given u, and it gives NaN logits probability 0. */
     void (*sample)(cf_backend *be, cf_tensor ids, cf_tensor logits, cf_tensor u, const cf_sample_args *s);
     /* Reading without waiting for everything queued: read_begin enqueues a copy of src (contiguous, at most
-     * 16 values) into slot (0 or 1) behind the ops queued so far; read_end waits for that copy only (ops
+     * CF_READ_SLOT_VALUES values) into slot (0 or 1) behind the ops queued so far; read_end waits for that copy only (ops
      * queued after it keep running) and writes the values as f32, like read. A decoder can so queue step
      * t + 1 before it reads step t's token. */
     void (*read_begin)(cf_backend *be, cf_tensor src, int slot);
@@ -252,6 +253,8 @@ struct cf_backend {
     cf_dtype act_dtype;
     int kv_any_dtype;    /* 1: KV caches may be F32, BF16 or F16 (cf_model.kv_dtype); 0: they are act_dtype */
     int n_threads;
+    int async;           /* 1: ops return before the device has run them (CUDA), so the host can prepare the next
+                            step meanwhile; 0: they have run when they return (CPU) */
     int prefill_chunk;   /* positions per forward pass a sequence takes by default (cf_seq_create);
                             0 = the model's default (256). CPU 256; CUDA wants 4096 (GEMM efficiency) */
 };

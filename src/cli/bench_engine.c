@@ -162,6 +162,7 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
     cinfer_engine_params ep = cinfer_engine_default_params();
     ep.max_batch = a->max_batch;
     ep.kv_memory = a->kv_memory;
+    ep.lookahead = a->lookahead;
     if (cf_model_handle_wrap(model, &m, &err) != CINFER_OK || cinfer_engine_create(m, &ep, &e, &err) != CINFER_OK) {
         fprintf(stderr, "cinfer bench: %s\n", err.message);
         cinfer_model_free(m);

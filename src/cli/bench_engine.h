@@ -15,6 +15,7 @@ typedef struct bench_engine_args {
     int json;
     int max_batch;            /* engine parameters; 0 = the engine's defaults */
     int64_t kv_memory;
+    int lookahead;            /* cinfer_engine_params.lookahead */
     const char *label, *device;
     const char *draft;        /* the sessions' draft source (--spec ngram); NULL = plain */
 } bench_engine_args;

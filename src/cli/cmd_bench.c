@@ -106,6 +106,9 @@ static const char *bench_help =
     "  --max-batch N     with --concurrency: sessions in one step at most (default: 128 CUDA, 16 CPU)\n"
     "  --kv-memory MIB   with --concurrency: KV cache memory in MiB (default: room for max-batch full contexts\n"
     "                    within 90% of the free memory)\n"
+    "  --lookahead auto|on|off\n"
+    "                    with --concurrency: queue each decode step behind the one in flight (auto: where the\n"
+    "                    device runs apart from the host, CUDA)\n"
     "  --json            print one JSON object instead of a table\n"
     "  --spec ngram|draft|oracle\n"
     "                    instead: speculative decoding against plain decoding through the engine, side by\n"
@@ -125,7 +128,7 @@ int cf_cmd_bench(int argc, char **argv) {
     const char *random_cfg = NULL, *v;
     long n_prompt = 128, n_gen = 128, reps = 3, chunk = 0, max_batch = 0, kv_mib = 0;
     int json = 0;
-    const char *decode_opt = "auto", *conc_opt = NULL, *quant_opt = NULL, *spec_opt = NULL;
+    const char *decode_opt = "auto", *lookahead_opt = NULL, *conc_opt = NULL, *quant_opt = NULL, *spec_opt = NULL;
     long draft_max = 0;
     const char *draft_dir = NULL;
     for (int i = 1; i < argc; i++) {
@@ -149,6 +152,12 @@ int cf_cmd_bench(int argc, char **argv) {
         if ((r = cf_flag_value(verb, argc, argv, &i, "--quant", &quant_opt)) != 0) {
             if (r < 0) return CF_EXIT_USAGE;
             if (strcmp(quant_opt, "q4") && strcmp(quant_opt, "q8")) return cf_usage_error(verb, "--quant must be q4 or q8, got '%s'", quant_opt);
+            continue;
+        }
+        if ((r = cf_flag_value(verb, argc, argv, &i, "--lookahead", &lookahead_opt)) != 0) {
+            if (r < 0) return CF_EXIT_USAGE;
+            if (strcmp(lookahead_opt, "auto") && strcmp(lookahead_opt, "on") && strcmp(lookahead_opt, "off"))
+                return cf_usage_error(verb, "--lookahead must be auto, on or off, got '%s'", lookahead_opt);
             continue;
         }
         if ((r = cf_flag_value(verb, argc, argv, &i, "--decode", &decode_opt)) != 0) {
@@ -177,7 +186,8 @@ int cf_cmd_bench(int argc, char **argv) {
     if (reps > 100) return cf_usage_error(verb, "--reps must be at most 100");
     if (chunk > 4096) return cf_usage_error(verb, "--chunk must be at most 4096");
     if (max_batch > 2048) return cf_usage_error(verb, "--max-batch must be at most 2048");
-    if ((max_batch || kv_mib) && !conc_opt) return cf_usage_error(verb, "--max-batch and --kv-memory go with --concurrency");
+    if ((max_batch || kv_mib || lookahead_opt) && !conc_opt)
+        return cf_usage_error(verb, "--max-batch, --kv-memory and --lookahead go with --concurrency");
     if (draft_max && !spec_opt) return cf_usage_error(verb, "--draft-max goes with --spec");
     if (spec_opt && conc_opt && strcmp(spec_opt, "ngram"))
         return cf_usage_error(verb, "--concurrency takes --spec ngram only (the oracle is a single-session benchmark)");
@@ -264,6 +274,8 @@ int cf_cmd_bench(int argc, char **argv) {
         const bench_engine_args a = {.concurrency = conc, .n_concurrency = n_conc, .n_prompt = (int)n_prompt,
                                      .n_gen = (int)n_gen, .bandwidth_gbs = bw, .json = json, .max_batch = (int)max_batch,
                                      .kv_memory = (int64_t)kv_mib << 20,
+                                     .lookahead = !lookahead_opt || !strcmp(lookahead_opt, "auto") ? 0
+                                                  : !strcmp(lookahead_opt, "on") ? 1 : -1,
                                      .label = random_cfg ? random_cfg : o.model, .device = m->be->ops->name,
                                      .draft = spec_opt};
         rc = cf_bench_concurrency(m, &a);

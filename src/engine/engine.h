@@ -79,6 +79,13 @@ cinfer_status cf_engine_add_draft_provider(cinfer_engine *e, const char *name, c
  * never pauses), making the drafts independent of step timings. Call it before opening sessions. */
 void cf_engine_spec_always(cinfer_engine *e, int on);
 
+/* How a session's generation ended (the scheduler's). */
+typedef struct cf_step_end {
+    cinfer_outcome outcome;
+    cinfer_finish finish;
+    cinfer_error err;
+} cf_step_end;
+
 struct cinfer_session {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -111,6 +118,9 @@ struct cinfer_session {
     int32_t *ids;               /* the prompt, then each committed token: what the sequence must hold */
     int n_ids;
     int cached;                 /* prompt tokens the first admission took from the prefix cache */
+    int ending;                 /* generation ended while a step after it was in flight (lookahead): end holds how,
+                                   and it settles when that step is collected */
+    cf_step_end end;
     int n_preempted;
     int n_sampled;
 
@@ -172,6 +182,7 @@ typedef struct cf_engine_stats {
     int64_t block_bytes;
     int peak_batch;
     long steps, preemptions;
+    long lookahead_steps;       /* steps queued behind the one in flight (lookahead) */
 } cf_engine_stats;
 cf_engine_stats cf_engine_get_stats(const cinfer_engine *e);
 

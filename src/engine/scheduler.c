@@ -72,11 +72,17 @@ struct cinfer_engine {
     /* the engine thread's */
     cinfer_session **run;         /* [max_batch] admitted, by arrival */
     int n_run;
-    cf_batch_item *items;         /* [max_batch] the step */
-    cinfer_session **item_s;      /* [max_batch] the session of each item */
+    cf_batch_item *items;         /* [max_batch] the step being built: a half of items_mem (the other holds the step in flight) */
+    cinfer_session **item_s;      /* [max_batch] the session of each item: the same half of item_s_mem */
+    cf_batch_item *items_mem;     /* [2 * max_batch] */
+    cinfer_session **item_s_mem;
+    int lookahead;                /* steps may be left in flight (cinfer_engine_params.lookahead) */
+    cf_batch_item *fly;           /* the step in flight (submitted, not collected) and its sessions; fly_n = 0: none */
+    cinfer_session **fly_s;
+    int fly_n;
     cinfer_session **fresh;       /* [max_batch] admitted in this turn */
     int peak_batch;
-    long n_steps, n_preemptions;
+    long n_steps, n_preemptions, n_follow_ups;
     int max_ctx, logit_rows;      /* the runner's positions per sequence and logits rows per step */
     /* speculative decoding: the draft providers by name, the default source, the drafting scratch and the
      * step cost model (decode-only steps: time = fixed + per_row * rows, fitted with forgetting) */
@@ -145,16 +151,13 @@ cf_engine_stats cf_engine_get_stats(const cinfer_engine *e) {
                              .block_bytes = e->block_bytes,
                              .peak_batch = e->peak_batch,
                              .steps = e->n_steps,
-                             .preemptions = e->n_preemptions};
+                             .preemptions = e->n_preemptions,
+                             .lookahead_steps = e->n_follow_ups};
 }
 
 /* ---- a session's resources and tokens ---- */
 
-typedef struct step_end {
-    cinfer_outcome outcome;
-    cinfer_finish finish;
-    cinfer_error err;
-} step_end;
+typedef cf_step_end step_end;
 
 static uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -807,10 +810,149 @@ static void abort_verify(cinfer_engine *e, int n) {
     }
 }
 
-/* One turn: settles what was cancelled, asks for drafts, runs one step over the batch (dropping the drafts,
- * then preempting, while the KV memory cannot hold it) and commits the tokens it picked or verified. */
+/* Whether every item only picks one token on the device: the runner leaves such a step in flight. */
+static int all_picked(const cf_batch_item *it, int n) {
+    for (int i = 0; i < n; i++)
+        if (!it[i].pick || it[i].logits != CF_LOGITS_NONE) return 0;
+    return 1;
+}
+
+/* The step just submitted is the one in flight; the next one is built in the other half of the item arrays. */
+static void leave_in_flight(cinfer_engine *e, int n) {
+    e->fly = e->items;
+    e->fly_s = e->item_s;
+    e->fly_n = n;
+    const size_t other = e->items == e->items_mem ? (size_t)e->max_batch : 0;
+    e->items = e->items_mem + other;
+    e->item_s = e->item_s_mem + other;
+}
+
+/* A collected step's results: each session's token committed (or its drafts verified). A session whose generation
+ * ends settles, unless the step after this one is in flight (follow): then it leaves the batch now and settles when
+ * that step is collected, its row there unused (ending). landed: a step that was in flight, whose token a session
+ * cancelled meanwhile does not take (its cancellation ends it where it would without lookahead). Returns whether
+ * every row was a decode row. */
+static int take_results(cinfer_engine *e, const cf_batch_item *items, cinfer_session **item_s, int n, int follow, int landed) {
+    int decode_only = 1;
+    for (int i = 0; i < n; i++) {
+        const cf_batch_item *it = &items[i];
+        cinfer_session *s = item_s[i];
+        if (s->ending) {
+            s->ending = 0;
+            settle(e, s, &s->end);
+            continue;
+        }
+        if (landed && atomic_load(&s->cancel) != CINFER_CANCEL_NONE) continue;   /* settled by the next turn */
+        if (it->n > 1 && it->logits != CF_LOGITS_ALL) decode_only = 0;
+        if (!it->pick && it->logits == CF_LOGITS_NONE) {   /* a prompt chunk short of the end */
+            decode_only = 0;
+            continue;
+        }
+        if (atomic_load(&s->state) == CINFER_STATE_PREPARING) {
+            s->t_prefilled = s->now(s->now_user);
+            atomic_store(&s->state, CINFER_STATE_RUNNING);
+            decode_only = 0;
+        }
+        step_end end = {0};
+        int over;
+        if (it->logits == CF_LOGITS_ALL) {
+            over = verify(e, s, it, &end);
+        } else {
+            cf_sample_result sr;
+            over = pick(e, s, it, &sr, &end.err) != CINFER_OK;
+            if (over) end.outcome = CINFER_OUTCOME_FAILED;
+            else over = commit(e, s, &sr, &end);
+            if (!over) spec_commit(e, s, 0);
+        }
+        if (!over) continue;
+        run_remove(e, s);
+        if (follow) {
+            s->ending = 1;
+            s->end = end;
+        } else {
+            settle(e, s, &end);
+        }
+    }
+    return decode_only;
+}
+
+/* Settles the sessions of a step that failed (those that had ended before it as they ended). */
+static void fail_step(cinfer_engine *e, cinfer_session **item_s, int n, cinfer_status st, const cinfer_error *err) {
+    for (int i = 0; i < n; i++) {
+        cinfer_session *s = item_s[i];
+        step_end end = {.outcome = CINFER_OUTCOME_FAILED};
+        if (s->ending) {
+            s->ending = 0;
+            end = s->end;
+        } else {
+            cf_fail(&end.err, st, "a step of %d sequences failed: %s", n, err->message);
+            run_remove(e, s);
+        }
+        settle(e, s, &end);
+    }
+}
+
+/* Whether the step after the one in flight can be queued now (lookahead): the batch is that step's sessions in its
+ * order, each picking on the device without speculating, not cancelled and not at its last token, and the KV memory
+ * has a row more for each. */
+static int follow_ok(cinfer_engine *e) {
+    const int n = e->fly_n;
+    if (n != e->n_run) return 0;
+    int need = 0;
+    for (int i = 0; i < n; i++) {
+        cinfer_session *s = e->fly_s[i];
+        const int rows = e->fly[i].n;
+        if (e->run[i] != s || !s->device_pick || s->src || atomic_load(&s->cancel) != CINFER_CANCEL_NONE || consumer_idle(s)) return 0;
+        if ((int)s->n_tokens + 1 >= s->plan.output_limit || cf_rseq_len(s->rs) + rows + 1 > e->max_ctx) return 0;
+        need += cf_rseq_blocks_needed(s->rs, rows + 1);
+    }
+    return need <= cf_runner_blocks_available(e->runner);
+}
+
+/* A turn with a step in flight: queues the step after it when the batch goes on as it is (its inputs are the tokens
+ * the step in flight picks, on the device), then collects the step in flight and takes its results. */
+static void land(cinfer_engine *e, double t0) {
+    const cf_batch_item *it = e->fly;
+    cinfer_session **ss = e->fly_s;
+    const int n = e->fly_n;
+    cinfer_error err = {0};
+    int follow = follow_ok(e);
+    if (follow) {
+        for (int i = 0; i < n; i++) {
+            cinfer_session *s = ss[i];
+            /* its draw comes one token after the one in flight */
+            e->items[i] = (cf_batch_item){.seq = s->rs, .n = 1, .logits = CF_LOGITS_NONE, .pick = &s->pick_args,
+                                          .u = cf_sampler_uniform_ahead(s->smp, 1)};
+            e->item_s[i] = s;
+        }
+        const double tr = mono_now();
+        follow = cf_runner_submit(e->runner, e->items, n, &err) == CINFER_OK;   /* else one step at a time from here */
+        e->runner_s += mono_now() - tr;
+        if (follow) e->n_steps++, e->n_follow_ups++;
+    }
+    const double tr = mono_now();
+    const cinfer_status st = cf_runner_collect(e->runner, &err);
+    e->runner_s += mono_now() - tr;
+    e->fly_n = 0;
+    if (st != CINFER_OK) {   /* the runner dropped both steps */
+        fail_step(e, ss, n, st, &err);
+        return;
+    }
+    if (follow) leave_in_flight(e, n);
+    e->step_tokens = 0;
+    take_results(e, it, ss, n, follow, 1);
+    e->turn_s += mono_now() - t0;
+}
+
+/* One turn: with a step in flight, lands it (land); else settles what was cancelled, asks for drafts, runs one step
+ * over the batch (dropping the drafts, then preempting, while the KV memory cannot hold it) and commits the tokens it
+ * picked or verified, or leaves it in flight when it only picks on the device and lookahead is on. */
 static void iterate(cinfer_engine *e) {
     const double t0 = mono_now();
+    if (e->fly_n) {
+        land(e, t0);
+        return;
+    }
     for (int i = 0; i < e->n_run;) {
         cinfer_session *s = e->run[i];
         if (atomic_load(&s->cancel) != CINFER_CANCEL_NONE || consumer_idle(s)) {
@@ -827,7 +969,7 @@ static void iterate(cinfer_engine *e) {
     e->step_tokens = 0;
     cinfer_error err = {0};
     cinfer_status st;
-    int n;
+    int n, left = 0;
     for (;;) {
         n = build_step(e, drafts);
         int need = 0, wneed = 0;
@@ -847,7 +989,9 @@ static void iterate(cinfer_engine *e) {
         }
         st = bind_verify(e, n, &err);
         const double tr = mono_now();
-        if (st == CINFER_OK) st = cf_runner_step(e->runner, e->items, n, &err);
+        if (st == CINFER_OK) st = cf_runner_submit(e->runner, e->items, n, &err);
+        left = st == CINFER_OK && e->lookahead && !drafts && all_picked(e->items, n);
+        if (st == CINFER_OK && !left) st = cf_runner_collect(e->runner, &err);
         e->runner_s += mono_now() - tr;
         if (st != CINFER_OK) abort_verify(e, n);
         e->n_steps++;
@@ -863,46 +1007,17 @@ static void iterate(cinfer_engine *e) {
         break;
     }
     if (st != CINFER_OK) {
-        for (int i = 0; i < n; i++) {
-            cinfer_session *s = e->item_s[i];
-            step_end end = {.outcome = CINFER_OUTCOME_FAILED};
-            cf_fail(&end.err, st, "a step of %d sequences failed: %s", n, err.message);
-            run_remove(e, s);
-            settle(e, s, &end);
-        }
+        fail_step(e, e->item_s, n, st, &err);
         return;
     }
-    int rows = 0, decode_only = 1;
-    for (int i = 0; i < n; i++) {
-        const cf_batch_item *it = &e->items[i];
-        rows += it->n;
-        if (it->n > 1 && it->logits != CF_LOGITS_ALL) decode_only = 0;
-        if (!it->pick && it->logits == CF_LOGITS_NONE) {   /* a prompt chunk short of the end */
-            decode_only = 0;
-            continue;
-        }
-        cinfer_session *s = e->item_s[i];
-        if (atomic_load(&s->state) == CINFER_STATE_PREPARING) {
-            s->t_prefilled = s->now(s->now_user);
-            atomic_store(&s->state, CINFER_STATE_RUNNING);
-            decode_only = 0;
-        }
-        step_end end = {0};
-        int over;
-        if (it->logits == CF_LOGITS_ALL) {
-            over = verify(e, s, it, &end);
-        } else {
-            cf_sample_result sr;
-            over = pick(e, s, it, &sr, &end.err) != CINFER_OK;
-            if (over) end.outcome = CINFER_OUTCOME_FAILED;
-            else over = commit(e, s, &sr, &end);
-            if (!over) spec_commit(e, s, 0);
-        }
-        if (over) {
-            run_remove(e, s);
-            settle(e, s, &end);
-        }
+    if (left) {   /* its results come with the next turn's land */
+        leave_in_flight(e, n);
+        e->turn_s += mono_now() - t0;
+        return;
     }
+    int rows = 0;
+    for (int i = 0; i < n; i++) rows += e->items[i].n;
+    const int decode_only = take_results(e, e->items, e->item_s, n, 0, 0);
     const double t = mono_now() - t0;
     e->turn_s += t;
     if (decode_only && n) {
@@ -953,7 +1068,7 @@ static void *sched_main(void *arg) {
     cinfer_session **fresh = e->fresh;
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        while (!e->closing && !e->head && !e->n_run) pthread_cond_wait(&e->cv, &e->mu);
+        while (!e->closing && !e->head && !e->n_run && !e->fly_n) pthread_cond_wait(&e->cv, &e->mu);
         if (e->closing) {
             for (int i = 0; i < e->n_run; i++) cf_session_request_cancel(e->run[i], CINFER_CANCEL_ENGINE_CLOSED);
             for (cinfer_session *s = e->head; s; s = s->next) cf_session_request_cancel(s, CINFER_CANCEL_ENGINE_CLOSED);
@@ -1014,7 +1129,7 @@ static void *sched_main(void *arg) {
 
         pthread_mutex_lock(&e->mu);
         publish_stats(e);
-        if (e->closing && !e->head && !e->n_run) break;
+        if (e->closing && !e->head && !e->n_run && !e->fly_n) break;
     }
     pthread_mutex_unlock(&e->mu);
     return NULL;
@@ -1030,8 +1145,8 @@ static void engine_destroy(cinfer_engine *e) {
     cf_target_free(e->target);
     cf_runner_free(e->runner);
     free(e->run);
-    free(e->items);
-    free(e->item_s);
+    free(e->items_mem);
+    free(e->item_s_mem);
     free(e->fresh);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
@@ -1059,6 +1174,9 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
     if (p->kv_memory < 0)
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "kv_memory is %lld bytes; it must be >= 0 (0 = sized from free memory)",
                        (long long)p->kv_memory);
+    if (p->lookahead < -1 || p->lookahead > 1)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "lookahead is %d; it must be -1 (never), 0 (where the device runs apart) or 1",
+                       p->lookahead);
     if (m->engine)
         return cf_fail(err, CINFER_E_BUSY, "the model already has an engine; free it before creating another");
 
@@ -1073,8 +1191,8 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
     cinfer_engine *e = calloc(1, sizeof *e);
     if (e) {
         e->run = calloc((size_t)rq->max_seqs, sizeof *e->run);
-        e->items = calloc((size_t)rq->max_seqs, sizeof *e->items);
-        e->item_s = calloc((size_t)rq->max_seqs, sizeof *e->item_s);
+        e->items = e->items_mem = calloc(2 * (size_t)rq->max_seqs, sizeof *e->items);
+        e->item_s = e->item_s_mem = calloc(2 * (size_t)rq->max_seqs, sizeof *e->item_s);
         e->fresh = calloc((size_t)rq->max_seqs, sizeof *e->fresh);
         e->d_s = calloc((size_t)rq->max_seqs, sizeof *e->d_s);
         e->d_src = calloc((size_t)rq->max_seqs, sizeof *e->d_src);
@@ -1085,8 +1203,8 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
     if (!e || !e->run || !e->items || !e->item_s || !e->fresh || !e->d_s || !e->d_src || !e->d_want || !e->d_got || !e->d_out) {
         if (e) {
             free(e->run);
-            free(e->items);
-            free(e->item_s);
+            free(e->items_mem);
+            free(e->item_s_mem);
             free(e->fresh);
             free(e->d_s);
             free(e->d_src);
@@ -1110,6 +1228,7 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
     e->pub_blocks_available = cf_runner_blocks_available(runner);
     e->pub_wblocks_available = cf_runner_wblocks_available(runner);
     e->max_ctx = rq->max_ctx;
+    e->lookahead = p->lookahead > 0 || (p->lookahead == 0 && m->m->be->async);
     e->logit_rows = rq->max_seqs > 256 ? rq->max_seqs : 256;   /* the runner's logits scratch (runner.c) */
     e->c_row = -1;
     e->p.draft_model = NULL;

@@ -39,6 +39,15 @@ struct cf_runner {
     cf_lease_request *lease_rq;  /* [max_seqs]: a step's write leases on its sequences */
     cf_kv_lease *leases;
     int *out_first;              /* [max_seqs]: each item's first logits row */
+    /* submitted steps not yet collected, oldest first (cf_runner_submit) */
+    struct {
+        cf_batch_item *it;
+        int n;
+        int deferred;            /* its picks are read back by collect; otherwise it ran whole in submit */
+        int slot;                /* deferred: the read slot of its picks */
+    } pend[2];
+    int n_pend, next_slot;
+    int n_leased;                /* write leases held in leases[] (by the oldest pending step, kept for its follow-up) */
     cf_graph *graph[N_BUCKETS];  /* decode steps of 2^i sequences */
     /* taps (cf_runner_set_taps): the state, the room made for it (grows only) and the last step's outputs */
     cf_runner_taps taps;
@@ -55,6 +64,8 @@ struct cf_rseq {
     cf_lease_state ls;        /* who borrows t (kv/lease.h) */
     int32_t *tokens;
     int cap;
+    int ahead;                /* positions past n_tokens that submitted steps write and have not committed yet */
+    int32_t last_pick;        /* the token the last collected deferred step picked (a follow-up's input) */
 };
 
 cf_runner_params cf_runner_default_params(void) {
@@ -269,6 +280,7 @@ cinfer_status cf_rseq_create(cf_runner *r, cf_rseq **out, cinfer_error *err) {
     *out = calloc(1, sizeof **out);
     if (!*out) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for a sequence");
     (*out)->r = r;
+    (*out)->last_pick = -1;
     r->n_seqs_alive++;
     return CINFER_OK;
 }
@@ -433,7 +445,7 @@ static cinfer_status check_items(cf_runner *r, const cf_batch_item *it, int n_it
     return CINFER_OK;
 }
 
-/* Lays the batch out on the host: rows, positions, slots, tables, the first logits row of each item.
+/* Lays the batch out on the host: rows, positions (after those in flight), slots, tables, the first logits row of each item.
  * n_seqs >= n_items: the rest are padding sequences of one row (graph buckets). Returns the rows. */
 static int layout(cf_runner *r, const cf_batch_item *it, int n_items, int n_seqs, int *out_rows) {
     const int B = r->kv->block_size, C = r->table_cols;
@@ -460,8 +472,8 @@ static int layout(cf_runner *r, const cf_batch_item *it, int n_items, int n_seqs
         if (win)   /* dropped blocks are never read (attention starts at the window): they name the scratch block */
             for (int c = 0; c < C; c++) wtab[c] = c < s->w.n_blocks && s->w.blocks[c] >= 0 ? s->w.blocks[c] : wscratch;
         for (int k = 0; k < it[i].n; k++, row++) {
-            const int p = s->t.n_tokens + k;
-            r->h_ids[row] = it[i].ids[k];
+            const int p = s->t.n_tokens + s->ahead + k;
+            r->h_ids[row] = it[i].ids ? it[i].ids[k] : 0;   /* a follow-up's input is copied on the device */
             r->h_pos[row] = p;
             r->h_row_seq[row] = i;
             r->h_slot[row] = s->t.blocks[p / B] * B + p % B;
@@ -528,31 +540,29 @@ static cinfer_status run_decode_graph(cf_runner *r, int n_seqs, cinfer_error *er
     return CINFER_OK;
 }
 
-static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_error *err);
-
-cinfer_status cf_runner_step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_error *err) {
-    CF_TRY(check_items(r, it, n_items, err));
-    for (int i = 0; i < n_items; i++)
-        r->lease_rq[i] = (cf_lease_request){r->kv->blocks, &it[i].seq->t, &it[i].seq->ls, CF_LEASE_WRITE, "a sequence of the step"};
-    CF_TRY(cf_kv_lease_acquire_all(r->lease_rq, n_items, r->leases, err));
-    cinfer_status st = step(r, it, n_items, err);
-    for (int i = 0; i < n_items; i++) cf_kv_lease_release(&r->leases[i]);
-    return st;
-}
-
 /* Whether item b picks every row (a greedy verification); an item's picks go to the picks rows of its logits rows. */
 static int picks_all(const cf_batch_item *b) { return b->pick && b->logits == CF_LOGITS_ALL; }
 
-/* Gives back the blocks a reserve_all took beyond the items' lengths. */
+/* Whether a step of these items can leave its picks to cf_runner_collect: every item picks one token on the device and
+ * asks for nothing else (so item i's pick is picks row i). */
+static int deferrable(const cf_runner *r, const cf_batch_item *it, int n_items) {
+    if (r->taps.hidden || !r->m->be->ops->read_begin || !r->m->be->ops->read_end || n_items > CF_READ_SLOT_VALUES) return 0;
+    for (int i = 0; i < n_items; i++)
+        if (!it[i].pick || it[i].logits != CF_LOGITS_NONE) return 0;
+    return 1;
+}
+
+/* Gives back the blocks a reserve_all took beyond the items' lengths and what is in flight. */
 static void release_reserved(cf_runner *r, cf_batch_item *it, int n) {
     for (int i = 0; i < n; i++) {
         cf_rseq *s = it[i].seq;
-        cf_block_table_truncate(r->kv->blocks, &s->t, s->t.n_tokens);
-        if (r->kv->wblocks) cf_block_table_truncate(r->kv->wblocks, &s->w, s->w.n_tokens);
+        cf_block_table_truncate(r->kv->blocks, &s->t, s->t.n_tokens + s->ahead);
+        if (r->kv->wblocks) cf_block_table_truncate(r->kv->wblocks, &s->w, s->w.n_tokens + s->ahead);
     }
 }
 
-/* Reserves every item's new positions in both pools, all or nothing, and enqueues the copy-on-write copies. */
+/* Reserves every item's new positions (after those in flight) in both pools, all or nothing, and enqueues the
+ * copy-on-write copies. */
 static cinfer_status reserve_all(cf_runner *r, cf_batch_item *it, int n_items, cinfer_error *err) {
     cf_kv_pool *kv = r->kv;
     int n_copies = 0, n_wcopies = 0, i = 0;
@@ -561,10 +571,10 @@ static cinfer_status reserve_all(cf_runner *r, cf_batch_item *it, int n_items, c
         cf_rseq *s = it[i].seq;
         int nc = 0;
         if (kv->wblocks) cf_block_table_drop(kv->wblocks, &s->w, drop_point(s));   /* the last step is confirmed */
-        st = cf_block_table_reserve(kv->blocks, &s->t, it[i].n, r->copies + n_copies, &nc, err);
+        st = cf_block_table_reserve(kv->blocks, &s->t, s->ahead + it[i].n, r->copies + n_copies, &nc, err);
         n_copies += nc;
         if (st == CINFER_OK && kv->wblocks) {
-            st = cf_block_table_reserve(kv->wblocks, &s->w, it[i].n, r->wcopies + n_wcopies, &nc, err);
+            st = cf_block_table_reserve(kv->wblocks, &s->w, s->ahead + it[i].n, r->wcopies + n_wcopies, &nc, err);
             n_wcopies += nc;
         }
     }
@@ -575,14 +585,32 @@ static cinfer_status reserve_all(cf_runner *r, cf_batch_item *it, int n_items, c
     return st;
 }
 
-/* The step of checked items whose sequences it holds. */
-static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_error *err) {
+/* Records that item i wrote its n rows after seq's length: the tokens (input, the tokens it read; NULL: the
+ * token the sequence's last deferred step picked), the blocks they filled published, the window pool's old
+ * blocks let go. */
+static void commit_rows(cf_runner *r, cf_rseq *s, const int32_t *input, int n) {
+    memcpy(s->tokens + s->t.n_tokens, input ? input : &s->last_pick, (size_t)n * sizeof *s->tokens);
+    cf_block_table_commit(r->kv->blocks, &s->t, s->tokens, n, 0);
+    if (r->kv->wblocks) {
+        /* published under the full blocks just committed; then what no query to come can see is let go,
+         * keeping the rollback and, until the next step, the whole of this one (a truncate back to before it
+         * stays exact) */
+        cf_block_table_commit_keyed(r->kv->wblocks, &s->w, s->tokens, n, 0, r->kv->blocks, &s->t);
+        const int back = n > r->rollback ? n : r->rollback;
+        cf_block_table_drop(r->kv->wblocks, &s->w, s->w.n_tokens - (r->window - 1) - back);
+    }
+}
+
+/* The step of checked items whose sequences it holds. follow: the items' inputs are the picks of the step in flight
+ * (picks row i to ids row i). deferred: the picks are enqueued for cf_runner_collect and nothing is committed;
+ * otherwise the step waits for the device and commits. */
+static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, int follow, int deferred, cinfer_error *err) {
     cf_model *m = r->m;
     cf_backend *be = m->be;
     const cf_backend_ops *op = be->ops;
     const int64_t V = m->hp.vocab;
     r->hidden_rows = 0;
-    for (int i = 0; i < n_items; i++) CF_TRY(tokens_reserve(it[i].seq, it[i].seq->t.n_tokens + it[i].n, err));
+    for (int i = 0; i < n_items; i++) CF_TRY(tokens_reserve(it[i].seq, it[i].seq->t.n_tokens + it[i].seq->ahead + it[i].n, err));
 
     /* blocks for every item in both pools, all or nothing */
     cinfer_status st = reserve_all(r, it, n_items, err);
@@ -600,15 +628,19 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
     if (graphs && n_seqs <= r->p.max_seqs) {
         for (int i = 0; i < n_items; i++) r->out_first[i] = i;   /* the graph computes every row's logits */
         upload(r, rows, n_seqs);
+        if (follow) op->copy(be, cf_rows(r->sc.ids, 0, n_items), cf_rows(r->picks, 0, n_items));
         st = run_decode_graph(r, n_seqs, err);
     } else {
         upload(r, rows, n_items);
+        if (follow) op->copy(be, cf_rows(r->sc.ids, 0, n_items), cf_rows(r->picks, 0, n_items));
         const int win = r->kv->wblocks != NULL;
         cf_batch_view v = view_of(&r->bv, rows, n_items, max_rows);
         cf_batch_view vw = win ? view_of(&r->bv_win, rows, n_items, max_rows) : (cf_batch_view){0};
         int max_keys = 0;
-        for (int i = 0; i < n_items; i++)
-            if (it[i].seq->t.n_tokens + it[i].n > max_keys) max_keys = it[i].seq->t.n_tokens + it[i].n;
+        for (int i = 0; i < n_items; i++) {
+            const cf_rseq *s = it[i].seq;
+            if (s->t.n_tokens + s->ahead + it[i].n > max_keys) max_keys = s->t.n_tokens + s->ahead + it[i].n;
+        }
         cf_pass p = {.s = &r->sc, .n = rows, .pool = r->kv, .bv = &v, .bv_win = win ? &vw : NULL, .max_keys = max_keys};
         if (r->taps.hidden) p.taps = r->taps.layers, p.n_taps = r->taps.n, p.tap_out = r->tap_dev;
         st = cf_forward_layers(m, &p, err);
@@ -655,6 +687,11 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
             if (greedy) op->argmax(be, id, lg);
             else op->sample(be, id, lg, cf_rows(r->u, i, j - i), it[i].pick);
         }
+        if (deferred) {
+            op->read_begin(be, cf_rows(r->picks, 0, n_items), r->next_slot);
+            for (int i = 0; i < n_items; i++) it[i].seq->ahead += it[i].n;
+            return CINFER_OK;
+        }
         st = op->read(be, r->h_picks, cf_rows(r->picks, 0, pick_end), err);
     }
     for (int i = 0, j; i < n_items && st == CINFER_OK; i = j) {
@@ -691,19 +728,122 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_e
             it[i].tokens = picks_all(&it[i]) ? tok : NULL;
             if (picks_all(&it[i])) it[i].out = NULL;
         }
-        memcpy(s->tokens + s->t.n_tokens, it[i].ids, (size_t)it[i].n * sizeof *it[i].ids);
-        cf_block_table_commit(r->kv->blocks, &s->t, s->tokens, it[i].n, 0);
-        if (r->kv->wblocks) {
-            /* published under the full blocks just committed; then what no query to come can see is let go,
-             * keeping the rollback and, until the next step, the whole of this one (a truncate back to before it
-             * stays exact) */
-            cf_block_table_commit_keyed(r->kv->wblocks, &s->w, s->tokens, it[i].n, 0, r->kv->blocks, &s->t);
-            const int back = it[i].n > r->rollback ? it[i].n : r->rollback;
-            cf_block_table_drop(r->kv->wblocks, &s->w, s->w.n_tokens - (r->window - 1) - back);
-        }
+        commit_rows(r, s, it[i].ids, it[i].n);
     }
     if (r->taps.hidden) r->hidden_rows = rows;
     return CINFER_OK;
+}
+
+/* A follow-up of the step in flight (cf_runner_submit): its sequences in its order, one row each, picked, input from
+ * the device. */
+static cinfer_status check_follow_up(cf_runner *r, const cf_batch_item *it, int n_items, cinfer_error *err) {
+    const cf_batch_item *prev = r->pend[0].it;
+    if (!r->pend[0].deferred)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a step follows one in flight only when that one only picks tokens on the device");
+    if (r->kv->wblocks)
+        return cf_fail(err, CINFER_E_UNSUPPORTED, "a step cannot follow one in flight on a model with sliding-window KV blocks");
+    if (n_items != r->pend[0].n)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a step of %d items following one of %d: it takes the same sequences", n_items,
+                       r->pend[0].n);
+    for (int i = 0; i < n_items; i++) {
+        const cf_batch_item *b = &it[i];
+        if (b->seq != prev[i].seq)
+            return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "item %d: a following step takes the sequences of the step in flight, in its order", i);
+        if (b->n != 1 || b->ids || !b->pick || b->logits != CF_LOGITS_NONE)
+            return cf_fail(err, CINFER_E_INVALID_ARGUMENT,
+                           "item %d: a following step's item is one row whose input is the token picked before it (ids NULL), picked on the device", i);
+        CF_TRY(cf_model_check_pick(r->m, b->pick, b->u, err));
+        if ((int64_t)b->seq->t.n_tokens + b->seq->ahead + 1 > r->p.max_ctx)
+            return cf_fail(err, CINFER_E_CONTEXT_OVERFLOW, "1 token after %d would exceed the context of %d", b->seq->t.n_tokens + b->seq->ahead,
+                           r->p.max_ctx);
+    }
+    return CINFER_OK;
+}
+
+static void release_leases(cf_runner *r) {
+    for (int i = 0; i < r->n_leased; i++) cf_kv_lease_release(&r->leases[i]);
+    r->n_leased = 0;
+}
+
+cinfer_status cf_runner_submit(cf_runner *r, cf_batch_item *it, int n_items, cinfer_error *err) {
+    if (r->n_pend == 2) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "two steps are in flight; collect one first");
+    const int follow = r->n_pend == 1;
+    if (follow) {
+        CF_TRY(check_follow_up(r, it, n_items, err));
+    } else {
+        CF_TRY(check_items(r, it, n_items, err));
+        for (int i = 0; i < n_items; i++)
+            r->lease_rq[i] = (cf_lease_request){r->kv->blocks, &it[i].seq->t, &it[i].seq->ls, CF_LEASE_WRITE, "a sequence of the step"};
+        CF_TRY(cf_kv_lease_acquire_all(r->lease_rq, n_items, r->leases, err));
+        r->n_leased = n_items;
+    }
+    const int deferred = deferrable(r, it, n_items);
+    if (follow && !deferred)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a following step must leave its picks to collect (no taps, at most %d items)",
+                       CF_READ_SLOT_VALUES);
+    cinfer_status st = step(r, it, n_items, follow, deferred, err);
+    if (st != CINFER_OK) {
+        if (!follow) release_leases(r);
+        return st;
+    }
+    r->pend[r->n_pend].it = it;
+    r->pend[r->n_pend].n = n_items;
+    r->pend[r->n_pend].deferred = deferred;
+    r->pend[r->n_pend].slot = r->next_slot;
+    r->n_pend++;
+    if (deferred) r->next_slot ^= 1;
+    return CINFER_OK;
+}
+
+/* The picks of the oldest pending step (deferred) read back and its rows committed. */
+static cinfer_status collect_picks(cf_runner *r, cf_batch_item *it, int n_items, int slot, cinfer_error *err) {
+    const cf_backend_ops *op = r->m->be->ops;
+    const double t = cf_monotonic_seconds();
+    cinfer_status st = op->read_end(r->m->be, slot, r->h_picks, err);
+    r->wait_s += cf_monotonic_seconds() - t;
+    if (st != CINFER_OK) return st;
+    const int32_t V = r->m->hp.vocab;
+    for (int i = 0; i < n_items; i++) {
+        cf_rseq *s = it[i].seq;
+        const float id = r->h_picks[i];
+        it[i].token = id >= 0 && id < (float)V ? (int32_t)id : -1;
+        it[i].tokens = NULL;
+        it[i].out = NULL;
+        s->ahead -= it[i].n;
+        if (!it[i].ids && s->last_pick < 0) {   /* its input was no token: nothing to keep */
+            release_reserved(r, &it[i], 1);
+            it[i].token = -1;
+        } else {
+            commit_rows(r, s, it[i].ids, it[i].n);
+        }
+        s->last_pick = it[i].token;
+    }
+    return CINFER_OK;
+}
+
+cinfer_status cf_runner_collect(cf_runner *r, cinfer_error *err) {
+    if (!r->n_pend) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "no step in flight to collect");
+    cinfer_status st = CINFER_OK;
+    if (r->pend[0].deferred) st = collect_picks(r, r->pend[0].it, r->pend[0].n, r->pend[0].slot, err);
+    if (st != CINFER_OK) {   /* a device failure: every sequence in flight goes back to its committed length */
+        for (int k = 0; k < r->n_pend; k++)
+            for (int i = 0; i < r->pend[k].n; i++) r->pend[k].it[i].seq->ahead = 0;
+        for (int k = 0; k < r->n_pend; k++) release_reserved(r, r->pend[k].it, r->pend[k].n);
+        r->n_pend = 0;
+        release_leases(r);
+        return st;
+    }
+    r->pend[0] = r->pend[1];
+    if (--r->n_pend == 0) release_leases(r);
+    return CINFER_OK;
+}
+
+int cf_runner_in_flight(const cf_runner *r) { return r->n_pend; }
+
+cinfer_status cf_runner_step(cf_runner *r, cf_batch_item *it, int n_items, cinfer_error *err) {
+    if (r->n_pend) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a step is in flight; collect it first");
+    CF_TRY(cf_runner_submit(r, it, n_items, err));
+    return cf_runner_collect(r, err);
 }
 
 /* ---- hidden states and taps ---- */

@@ -10,6 +10,9 @@
  *     numbers (fit_context lowers max_tokens instead); requests that fit only one at a time all complete;
  *   - prefix cache: a request sharing a long prefix with an earlier one, and a chat's second turn, report
  *     the reused tokens in usage.cached_tokens and give the output of a cold run (cf_model_eval + argmax);
+ *   - lookahead (a decode step queued behind the one in flight, its inputs picked on the device): each request
+ *     alone and the batch of those that pick on the device give the same outputs with it as without, with
+ *     stops, a cancellation, preemption and sessions ending while the step after theirs is in flight;
  *   - engine parameters are validated; every KV block is back in the pool when the sessions have ended.
  *
  * usage: test_batch MODEL_DIR | test_batch --tiny TMP_DIR (writes the tiny model there)
@@ -31,6 +34,7 @@
 static cinfer_model *M;
 static cf_model *REF;
 static int V, CTX, THREADS = 2, HAS_TEXT;
+static int LOOKAHEAD = -1;   /* the engines' cinfer_engine_params.lookahead */
 
 /* ---- requests ---- */
 
@@ -243,6 +247,7 @@ static cinfer_engine *engine(int max_batch, int max_batch_tokens, int64_t kv_mem
     ep.max_batch = max_batch;
     ep.max_batch_tokens = max_batch_tokens;
     ep.kv_memory = kv_memory;
+    ep.lookahead = LOOKAHEAD;
     cinfer_engine *e = NULL;
     cinfer_error err = {0};
     CHECK(cinfer_engine_create(M, &ep, &e, &err) == CINFER_OK, "engine of %d, %d tokens, %lld bytes: %s", max_batch, max_batch_tokens,
@@ -296,6 +301,9 @@ static void check_params(void) {
     cinfer_status st = cinfer_engine_create(M, &ep, &e, &err);
     CHECK(st != CINFER_OK && !e, "kv_memory of 1 byte: %s", err.message);
     printf("  kv_memory of 1 byte: %s: %s\n", cinfer_status_name(st), err.message);
+    ep = cinfer_engine_default_params();
+    ep.lookahead = 2;
+    CHECK(cinfer_engine_create(M, &ep, &e, &err) == CINFER_E_INVALID_ARGUMENT && !e, "lookahead 2: %s", err.message);
     ep = cinfer_engine_default_params();
     ep.max_batch = 100000;
     st = cinfer_engine_create(M, &ep, &e, &err);
@@ -477,6 +485,43 @@ int main(int argc, char **argv) {
                   cinfer_outcome_name(out3[i].outcome), out3[i].n_tokens);
     }
     check_blocks_back(e, "admission");
+    cinfer_engine_free(e);
+
+    /* lookahead: every request alone, the requests that pick on the device in one batch (where every step can be
+     * followed), then all 16 in a small KV memory (preemption) */
+    LOOKAHEAD = 1;
+    e = engine(1, 0, 0);
+    if (!e) return 1;
+    for (int i = 0; i < N_SPECS; i++) run_one(e, &sp[i], &got[i]);
+    compare_all("alone, lookahead", got, alone, N_SPECS);
+    long follow_ups = cf_engine_get_stats(e).lookahead_steps;
+    check_blocks_back(e, "alone, lookahead");
+    cinfer_engine_free(e);
+    {
+        static const int dev[] = {0, 1, 2, 3, 4, 5, 11, 12, 13, 14, 15};
+        enum { N_DEV = sizeof dev / sizeof dev[0] };
+        static spec dsp[N_DEV];
+        static output dgot[N_DEV], dwant[N_DEV];
+        for (int i = 0; i < N_DEV; i++) dsp[i] = sp[dev[i]], dwant[i] = alone[dev[i]];
+        e = engine(32, 24, 0);
+        if (!e) return 1;
+        run_all(e, dsp, N_DEV, 1, dgot);
+        compare_all("device picks in one batch, lookahead", dgot, dwant, N_DEV);
+        const long batch_follow_ups = cf_engine_get_stats(e).lookahead_steps;
+        CHECK(batch_follow_ups > 0 && follow_ups > 0, "lookahead queued %ld steps alone and %ld in the batch", follow_ups,
+              batch_follow_ups);
+        printf("  lookahead: %ld steps queued behind another alone, %ld in the batch (of %ld)\n", follow_ups, batch_follow_ups,
+               cf_engine_get_stats(e).steps);
+        check_blocks_back(e, "batch, lookahead");
+        cinfer_engine_free(e);
+    }
+    ep.lookahead = 1;
+    e = NULL;
+    CHECK(cinfer_engine_create(M, &ep, &e, &err) == CINFER_OK, "engine: %s", err.message);
+    if (!e) return 1;
+    run_all(e, sp, N_SPECS, 1, got);
+    compare_all("preempted, lookahead", got, alone, N_SPECS);
+    check_blocks_back(e, "preemption, lookahead");
     cinfer_engine_free(e);
 
     cinfer_model_free(M);

@@ -5,6 +5,9 @@
  *   - decode picks on the device (greedy) equal the argmax of the logits the step returned;
  *   - truncate then feed again, fork then diverge, and a prefix-cache hit give a fresh run's logits;
  *   - a step the KV pool cannot hold fails with CINFER_E_OUT_OF_MEMORY and changes nothing; bad items too;
+ *   - steps in flight: a greedy decode whose every step is queued behind the one in flight (its input the token
+ *     that one picks, copied on the device) gives the tokens of steps run one at a time; what a step in flight
+ *     forbids (a step, a third one, a truncate, a follow-up of other sequences or with ids) fails and changes nothing;
  *   - every block is back in the pool (free or cached) when the sequences are freed.
  * Then again on the CPU with a recorder backend whose graph ops behave as CUDA graphs (tests/model/recorder.h),
  * so the runner's recorded decode steps per bucket run too.
@@ -309,6 +312,88 @@ static void check_limits(cf_model *m) {
     cf_runner_free(r);
 }
 
+/* Steps in flight (cf_runner_submit / cf_runner_collect) on a runner of blocks of 4: three sequences decode 12
+ * greedy tokens, each step submitted behind the one in flight, against the same steps run one at a time. */
+static void check_in_flight(cf_model *m) {
+    enum { NS = 3, STEPS = 12 };
+    static const int plen[NS] = {3, 7, 10};
+    static const cf_sample_args greedy = {.temperature = 0, .top_p = 1};
+    cinfer_error err = {0};
+    cf_runner_params p = cf_runner_default_params();
+    p.block_size = 4;
+    p.max_seqs = 4;
+    p.max_batch_tokens = 64;
+    p.single_pool = 1;
+    cf_runner *r = NULL;
+    CHECK(cf_runner_create(m, &p, &r, &err) == CINFER_OK, "runner: %s", err.message);
+    if (!r) return;
+    int32_t ids[NS][16], want[NS][STEPS], got[NS][STEPS];
+    cf_rseq *one[NS], *fly[NS];
+    cf_batch_item a[NS], b[NS];
+    for (int i = 0; i < NS; i++) {
+        fill_ids(ids[i], plen[i], 900u + (unsigned)i);
+        CHECK(cf_rseq_create(r, &one[i], &err) == CINFER_OK && cf_rseq_create(r, &fly[i], &err) == CINFER_OK, "create: %s", err.message);
+        a[i] = (cf_batch_item){.seq = one[i], .ids = ids[i], .n = plen[i] - 1};
+        b[i] = (cf_batch_item){.seq = fly[i], .ids = ids[i], .n = plen[i] - 1};
+    }
+    CHECK(cf_runner_step(r, a, NS, &err) == CINFER_OK && cf_runner_step(r, b, NS, &err) == CINFER_OK, "prefill: %s", err.message);
+    /* one at a time */
+    int32_t last[NS];
+    for (int i = 0; i < NS; i++) last[i] = ids[i][plen[i] - 1];
+    for (int t = 0; t < STEPS; t++) {
+        for (int i = 0; i < NS; i++) a[i] = (cf_batch_item){.seq = one[i], .ids = &last[i], .n = 1, .pick = &greedy};
+        CHECK(cf_runner_step(r, a, NS, &err) == CINFER_OK, "step %d: %s", t, err.message);
+        for (int i = 0; i < NS; i++) last[i] = want[i][t] = a[i].token;
+    }
+    /* each step behind the one in flight */
+    for (int i = 0; i < NS; i++) last[i] = ids[i][plen[i] - 1];
+    cf_batch_item *older = a, *newer = b;
+    for (int i = 0; i < NS; i++) older[i] = (cf_batch_item){.seq = fly[i], .ids = &last[i], .n = 1, .pick = &greedy};
+    CHECK(cf_runner_submit(r, older, NS, &err) == CINFER_OK && cf_runner_in_flight(r) == 1, "submit: %s", err.message);
+    CHECK(cf_runner_step(r, older, NS, &err) == CINFER_E_INVALID_ARGUMENT, "a step while one is in flight: %s", err.message);
+    CHECK(cf_rseq_truncate(fly[0], 1, &err) == CINFER_E_BUSY, "a truncate while in flight: %s", err.message);
+    for (int t = 0; t < STEPS; t++) {
+        if (t + 1 < STEPS) {
+            for (int i = 0; i < NS; i++) newer[i] = (cf_batch_item){.seq = fly[NS - 1 - i], .n = 1, .pick = &greedy};
+            CHECK(cf_runner_submit(r, newer, NS, &err) == CINFER_E_INVALID_ARGUMENT, "a follow-up of other sequences: %s", err.message);
+            for (int i = 0; i < NS; i++) newer[i] = (cf_batch_item){.seq = fly[i], .ids = &last[i], .n = 1, .pick = &greedy};
+            CHECK(cf_runner_submit(r, newer, NS, &err) == CINFER_E_INVALID_ARGUMENT, "a follow-up with ids: %s", err.message);
+            for (int i = 0; i < NS; i++) newer[i].ids = NULL;
+            CHECK(cf_runner_submit(r, newer, NS, &err) == CINFER_OK && cf_runner_in_flight(r) == 2, "follow-up %d: %s", t + 1, err.message);
+            CHECK(cf_runner_submit(r, newer, NS, &err) == CINFER_E_INVALID_ARGUMENT, "a third step: %s", err.message);
+        }
+        CHECK(cf_runner_collect(r, &err) == CINFER_OK, "collect %d: %s", t, err.message);
+        for (int i = 0; i < NS; i++) got[i][t] = older[i].token;
+        cf_batch_item *x = older;
+        older = newer;
+        newer = x;
+    }
+    CHECK(cf_runner_in_flight(r) == 0 && cf_runner_collect(r, &err) == CINFER_E_INVALID_ARGUMENT, "collect with none in flight: %s",
+          err.message);
+    int differ = 0;
+    for (int i = 0; i < NS; i++) {
+        differ += memcmp(got[i], want[i], sizeof want[i]) != 0;
+        CHECK(cf_rseq_len(fly[i]) == plen[i] - 1 + STEPS && cf_rseq_len(one[i]) == cf_rseq_len(fly[i]) &&
+                  !memcmp(cf_rseq_tokens(fly[i]), cf_rseq_tokens(one[i]), (size_t)cf_rseq_len(fly[i]) * sizeof(int32_t)),
+              "sequence %d: %d tokens in flight, %d one at a time", i, cf_rseq_len(fly[i]), cf_rseq_len(one[i]));
+    }
+    CHECK(differ == 0, "%d of %d sequences decode other tokens with steps in flight", differ, NS);
+    /* a step that reads logits back runs whole in submit: nothing may follow it */
+    a[0] = (cf_batch_item){.seq = fly[0], .ids = &last[0], .n = 1, .logits = CF_LOGITS_LAST};
+    CHECK(cf_runner_submit(r, a, 1, &err) == CINFER_OK, "submit with logits: %s", err.message);
+    b[0] = (cf_batch_item){.seq = fly[0], .n = 1, .pick = &greedy};
+    CHECK(cf_runner_submit(r, b, 1, &err) == CINFER_E_INVALID_ARGUMENT, "a follow-up of a step reading logits: %s", err.message);
+    CHECK(cf_runner_collect(r, &err) == CINFER_OK && a[0].out && cf_rseq_len(fly[0]) == plen[0] + STEPS, "collect with logits: %s",
+          err.message);
+    for (int i = 0; i < NS; i++) {
+        cf_rseq_free(one[i]);
+        cf_rseq_free(fly[i]);
+    }
+    CHECK(cf_runner_blocks_available(r) == cf_runner_blocks_total(r), "%d of %d blocks back", cf_runner_blocks_available(r),
+          cf_runner_blocks_total(r));
+    cf_runner_free(r);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_runner MODEL_DIR [cpu|cuda]\n");
@@ -339,11 +424,13 @@ int main(int argc, char **argv) {
     tol_rel = mp.backend.device == CF_DEVICE_CPU ? 0 : m->hp.n_experts ? 1.0 : 0.1;
     for (int bs = 4; bs <= 16; bs *= 4) check_batch_runner(m, bs);
     check_limits(m);
+    check_in_flight(m);
     if (mp.backend.device == CF_DEVICE_CPU) {
         /* again with graph ops that behave as CUDA's: decode steps are recorded per bucket (padded with rows
          * on the scratch block) and replayed */
         wrap(m, 1);
         check_batch_runner(m, 16);
+        check_in_flight(m);
         CHECK(m->hp.n_experts || (n_recorded > 0 && n_launched > n_recorded), "%d recordings, %d replays", n_recorded, n_launched);
         CHECK(!misuse && n_live == 0, "%d transfers while recording, %d recordings not freed", misuse, n_live);
         printf("recorder: %d recordings, %d replays\n", n_recorded, n_launched);

@@ -34,7 +34,7 @@ typedef struct cpu_backend {
     cf_sampler *smp;          /* op sample: a sampler with smp_args over smp_vocab tokens, kept between calls */
     cf_sample_args smp_args;
     int64_t smp_vocab;
-    float read_vals[2][16];   /* read_begin's slots (ops run when enqueued: the values are read at once) */
+    float read_vals[2][CF_READ_SLOT_VALUES];   /* read_begin's slots (ops run when enqueued: the values are read at once) */
     int read_n[2];
     cf_workers *pool;            /* base.n_threads threads, this one included */
     cf_attn_scratch attn;     /* the attention's work space, grown as needed and kept */
@@ -175,8 +175,8 @@ static cinfer_status cpu_read(cf_backend *be, float *host, cf_tensor src, cinfer
 static void cpu_read_begin(cf_backend *be, cf_tensor src, int slot) {
     cpu_backend *b = CPU(be);
     const int64_t n = src.rows * src.cols;
-    if (slot < 0 || slot > 1 || n > 16 || (src.rows > 1 && src.stride != src.cols)) {
-        fail(b, CINFER_E_INVALID_ARGUMENT, "read_begin: slot 0 or 1, at most 16 contiguous values");
+    if (slot < 0 || slot > 1 || n > CF_READ_SLOT_VALUES || (src.rows > 1 && src.stride != src.cols)) {
+        fail(b, CINFER_E_INVALID_ARGUMENT, "read_begin: slot 0 or 1, at most 4096 contiguous values (CF_READ_SLOT_VALUES)");
         return;
     }
     cf_to_f32(b->read_vals[slot], src.data, src.dtype, (size_t)n);
