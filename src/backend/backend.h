@@ -294,6 +294,8 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *                                               rows over 2 or 4 warps (few rows or long ones)
  *   qgemv_tc          CINFER_QGEMV_TC           1: CUDA decode with 4-bit weights and bf16 activations runs on the tensor
  *                                               cores (k a multiple of 512); 0: the CUDA-core GEMV
+ *   qgemv_tc_splits   CINFER_QGEMV_TC_SPLITS    4: at most this many blocks (a cluster, 1, 2, 4 or 8) split the k of one unit of
+ *                                               the tensor-core GEMV when its units are too few to fill the GPU; 1: none
  * The measurements behind the CUDA defaults are noted where cuda_backend.c applies them. */
 typedef struct cf_tuning {
     int fused_ops, decode_graphs, device_sampling;
@@ -301,7 +303,7 @@ typedef struct cf_tuning {
     int gemv_unroll, gemv_max_rows, gemv_warps, gemv_block_warps;
     int attn_bc, attn_hpb, attn_group, attn_group_splits;
     int paged_mma_group, paged_sm_blocks, attn_paged_d512;
-    int qmma_max_rows, qgemv_max_rows, qgemv_warps, qgemv_tc;
+    int qmma_max_rows, qgemv_max_rows, qgemv_warps, qgemv_tc, qgemv_tc_splits;
 } cf_tuning;
 
 cf_tuning cf_tuning_defaults(void);

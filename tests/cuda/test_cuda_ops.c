@@ -718,6 +718,51 @@ static void test_qkv_rope(void) {
     }
 }
 
+/* The fused ops as the model asks for them (qkv with a bias, RoPE and the KV stores by slot; matmul_glu; matmul_gated)
+ * at 1 to 17 activation rows against the CPU backend: the GEMV with everything folded up to gemv_max_rows (1 by
+ * default, 8 in the second pass), then cuBLAS with the RoPE, stores and GLU as launches of their own. Outputs bf16 on
+ * the GPU, so 4e-3 of max |ref|. */
+static void test_fused_rows(void) {
+    const int D = 1024, H = 6, KVH = 2, HD = 64, F = 1000, cap = 40;
+    const cf_dtype a = gpu->act_dtype;
+    pair wq = mkw(H * HD, D, -0.08f, 0.08f), bq = mkw(1, H * HD, -0.5f, 0.5f);
+    pair wk = mkw(KVH * HD, D, -0.08f, 0.08f), wv = mkw(KVH * HD, D, -0.08f, 0.08f);
+    pair wg = mkw(F, D, -0.08f, 0.08f), wu = mkw(F, D, -0.08f, 0.08f), inv = mk_inv_freq(HD);
+    const int ns[] = {1, 2, 5, 8, 9, 16, 17};
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+        const int n = ns[ni];
+        float pv[17], sv[17];
+        for (int i = 0; i < n; i++) pv[i] = (float)(100 + 7 * i), sv[i] = (float)(3 + 2 * i);
+        pair pos = mk(CF_I32, n, 1, pv), slots = mk(CF_I32, n, 1, sv), h = mk(a, n, D, hrand((size_t)n * D, -1, 1));
+        pair mul = mk(a, n, F, hrand((size_t)n * F, -1, 1));
+        pair q = mk(a, n, H * HD, NULL), k = mk(a, n, KVH * HD, NULL), v = mk(a, n, KVH * HD, NULL);
+        pair kc = mk(a, cap, KVH * HD, hrand((size_t)cap * KVH * HD, -1, 1)), vc = mk(a, cap, KVH * HD, hrand((size_t)cap * KVH * HD, -1, 1));
+        pair glu = mk(a, n, F, NULL), gate = mk(a, n, F, NULL), up = mk(a, n, F, NULL), gated = mk(a, n, F, NULL);
+        for (int side = 0; side < 2; side++) {
+            cf_backend *b = side ? gpu : cpu;
+            const cf_backend_ops *op = b->ops;
+#define T(p) (side ? (p).g : (p).c)
+            cf_qkv_args qa = {.q = T(q), .k = T(k), .v = T(v), .wq = T(wq), .wk = T(wk), .wv = T(wv), .bq = T(bq), .eps = 1e-5f,
+                              .own_kv = 1, .n_heads = H, .n_kv_heads = KVH, .head_dim = HD, .v_head_dim = HD, .rot_dim = HD,
+                              .pos = T(pos), .inv_freq = T(inv), .dest = {.k_cache = T(kc), .v_cache = T(vc), .idx = T(slots)}};
+            op->qkv(b, T(h), &qa);
+            op->matmul_glu(b, T(glu), T(h), T(wg), T(wu), CF_ACT_SILU, T(gate), T(up));
+            op->matmul_gated(b, T(gated), T(h), T(wu), CF_ACT_GELU_TANH, T(mul));
+#undef T
+        }
+        const char *parts[] = {"q (biased, rotated)", "k cache", "v cache", "matmul_glu", "matmul_gated"};
+        pair *got[] = {&q, &kc, &vc, &glu, &gated};
+        for (int i = 0; i < 5; i++) {
+            char name[96];
+            snprintf(name, sizeof name, "fused ops, %d row%s: %s", n, n > 1 ? "s" : "", parts[i]);
+            cmp(name, *got[i], 4e-3);
+        }
+        pair *all[] = {&pos, &slots, &h, &mul, &q, &k, &v, &kc, &vc, &glu, &gate, &up, &gated};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+    }
+    drop(&inv);
+}
+
 static void test_layer(void) {
     const int D = 512, H = 8, KVH = 2, HD = 64, F = 1536, cap = 64, pos0 = 20;
     cf_dtype a = gpu->act_dtype;
@@ -1043,6 +1088,7 @@ int main(int argc, char **argv) {
     test_paged_graph();
     test_layer();
     test_qkv_rope();
+    test_fused_rows();
     test_sampling();
     test_graph();
     {   /* the GEMV kernel for up to 8 rows (tuning gemv_max_rows 8; the default takes cuBLAS from 2 rows) */
@@ -1054,6 +1100,7 @@ int main(int argc, char **argv) {
         test_matmul();
         test_layer();
         test_qkv_rope();
+        test_fused_rows();
         if (gpu->ops->sync(gpu, &e)) {
             printf("FAIL backend error (gemv_max_rows 8): %s\n", e.message);
             failures++;

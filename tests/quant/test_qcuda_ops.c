@@ -387,6 +387,10 @@ int main(void) {
             test_matmul(be, 4, 128, CF_BF16, 45, 1536, CF_BF16, 8);
             test_fused(be, 4, 4, 1024, 64);
             test_fused(be, 4, 4, 512, 32);
+            /* its k split over a cluster of blocks (few units): 2 blocks of 3 and 4 stages, 2 of 2 stages (with the GLU and
+             * qkv), 4 of 2 (the 301 x 4096 case above) */
+            test_matmul(be, 4, 64, CF_BF16, 45, 3584, CF_BF16, 8);
+            test_fused(be, 4, 4, 2048, 64);
         }
         if (si == 0) {
             test_embed(be, 4);

@@ -24,7 +24,7 @@
 
 cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 1, .gemv_warps = 8, .gemv_block_warps = 4,
                       .attn_bc = 32, .attn_hpb = 2, .attn_group = 1, .attn_group_splits = 64,
-                      .paged_mma_group = 0, .paged_sm_blocks = 4, .qmma_max_rows = 128, .qgemv_max_rows = 8, .qgemv_warps = 24, .qgemv_tc = 1, .n_sm = 132};
+                      .paged_mma_group = 0, .paged_sm_blocks = 4, .qmma_max_rows = 128, .qgemv_max_rows = 8, .qgemv_warps = 24, .qgemv_tc = 1, .qgemv_tc_splits = 4, .n_sm = 132};
 
 typedef struct cuda_backend {
     cf_backend base;
@@ -1000,6 +1000,7 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     cfk_cfg.qgemv_max_rows = t->qgemv_max_rows < 8 ? t->qgemv_max_rows : 8;
     cfk_cfg.qgemv_warps = t->qgemv_warps >= 1 ? t->qgemv_warps : 24;   /* 24: not measured yet */
     cfk_cfg.qgemv_tc = t->qgemv_tc;
+    cfk_cfg.qgemv_tc_splits = t->qgemv_tc_splits >= 8 ? 8 : t->qgemv_tc_splits >= 4 ? 4 : t->qgemv_tc_splits >= 2 ? 2 : 1;
 
     cuda_backend *b = calloc(1, sizeof *b);
     if (!b) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");

@@ -11,12 +11,13 @@
 #include "backend/cuda/k_gemv.cuh"
 #include "backend/cuda/k_quant.cuh"
 
+#include <cooperative_groups.h>
 #include <mma.h>
 
 /* ---- common ---- */
 
 /* One product of a job as the kernels see it: packed rows of wpr words, (scale, bias) pairs of dtype sbt, G pairs
- * a row. block0: the first block of this product in the launch. */
+ * a row. block0: the first block of this product in the launch (qgemv_tc_kernel: its first unit). */
 struct QSeg {
     const uint32_t *q;
     const void *sb;
@@ -199,6 +200,9 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
  * 128 + q plus two on all-ones weights that sum x over the same values. At each group's end tc_group_end applies the
  * scale and the bias in f32. The warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU, gate)
  * as the other GEMV does.
+ * Split k: when the units are too few to keep 8 blocks on every SM (o, down, q/k/v of Llama-3-8B), a cluster of
+ * g.splits blocks shares a unit, block z taking stages [z nst / splits, (z + 1) nst / splits); their sums meet in
+ * block 0's shared memory in block order (the result does not depend on timing), and block 0 finishes.
  * Measured on the H200 (bench/micro/qgemv_layout.cu, 28,672 x 4,096, group 64): the kernel is bound by latency and
  * issue, not by the layout (rows tiled so a stage is contiguous: the same speed); fewer stages and 8 blocks an SM
  * (64 registers) beat deeper pipelines at 6 blocks: 3 stages 2.07 TB/s, 6 stages 1.75 TB/s, a plain read of the same
@@ -213,27 +217,31 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 8) qgemv_tc_kernel(QArgs g) {
     __shared__ __align__(16) uint32_t ssb[TC_STAGES][16][TC_SBLD];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gi = lane >> 2, t = lane & 3;
     const bool glu = g.glu.p != nullptr;
-    const int si = glu ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
+    const int64_t cu = (int64_t)(blockIdx.x / (unsigned)g.splits);   /* the unit over all products */
+    const int si = glu ? 0 : (g.nseg > 2 && cu >= g.s2.block0) ? 2 : (g.nseg > 1 && cu >= g.s1.block0) ? 1 : 0;
     const QSeg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
     const QSeg B = glu ? g.s1 : S;   /* MMA rows 8-15 */
-    const int64_t unit = (int64_t)blockIdx.x - S.block0;
+    const int split = (int)(blockIdx.x % (unsigned)g.splits);
+    const int64_t unit = cu - S.block0;
     /* weight row of MMA row r < 8 (side A, product S) and r + 8 (side B) */
     auto row_a = [&](int r) { return glu ? unit * 8 + r : unit * 16 + r; };
     auto row_b = [&](int r) { return glu ? unit * 8 + r : unit * 16 + 8 + r; };
     const int sbw = TC_KS / S.group;          /* (scale, bias) words of a row in a stage: 16, 8 or 4 */
-    const int nst = (int)(g.k / TC_KS);
+    const int nst_all = (int)(g.k / TC_KS), st0 = (int)((int64_t)split * nst_all / g.splits);
+    const int nst = (int)((int64_t)(split + 1) * nst_all / g.splits) - st0;   /* this block's stages, from st0 */
 
     /* what this thread copies each stage: 16 bytes of MMA rows tid / 16 and tid / 16 + 8, and maybe 16 bytes of one
      * row's (scale, bias) words; source pointers advance a stage at a time, the buffer index wraps */
     const int cr = tid >> 4, cc = tid & 15;
     const int64_t ca = row_a(cr), cb = row_b(cr);
     const bool cok_a = ca < S.d, cok_b = cb < B.d;
-    const uint32_t *cqa = S.q + (cok_a ? ca : 0) * S.wpr + cc * 4, *cqb = B.q + (cok_b ? cb : 0) * B.wpr + cc * 4;
+    const uint32_t *cqa = S.q + (cok_a ? ca : 0) * S.wpr + st0 * TC_WWORDS + cc * 4,
+                   *cqb = B.q + (cok_b ? cb : 0) * B.wpr + st0 * TC_WWORDS + cc * 4;
     const int sper = sbw / 4, sr = tid / sper, sc = tid % sper;
     const bool sb_a = sr < 8, sbon = sr < 16 && (sb_a ? row_a(sr) < S.d : row_b(sr - 8) < B.d);
     const uint32_t *csb = !sbon ? nullptr
-                        : sb_a ? (const uint32_t *)S.sb + row_a(sr) * S.G + sc * 4
-                               : (const uint32_t *)B.sb + row_b(sr - 8) * B.G + sc * 4;
+                        : sb_a ? (const uint32_t *)S.sb + row_a(sr) * S.G + st0 * sbw + sc * 4
+                               : (const uint32_t *)B.sb + row_b(sr - 8) * B.G + st0 * sbw + sc * 4;
     const uint32_t wdst = smem_addr(&sw[0][cr][cc * 4]), sdst = smem_addr(&ssb[0][sr & 15][sc * 4]);
     constexpr uint32_t WSTEP = 16 * TC_WLD * 4, SSTEP = 16 * TC_SBLD * 4;
     int ib = 0;   /* the buffer the next issue fills */
@@ -249,7 +257,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 8) qgemv_tc_kernel(QArgs g) {
     };
 
     const bool xon = gi < g.n;
-    const __nv_bfloat16 *xrow = (const __nv_bfloat16 *)g.x + (xon ? gi : 0) * g.xstride + warp * 128 + 8 * t;
+    const __nv_bfloat16 *xrow = (const __nv_bfloat16 *)g.x + (xon ? gi : 0) * g.xstride + (int64_t)st0 * TC_KS + warp * 128 + 8 * t;
     const uint32_t ones[4] = {0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u};
     const int f16a = S.sbt == CF_F16, f16b = B.sbt == CF_F16;
     const int cpg = S.group / 32;   /* chunks a group (B's group is the same: qjob_tc_ok) */
@@ -307,13 +315,30 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 8) qgemv_tc_kernel(QArgs g) {
 #pragma unroll
     for (int e = 0; e < 4; e++) red[warp][e][lane] = acc[e];
     __syncthreads();
-    if (warp != 0) return;
+    if (warp == 0) {
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-        float v = 0.0f;
-        for (int w = 0; w < TC_WARPS; w++) v += red[w][e][lane];
-        acc[e] = v;
+        for (int e = 0; e < 4; e++) {
+            float v = 0.0f;
+            for (int w = 0; w < TC_WARPS; w++) v += red[w][e][lane];
+            acc[e] = v;
+            red[0][e][lane] = v;   /* the block's sums, for block 0 of the cluster */
+        }
     }
+    if (g.splits > 1) {
+        /* every thread of every block takes part in both cluster barriers: block 0 reads the others' sums after the
+         * first, and they keep their shared memory until the second */
+        namespace cg = cooperative_groups;
+        cg::cluster_group cl = cg::this_cluster();
+        cl.sync();
+        if (split == 0 && warp == 0)
+            for (int z = 1; z < g.splits; z++) {
+                const float *r = cl.map_shared_rank(&red[0][0][0], z);
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[e] += r[e * 32 + lane];
+            }
+        cl.sync();
+    }
+    if (warp != 0 || split != 0) return;
 #pragma unroll
     for (int e = 0; e < 2; e++) {
         const int r = 2 * t + e;   /* activation row */
@@ -660,16 +685,26 @@ static cfk_qjob qjob_rows(const cfk_qjob *j, int64_t r0, int n) {
 
 static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
     const bool glu = j->glu_out.data != NULL;
+    /* k split over a cluster while the blocks fall short of 8 an SM and each keeps at least 2 stages (Llama-3-8B:
+     * q/k/v, o and down 4 blocks a unit, gate/up and the output layer 1); it depends on the shapes only, not on the
+     * activation rows */
+    int64_t units = 0;
+    for (int s = 0; s < j->n_seg; s++)
+        if (!glu || s == 0) units += ceil_div(j->w[s]->rows, glu ? 8 : 16);
+    const int nst = (int)(j->x.cols / TC_KS);
+    int splits = 1;
+    while (splits < cfk_cfg.qgemv_tc_splits && units * splits < (int64_t)cfk_cfg.n_sm * 8 && nst >= 4 * splits) splits *= 2;
     for (int64_t r0 = 0; r0 < j->x.rows; r0 += 8) {
         const cfk_qjob jr = qjob_rows(j, r0, (int)(j->x.rows - r0 < 8 ? j->x.rows - r0 : 8));
         QArgs g = qargs(&jr);
         QSeg *segs[3] = {&g.s0, &g.s1, &g.s2};
-        int64_t blocks = 0;
+        int64_t u0 = 0;   /* the first unit of each product */
         for (int s = 0; s < j->n_seg; s++) {
-            segs[s]->block0 = glu ? 0 : blocks;
-            if (!glu || s == 0) blocks += ceil_div(j->w[s]->rows, glu ? 8 : 16);
+            segs[s]->block0 = glu ? 0 : u0;
+            if (!glu || s == 0) u0 += ceil_div(j->w[s]->rows, glu ? 8 : 16);
         }
-        const cudaError_t e = launch(qgemv_tc_kernel, dim3((unsigned)blocks), dim3(TC_WARPS * 32), 0, st, g);
+        g.splits = splits;
+        const cudaError_t e = launch_cluster(qgemv_tc_kernel, dim3((unsigned)(units * splits)), dim3(TC_WARPS * 32), 0, st, (unsigned)splits, g);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
