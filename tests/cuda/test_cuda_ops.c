@@ -750,12 +750,15 @@ static void test_fused_rows(void) {
             op->matmul_gated(b, T(gated), T(h), T(wu), CF_ACT_GELU_TANH, T(mul));
 #undef T
         }
+        /* more than gemv_rows rows: cuBLAS, whose products are rounded to bf16 before RoPE, the stores and the GLU
+         * (the GEMV keeps them in f32): a few roundings of 2^-9 of the largest value; at most 0.72% measured on the H100 */
+        const double tol = n > gemv_rows && a == CF_BF16 ? 1.2e-2 : 4e-3;
         const char *parts[] = {"q (biased, rotated)", "k cache", "v cache", "matmul_glu", "matmul_gated"};
         pair *got[] = {&q, &kc, &vc, &glu, &gated};
         for (int i = 0; i < 5; i++) {
             char name[96];
             snprintf(name, sizeof name, "fused ops, %d row%s: %s", n, n > 1 ? "s" : "", parts[i]);
-            cmp(name, *got[i], 4e-3);
+            cmp(name, *got[i], tol);
         }
         pair *all[] = {&pos, &slots, &h, &mul, &q, &k, &v, &kc, &vc, &glu, &gate, &up, &gated};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
