@@ -178,6 +178,7 @@ typedef struct cinfer_engine_stats {
     int kv_window_blocks_used;   /* held by sessions */
     int64_t kv_window_block_bytes;
     int kv_window;               /* positions those layers look back */
+    long lookahead_steps;        /* of the steps, those queued behind the one in flight (cinfer_engine_params.lookahead) */
 } cinfer_engine_stats;
 void cinfer_engine_get_stats(cinfer_engine *e, cinfer_engine_stats *out);
 
