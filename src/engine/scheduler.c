@@ -810,11 +810,13 @@ static void abort_verify(cinfer_engine *e, int n) {
     }
 }
 
-/* Whether every item only picks one token on the device: the runner leaves such a step in flight. */
-static int all_picked(const cf_batch_item *it, int n) {
+/* Whether the step of n items may be left in flight: every item only picks one token on the device (the runner
+ * then leaves it in flight) and no session speculates (the speculation policy times its steps, and follow_ok would
+ * queue nothing behind it). */
+static int may_leave(const cinfer_engine *e, int n) {
     for (int i = 0; i < n; i++)
-        if (!it[i].pick || it[i].logits != CF_LOGITS_NONE) return 0;
-    return 1;
+        if (!e->items[i].pick || e->items[i].logits != CF_LOGITS_NONE || e->item_s[i]->src) return 0;
+    return e->lookahead;
 }
 
 /* The step just submitted is the one in flight; the next one is built in the other half of the item arrays. */
@@ -990,7 +992,7 @@ static void iterate(cinfer_engine *e) {
         st = bind_verify(e, n, &err);
         const double tr = mono_now();
         if (st == CINFER_OK) st = cf_runner_submit(e->runner, e->items, n, &err);
-        left = st == CINFER_OK && e->lookahead && !drafts && all_picked(e->items, n);
+        left = st == CINFER_OK && !drafts && may_leave(e, n);
         if (st == CINFER_OK && !left) st = cf_runner_collect(e->runner, &err);
         e->runner_s += mono_now() - tr;
         if (st != CINFER_OK) abort_verify(e, n);

@@ -282,6 +282,7 @@ static cinfer_engine *engine_with(int max_batch, int64_t kv, const char *default
     ep.max_batch = max_batch;
     ep.kv_memory = kv;
     ep.default_draft = default_draft;
+    ep.lookahead = 1;   /* plain sessions' steps queued ahead where the batch allows (as on CUDA) */
     cinfer_engine *e = NULL;
     cinfer_error err = {0};
     CHECK(cinfer_engine_create(M, &ep, &e, &err) == CINFER_OK, "engine: %s", err.message);
