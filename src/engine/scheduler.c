@@ -895,20 +895,20 @@ static void fail_step(cinfer_engine *e, cinfer_session **item_s, int n, cinfer_s
 }
 
 /* Whether the step after the one in flight can be queued now (lookahead): the batch is that step's sessions in its
- * order, each picking on the device without speculating, not cancelled and not at its last token, and the KV memory
- * has a row more for each. */
+ * order, less those that ended (whose rows in it are not used), each picking on the device without speculating, not
+ * cancelled and not at its last token, and the KV memory has a row more for each. */
 static int follow_ok(cinfer_engine *e) {
-    const int n = e->fly_n;
-    if (n != e->n_run) return 0;
-    int need = 0;
-    for (int i = 0; i < n; i++) {
+    int need = 0, k = 0;
+    for (int i = 0; i < e->fly_n; i++) {
         cinfer_session *s = e->fly_s[i];
+        if (s->ending) continue;
+        if (k == e->n_run || e->run[k++] != s) return 0;
         const int rows = e->fly[i].n;
-        if (e->run[i] != s || !s->device_pick || s->src || atomic_load(&s->cancel) != CINFER_CANCEL_NONE || consumer_idle(s)) return 0;
+        if (!s->device_pick || s->src || atomic_load(&s->cancel) != CINFER_CANCEL_NONE || consumer_idle(s)) return 0;
         if ((int)s->n_tokens + 1 >= s->plan.output_limit || cf_rseq_len(s->rs) + rows + 1 > e->max_ctx) return 0;
         need += cf_rseq_blocks_needed(s->rs, rows + 1);
     }
-    return need <= cf_runner_blocks_available(e->runner);
+    return k == e->n_run && k > 0 && need <= cf_runner_blocks_available(e->runner);
 }
 
 /* A turn with a step in flight: queues the step after it when the batch goes on as it is (its inputs are the tokens
@@ -919,16 +919,17 @@ static void land(cinfer_engine *e, double t0) {
     const int n = e->fly_n;
     cinfer_error err = {0};
     int follow = follow_ok(e);
+    const int nf = e->n_run;
     if (follow) {
-        for (int i = 0; i < n; i++) {
-            cinfer_session *s = ss[i];
+        for (int i = 0; i < nf; i++) {
+            cinfer_session *s = e->run[i];
             /* its draw comes one token after the one in flight */
             e->items[i] = (cf_batch_item){.seq = s->rs, .n = 1, .logits = CF_LOGITS_NONE, .pick = &s->pick_args,
                                           .u = cf_sampler_uniform_ahead(s->smp, 1)};
             e->item_s[i] = s;
         }
         const double tr = mono_now();
-        follow = cf_runner_submit(e->runner, e->items, n, &err) == CINFER_OK;   /* else one step at a time from here */
+        follow = cf_runner_submit(e->runner, e->items, nf, &err) == CINFER_OK;   /* else one step at a time from here */
         e->runner_s += mono_now() - tr;
         if (follow) e->n_steps++, e->n_follow_ups++;
     }
@@ -940,7 +941,7 @@ static void land(cinfer_engine *e, double t0) {
         fail_step(e, ss, n, st, &err);
         return;
     }
-    if (follow) leave_in_flight(e, n);
+    if (follow) leave_in_flight(e, nf);
     e->step_tokens = 0;
     take_results(e, it, ss, n, follow, 1);
     e->turn_s += mono_now() - t0;

@@ -47,7 +47,8 @@ struct cf_runner {
         int slot;                /* deferred: the read slot of its picks */
     } pend[2];
     int n_pend, next_slot;
-    int n_leased;                /* write leases held in leases[] (by the oldest pending step, kept for its follow-up) */
+    int *follow_src;             /* [max_seqs]: a follow-up's item i takes its input from picks row follow_src[i] */
+    int n_leased;                /* write leases held in leases[]: the pending steps' sequences */
     cf_graph *graph[N_BUCKETS];  /* decode steps of 2^i sequences */
     /* taps (cf_runner_set_taps): the state, the room made for it (grows only) and the last step's outputs */
     cf_runner_taps taps;
@@ -114,6 +115,7 @@ void cf_runner_free(cf_runner *r) {
     free(r->lease_rq);
     free(r->leases);
     free(r->out_first);
+    free(r->follow_src);
     free(r->h_hidden);
     free(r->h_tapped);
     free(r);
@@ -245,7 +247,8 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
         r->lease_rq = malloc((size_t)S * sizeof *r->lease_rq);
         r->leases = malloc((size_t)S * sizeof *r->leases);
         r->out_first = malloc((size_t)S * sizeof *r->out_first);
-        if (!r->h_pos || !r->h_meta || !r->h_ids || !r->h_u || !r->h_picks || !r->h_tokens ||
+        r->follow_src = malloc((size_t)S * sizeof *r->follow_src);
+        if (!r->follow_src || !r->h_pos || !r->h_meta || !r->h_ids || !r->h_u || !r->h_picks || !r->h_tokens ||
             !r->h_logits || !r->copies || !r->wcopies || !r->lease_rq || !r->leases || !r->out_first)
             st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the runner's host buffers");
     }
@@ -601,6 +604,17 @@ static void commit_rows(cf_runner *r, cf_rseq *s, const int32_t *input, int n) {
     }
 }
 
+/* A follow-up's inputs (item i is ids row i): picks row follow_src[i] of the step in flight, one copy a run of
+ * neighbours. */
+static void inputs_from_picks(cf_runner *r, int n_items) {
+    cf_backend *be = r->m->be;
+    for (int i = 0, j; i < n_items; i = j) {
+        j = i + 1;
+        while (j < n_items && r->follow_src[j] == r->follow_src[i] + (j - i)) j++;
+        be->ops->copy(be, cf_rows(r->sc.ids, i, j - i), cf_rows(r->picks, r->follow_src[i], j - i));
+    }
+}
+
 /* The step of checked items whose sequences it holds. follow: the items' inputs are the picks of the step in flight
  * (picks row i to ids row i). deferred: the picks are enqueued for cf_runner_collect and nothing is committed;
  * otherwise the step waits for the device and commits. */
@@ -628,11 +642,11 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, int foll
     if (graphs && n_seqs <= r->p.max_seqs) {
         for (int i = 0; i < n_items; i++) r->out_first[i] = i;   /* the graph computes every row's logits */
         upload(r, rows, n_seqs);
-        if (follow) op->copy(be, cf_rows(r->sc.ids, 0, n_items), cf_rows(r->picks, 0, n_items));
+        if (follow) inputs_from_picks(r, n_items);
         st = run_decode_graph(r, n_seqs, err);
     } else {
         upload(r, rows, n_items);
-        if (follow) op->copy(be, cf_rows(r->sc.ids, 0, n_items), cf_rows(r->picks, 0, n_items));
+        if (follow) inputs_from_picks(r, n_items);
         const int win = r->kv->wblocks != NULL;
         cf_batch_view v = view_of(&r->bv, rows, n_items, max_rows);
         cf_batch_view vw = win ? view_of(&r->bv_win, rows, n_items, max_rows) : (cf_batch_view){0};
@@ -734,21 +748,22 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, int foll
     return CINFER_OK;
 }
 
-/* A follow-up of the step in flight (cf_runner_submit): its sequences in its order, one row each, picked, input from
- * the device. */
+/* A follow-up of the step in flight (cf_runner_submit): some of its sequences in its order, one row each, picked,
+ * input from the device (follow_src). */
 static cinfer_status check_follow_up(cf_runner *r, const cf_batch_item *it, int n_items, cinfer_error *err) {
     const cf_batch_item *prev = r->pend[0].it;
     if (!r->pend[0].deferred)
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a step follows one in flight only when that one only picks tokens on the device");
     if (r->kv->wblocks)
         return cf_fail(err, CINFER_E_UNSUPPORTED, "a step cannot follow one in flight on a model with sliding-window KV blocks");
-    if (n_items != r->pend[0].n)
-        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a step of %d items following one of %d: it takes the same sequences", n_items,
-                       r->pend[0].n);
-    for (int i = 0; i < n_items; i++) {
+    if (n_items < 1) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a step of %d sequences", n_items);
+    for (int i = 0, j = 0; i < n_items; i++, j++) {
         const cf_batch_item *b = &it[i];
-        if (b->seq != prev[i].seq)
-            return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "item %d: a following step takes the sequences of the step in flight, in its order", i);
+        while (j < r->pend[0].n && prev[j].seq != b->seq) j++;
+        if (j == r->pend[0].n)
+            return cf_fail(err, CINFER_E_INVALID_ARGUMENT,
+                           "item %d: a following step takes sequences of the step in flight, in its order, each once", i);
+        r->follow_src[i] = j;
         if (b->n != 1 || b->ids || !b->pick || b->logits != CF_LOGITS_NONE)
             return cf_fail(err, CINFER_E_INVALID_ARGUMENT,
                            "item %d: a following step's item is one row whose input is the token picked before it (ids NULL), picked on the device", i);
@@ -763,6 +778,17 @@ static cinfer_status check_follow_up(cf_runner *r, const cf_batch_item *it, int 
 static void release_leases(cf_runner *r) {
     for (int i = 0; i < r->n_leased; i++) cf_kv_lease_release(&r->leases[i]);
     r->n_leased = 0;
+}
+
+/* Keeps the leases of the items' sequences (those of the step collected, in its order, include them in the same
+ * order) and releases the rest, whose sequences the caller may free now. */
+static void keep_leases_of(cf_runner *r, const cf_batch_item *it, int n) {
+    int kept = 0;
+    for (int k = 0; k < r->n_leased; k++) {
+        if (kept < n && r->leases[k].table == &it[kept].seq->t) r->leases[kept++] = r->leases[k];
+        else cf_kv_lease_release(&r->leases[k]);
+    }
+    r->n_leased = kept;
 }
 
 cinfer_status cf_runner_submit(cf_runner *r, cf_batch_item *it, int n_items, cinfer_error *err) {
@@ -835,6 +861,7 @@ cinfer_status cf_runner_collect(cf_runner *r, cinfer_error *err) {
     }
     r->pend[0] = r->pend[1];
     if (--r->n_pend == 0) release_leases(r);
+    else keep_leases_of(r, r->pend[0].it, r->pend[0].n);
     return CINFER_OK;
 }
 

@@ -127,13 +127,13 @@ cinfer_status cf_runner_step(cf_runner *r, cf_batch_item *items, int n_items, ci
  * by collect, so the host can prepare and submit the next step while the device runs this one.
  *
  * A second step may be submitted while one is in flight (then no more until a collect): its follow-up, whose items
- * are the same sequences in the same order, each one row with ids NULL and a pick: its input is the token the step
- * in flight picks for that sequence, copied on the device (the rows go one position past those in flight). Where
- * the step in flight stops a sequence (an end token), the follow-up's row is simply not used. Not on a runner with
- * a window pool (CINFER_E_UNSUPPORTED).
+ * are sequences of the step in flight (all or some, in its order), each one row with ids NULL and a pick: its input
+ * is the token the step in flight picks for that sequence, copied on the device (the rows go one position past those
+ * in flight). A sequence the step in flight ends (an end token) is left out of the follow-up, or its row there is
+ * simply not used. Not on a runner with a window pool (CINFER_E_UNSUPPORTED).
  *
  * The items and their sequences stay the caller's and must stay alive and unchanged until collected; the sequences
- * are leased meanwhile (no truncate or fork; free only after the collect). Errors of submit change nothing
+ * are leased meanwhile (no truncate or fork; free one only after the collect of its last step in flight). Errors of submit change nothing
  * (the step in flight stays so); a device failure seen by collect leaves every sequence in flight as before the
  * steps in flight, which are all dropped. */
 cinfer_status cf_runner_submit(cf_runner *r, cf_batch_item *items, int n_items, cinfer_error *err);

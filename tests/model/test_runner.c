@@ -8,6 +8,7 @@
  *   - steps in flight: a greedy decode whose every step is queued behind the one in flight (its input the token
  *     that one picks, copied on the device) gives the tokens of steps run one at a time; what a step in flight
  *     forbids (a step, a third one, a truncate, a follow-up of other sequences or with ids) fails and changes nothing;
+ *     a follow-up of some of the sequences leaves the others free once the step holding them is collected;
  *   - every block is back in the pool (free or cached) when the sequences are freed.
  * Then again on the CPU with a recorder backend whose graph ops behave as CUDA graphs (tests/model/recorder.h),
  * so the runner's recorded decode steps per bucket run too.
@@ -378,12 +379,51 @@ static void check_in_flight(cf_model *m) {
               "sequence %d: %d tokens in flight, %d one at a time", i, cf_rseq_len(fly[i]), cf_rseq_len(one[i]));
     }
     CHECK(differ == 0, "%d of %d sequences decode other tokens with steps in flight", differ, NS);
+    /* three more steps, sequence 1 only in the first: its follow-ups leave it out, and once the step holding it is
+     * collected it is no longer leased */
+    {
+        int32_t more_want[NS][3] = {{0}}, more_got[NS][3] = {{0}};
+        static const int keep[] = {0, 2};
+        for (int i = 0; i < NS; i++) last[i] = want[i][STEPS - 1];
+        for (int t = 0; t < 3; t++) {
+            const int n = t ? 2 : NS;
+            for (int k = 0; k < n; k++) {
+                const int i = t ? keep[k] : k;
+                a[k] = (cf_batch_item){.seq = one[i], .ids = &last[i], .n = 1, .pick = &greedy};
+            }
+            CHECK(cf_runner_step(r, a, n, &err) == CINFER_OK, "more %d: %s", t, err.message);
+            for (int k = 0; k < n; k++) {
+                const int i = t ? keep[k] : k;
+                last[i] = more_want[i][t] = a[k].token;
+            }
+        }
+        cf_batch_item c[2];
+        for (int i = 0; i < NS; i++) {
+            last[i] = got[i][STEPS - 1];
+            a[i] = (cf_batch_item){.seq = fly[i], .ids = &last[i], .n = 1, .pick = &greedy};
+        }
+        for (int k = 0; k < 2; k++) b[k] = c[k] = (cf_batch_item){.seq = fly[keep[k]], .n = 1, .pick = &greedy};
+        CHECK(cf_runner_submit(r, a, NS, &err) == CINFER_OK && cf_runner_submit(r, b, 2, &err) == CINFER_OK, "a follow-up of two: %s",
+              err.message);
+        CHECK(cf_runner_collect(r, &err) == CINFER_OK, "collect: %s", err.message);
+        CHECK(cf_rseq_truncate(fly[1], cf_rseq_len(fly[1]), &err) == CINFER_OK, "the sequence left out is still leased: %s", err.message);
+        CHECK(cf_rseq_truncate(fly[0], cf_rseq_len(fly[0]), &err) == CINFER_E_BUSY, "a sequence in flight is not leased");
+        CHECK(cf_runner_submit(r, c, 2, &err) == CINFER_OK, "a follow-up of the follow-up: %s", err.message);
+        CHECK(cf_runner_collect(r, &err) == CINFER_OK && cf_runner_collect(r, &err) == CINFER_OK, "collect: %s", err.message);
+        for (int i = 0; i < NS; i++) more_got[i][0] = a[i].token;
+        for (int k = 0; k < 2; k++) more_got[keep[k]][1] = b[k].token, more_got[keep[k]][2] = c[k].token;
+        CHECK(!memcmp(more_got, more_want, sizeof more_want), "a follow-up of some of the sequences decodes other tokens");
+        for (int i = 0; i < NS; i++)
+            CHECK(cf_rseq_len(fly[i]) == cf_rseq_len(one[i]) &&
+                      !memcmp(cf_rseq_tokens(fly[i]), cf_rseq_tokens(one[i]), (size_t)cf_rseq_len(fly[i]) * sizeof(int32_t)),
+                  "sequence %d after the follow-ups of some: %d tokens, %d one at a time", i, cf_rseq_len(fly[i]), cf_rseq_len(one[i]));
+    }
     /* a step that reads logits back runs whole in submit: nothing may follow it */
     a[0] = (cf_batch_item){.seq = fly[0], .ids = &last[0], .n = 1, .logits = CF_LOGITS_LAST};
     CHECK(cf_runner_submit(r, a, 1, &err) == CINFER_OK, "submit with logits: %s", err.message);
     b[0] = (cf_batch_item){.seq = fly[0], .n = 1, .pick = &greedy};
     CHECK(cf_runner_submit(r, b, 1, &err) == CINFER_E_INVALID_ARGUMENT, "a follow-up of a step reading logits: %s", err.message);
-    CHECK(cf_runner_collect(r, &err) == CINFER_OK && a[0].out && cf_rseq_len(fly[0]) == plen[0] + STEPS, "collect with logits: %s",
+    CHECK(cf_runner_collect(r, &err) == CINFER_OK && a[0].out && cf_rseq_len(fly[0]) == plen[0] + STEPS + 3, "collect with logits: %s",
           err.message);
     for (int i = 0; i < NS; i++) {
         cf_rseq_free(one[i]);
