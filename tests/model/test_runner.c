@@ -253,15 +253,21 @@ static void check_batch_runner(cf_model *m, int block_size) {
     cf_runner_free(r);
 }
 
-/* A pool of 8 blocks of 4 (one pool for every layer: test_window_kv checks the window pool's limits): a step that
- * needs more fails and changes nothing; so do bad items. */
-static void check_limits(cf_model *m) {
-    cinfer_error err = {0};
+/* A runner of 4 sequences, 64 tokens a step and blocks of 4 in one pool for every layer. */
+static cf_runner_params small_runner(void) {
     cf_runner_params p = cf_runner_default_params();
     p.block_size = 4;
     p.max_seqs = 4;
     p.max_batch_tokens = 64;
     p.single_pool = 1;
+    return p;
+}
+
+/* A pool of 8 blocks of 4 (one pool for every layer: test_window_kv checks the window pool's limits): a step that
+ * needs more fails and changes nothing; so do bad items. */
+static void check_limits(cf_model *m) {
+    cinfer_error err = {0};
+    cf_runner_params p = small_runner();
     cf_runner *r = NULL;
     p.kv_bytes = 1;
     CHECK(cf_runner_create(m, &p, &r, &err) == CINFER_E_INVALID_ARGUMENT, "a KV pool smaller than a block: %s", err.message);
@@ -320,11 +326,7 @@ static void check_in_flight(cf_model *m) {
     static const int plen[NS] = {3, 7, 10};
     static const cf_sample_args greedy = {.temperature = 0, .top_p = 1};
     cinfer_error err = {0};
-    cf_runner_params p = cf_runner_default_params();
-    p.block_size = 4;
-    p.max_seqs = 4;
-    p.max_batch_tokens = 64;
-    p.single_pool = 1;
+    const cf_runner_params p = small_runner();
     cf_runner *r = NULL;
     CHECK(cf_runner_create(m, &p, &r, &err) == CINFER_OK, "runner: %s", err.message);
     if (!r) return;
