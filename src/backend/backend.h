@@ -282,7 +282,7 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *   attn_group        CINFER_ATTN_GROUP         1: decode attention with one block per KV head
  *   attn_group_splits CINFER_ATTN_GROUP_SPLITS  64: its key splits at most (1 to 64)
  *   paged_mma_group   CINFER_PAGED_MMA_GROUP    0: paged decode attention on CUDA cores; n: tensor cores (n blocks per SM)
- *   paged_sm_blocks   CINFER_PAGED_SM_BLOCKS    4: blocks per SM the paged decode kernel sizes its key splits for
+ *   paged_sm_blocks   CINFER_PAGED_SM_BLOCKS    3: blocks per SM the paged decode kernel sizes its key splits for
  *   attn_paged_d512   CINFER_ATTN_PAGED_D512    1: decode attention_pos at head size 512 runs the paged decode kernel; 0: the
  *                                               generic split kernel
  *   qmma_max_rows     CINFER_QMMA_MAX_ROWS      128: CUDA matmuls with 4/8-bit weights and more rows than qgemv_max_rows (at most
