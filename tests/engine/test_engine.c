@@ -10,7 +10,8 @@
  *
  * usage: test_engine MODEL_DIR        the checks that hold for any model (greedy, logprobs, text)
  *        test_engine --tiny TMP_DIR   writes the tiny model into TMP_DIR and runs every check
- * CINFER_TEST_THREADS sets the CPU threads (default 2). */
+ * CINFER_TEST_THREADS sets the CPU threads (default 2); CINFER_TEST_LOOKAHEAD=1 runs every engine with lookahead
+ * (cinfer_engine_params.lookahead 1: decode steps queued behind the one in flight, as on CUDA). */
 #include "cinfer.h"
 #include "model/model.h"
 #include "tiny_model.h"
@@ -32,9 +33,18 @@ static cinfer_engine *E;
 static cf_model *REF;   /* the same folder loaded directly, for reference outputs */
 static int V, CTX;
 static int THREADS = 2;
+static int LOOKAHEAD;   /* cinfer_engine_params.lookahead of every engine the test makes */
 static const char *MODEL_DIR;
 
 /* ---- helpers ---- */
+
+static cinfer_engine_params DEFAULT_EP;   /* engine_params(), for engines made with the defaults */
+
+static cinfer_engine_params engine_params(void) {
+    cinfer_engine_params ep = cinfer_engine_default_params();
+    ep.lookahead = LOOKAHEAD;
+    return ep;
+}
 
 static const int32_t PROMPT[] = {5, 17, 30, 2, 99, 41, 7};
 enum { NP = sizeof PROMPT / sizeof PROMPT[0] };
@@ -589,7 +599,7 @@ static void check_pick_paths(void) {
     cinfer_engine *e2 = NULL;
     cinfer_model_params mp = cinfer_model_default_params();
     mp.n_threads = THREADS;
-    cinfer_engine_params ep = cinfer_engine_default_params();
+    cinfer_engine_params ep = engine_params();
     ep.log = log_cb;
     CHECK(cinfer_model_load(MODEL_DIR, &mp, &m2, &err) == CINFER_OK, "load with CINFER_DEVICE_SAMPLING=0: %s", err.message);
     unsetenv("CINFER_DEVICE_SAMPLING");
@@ -708,7 +718,7 @@ static double test_now(void *user) {
 static void check_idle(void) {
     cinfer_error err = {0};
     cinfer_engine_free(E);
-    cinfer_engine_params ep = cinfer_engine_default_params();
+    cinfer_engine_params ep = engine_params();
     ep.now = test_now;
     ep.log = log_cb;
     E = NULL;
@@ -753,7 +763,7 @@ static void check_idle(void) {
 
     /* the queue limit */
     cinfer_engine_free(E);
-    ep = cinfer_engine_default_params();
+    ep = engine_params();
     ep.max_queued = 1;
     CHECK(cinfer_engine_create(M, &ep, &E, &err) == CINFER_OK, "engine: %s", err.message);
     cinfer_session *gate = gate_close_engine(), *q1 = NULL, *q2 = NULL;
@@ -766,7 +776,7 @@ static void check_idle(void) {
     cinfer_session_free(gate);
     cinfer_engine_free(E);
     E = NULL;
-    CHECK(cinfer_engine_create(M, NULL, &E, &err) == CINFER_OK, "engine: %s", err.message);
+    CHECK(cinfer_engine_create(M, &DEFAULT_EP, &E, &err) == CINFER_OK, "engine: %s", err.message);
 }
 
 /* ---- closing the engine with live sessions ---- */
@@ -1068,7 +1078,7 @@ static void check_missing_text_parts(const char *root) {
         cinfer_model_params mp = cinfer_model_default_params();
         mp.n_threads = THREADS;
         if (tiny_model_write(d, flags) || cinfer_model_load(d, &mp, &m, &err) != CINFER_OK ||
-            cinfer_engine_create(m, NULL, &e, &err) != CINFER_OK) {
+            cinfer_engine_create(m, &DEFAULT_EP, &e, &err) != CINFER_OK) {
             CHECK(0, "%s: %s", d, err.message);
             cinfer_model_free(m);
             continue;
@@ -1129,7 +1139,7 @@ static void check_load(const char *dir) {
     CHECK(cinfer_model_load(dir, &p, &m, &err) == CINFER_OK && n_progress >= 2 && last_fraction == 1.0f, "load with progress");
     /* freeing a model frees its engine */
     cinfer_engine *e = NULL;
-    CHECK(cinfer_engine_create(m, NULL, &e, &err) == CINFER_OK, "engine: %s", err.message);
+    CHECK(cinfer_engine_create(m, &DEFAULT_EP, &e, &err) == CINFER_OK, "engine: %s", err.message);
     cinfer_model_free(m);
     p = cinfer_model_default_params();
     p.n_threads = -1;
@@ -1151,8 +1161,10 @@ int main(int argc, char **argv) {
     }
     main_thread = pthread_self();
     MODEL_DIR = dir;
-    const char *nt = getenv("CINFER_TEST_THREADS");
+    const char *nt = getenv("CINFER_TEST_THREADS"), *la = getenv("CINFER_TEST_LOOKAHEAD");
     if (nt && atoi(nt) > 0) THREADS = atoi(nt);
+    if (la && atoi(la) == 1) LOOKAHEAD = 1;
+    DEFAULT_EP = engine_params();
     cinfer_error err = {0};
     cinfer_model_params mp = cinfer_model_default_params();
     mp.n_threads = THREADS;
@@ -1163,7 +1175,7 @@ int main(int argc, char **argv) {
     V = cinfer_model_get_info(M).vocab;
     CTX = cinfer_model_get_info(M).context;
     if (CTX > 4096) CTX = 4096;
-    cinfer_engine_params ep = cinfer_engine_default_params();
+    cinfer_engine_params ep = engine_params();
     ep.log = log_cb;
     if (cinfer_engine_create(M, &ep, &E, &err) != CINFER_OK) { fprintf(stderr, "engine: %s\n", err.message); return 1; }
 
