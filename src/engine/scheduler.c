@@ -1233,7 +1233,8 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
     e->pub_blocks_available = cf_runner_blocks_available(runner);
     e->pub_wblocks_available = cf_runner_wblocks_available(runner);
     e->max_ctx = rq->max_ctx;
-    e->lookahead = p->lookahead > 0 || (p->lookahead == 0 && m->m->be->async);
+    /* the runner queues no step behind another on a window pool (runner.h) */
+    e->lookahead = (p->lookahead > 0 || (p->lookahead == 0 && m->m->be->async)) && !cf_runner_wblocks_total(runner);
     e->logit_rows = rq->max_seqs > 256 ? rq->max_seqs : 256;   /* the runner's logits scratch (runner.c) */
     e->c_row = -1;
     e->p.draft_model = NULL;

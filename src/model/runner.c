@@ -588,9 +588,8 @@ static cinfer_status reserve_all(cf_runner *r, cf_batch_item *it, int n_items, c
     return st;
 }
 
-/* Records that item i wrote its n rows after seq's length: the tokens (input, the tokens it read; NULL: the
- * token the sequence's last deferred step picked), the blocks they filled published, the window pool's old
- * blocks let go. */
+/* Records n rows written after s's length: their tokens (input; NULL: the token s's last deferred step picked),
+ * the blocks they filled published, the window pool's old blocks let go. */
 static void commit_rows(cf_runner *r, cf_rseq *s, const int32_t *input, int n) {
     memcpy(s->tokens + s->t.n_tokens, input ? input : &s->last_pick, (size_t)n * sizeof *s->tokens);
     cf_block_table_commit(r->kv->blocks, &s->t, s->tokens, n, 0);
