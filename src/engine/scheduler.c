@@ -157,8 +157,6 @@ cf_engine_stats cf_engine_get_stats(const cinfer_engine *e) {
 
 /* ---- a session's resources and tokens ---- */
 
-typedef cf_step_end step_end;
-
 static uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -308,7 +306,7 @@ static int consumer_idle(cinfer_session *s) {
 
 /* Commits a picked token: stop ids, the sampler's history, the text, the output limit; a token that does
  * not end generation is the sequence's next input. Returns 1 when generation is over (*end says how). */
-static int commit(cinfer_engine *e, cinfer_session *s, const cf_sample_result *sr, step_end *end) {
+static int commit(cinfer_engine *e, cinfer_session *s, const cf_sample_result *sr, cf_step_end *end) {
     cinfer_error *err = &end->err;
     e->step_tokens++;
     double now = s->now(s->now_user);
@@ -341,7 +339,7 @@ failed:
 
 /* Releases the native resources (the sequence's full blocks stay in the prefix cache), records usage and
  * the outcome, and lets go of s. */
-static void settle(cinfer_engine *e, cinfer_session *s, step_end *end) {
+static void settle(cinfer_engine *e, cinfer_session *s, cf_step_end *end) {
     atomic_store(&s->state, CINFER_STATE_SETTLING);
     cinfer_error ignored = {0};
     cf_target_txn_abort(s->txn, &ignored);
@@ -749,7 +747,7 @@ static cinfer_status end_verify(cinfer_session *s, const cf_batch_item *it, cinf
     return st;
 }
 
-static int verify(cinfer_engine *e, cinfer_session *s, const cf_batch_item *it, step_end *end) {
+static int verify(cinfer_engine *e, cinfer_session *s, const cf_batch_item *it, cf_step_end *end) {
     const int k = it->n - 1, V = e->model->m->hp.vocab;
     int a = 0;
     for (int r = 0; r <= k; r++) {
@@ -810,13 +808,14 @@ static void abort_verify(cinfer_engine *e, int n) {
     }
 }
 
-/* Whether the step of n items may be left in flight: every item only picks one token on the device (the runner
- * then leaves it in flight) and no session speculates (the speculation policy times its steps, and follow_ok would
- * queue nothing behind it). */
+/* Whether the step of n items just submitted may be left in flight: lookahead is on, the runner can queue a step
+ * behind it, and no session speculates (the speculation policy times its steps, and follow_ok would queue nothing
+ * behind it). */
 static int may_leave(const cinfer_engine *e, int n) {
+    if (!e->lookahead || !cf_runner_can_follow(e->runner)) return 0;
     for (int i = 0; i < n; i++)
-        if (!e->items[i].pick || e->items[i].logits != CF_LOGITS_NONE || e->item_s[i]->src) return 0;
-    return e->lookahead;
+        if (e->item_s[i]->src) return 0;
+    return 1;
 }
 
 /* The step just submitted is the one in flight; the next one is built in the other half of the item arrays. */
@@ -855,7 +854,7 @@ static int take_results(cinfer_engine *e, const cf_batch_item *items, cinfer_ses
             atomic_store(&s->state, CINFER_STATE_RUNNING);
             decode_only = 0;
         }
-        step_end end = {0};
+        cf_step_end end = {0};
         int over;
         if (it->logits == CF_LOGITS_ALL) {
             over = verify(e, s, it, &end);
@@ -882,7 +881,7 @@ static int take_results(cinfer_engine *e, const cf_batch_item *items, cinfer_ses
 static void fail_step(cinfer_engine *e, cinfer_session **item_s, int n, cinfer_status st, const cinfer_error *err) {
     for (int i = 0; i < n; i++) {
         cinfer_session *s = item_s[i];
-        step_end end = {.outcome = CINFER_OUTCOME_FAILED};
+        cf_step_end end = {.outcome = CINFER_OUTCOME_FAILED};
         if (s->ending) {
             s->ending = 0;
             end = s->end;
@@ -960,7 +959,7 @@ static void iterate(cinfer_engine *e) {
         cinfer_session *s = e->run[i];
         if (atomic_load(&s->cancel) != CINFER_CANCEL_NONE || consumer_idle(s)) {
             run_remove(e, s);
-            step_end end = {.outcome = CINFER_OUTCOME_CANCELLED};
+            cf_step_end end = {.outcome = CINFER_OUTCOME_CANCELLED};
             settle(e, s, &end);
             continue;
         }
@@ -1121,12 +1120,12 @@ static void *sched_main(void *arg) {
         while (gone) {
             cinfer_session *s = gone;
             gone = s->next;
-            step_end end = {.outcome = CINFER_OUTCOME_CANCELLED};
+            cf_step_end end = {.outcome = CINFER_OUTCOME_CANCELLED};
             settle(e, s, &end);
         }
         for (int i = 0; i < n_fresh; i++) {
             cinfer_session *s = fresh[i];
-            step_end end = {.outcome = CINFER_OUTCOME_FAILED};
+            cf_step_end end = {.outcome = CINFER_OUTCOME_FAILED};
             if (admit(e, s, &end.err) != CINFER_OK) settle(e, s, &end);
             else run_insert(e, s);
         }
@@ -1233,8 +1232,7 @@ cinfer_status cinfer_engine_create(cinfer_model *m, const cinfer_engine_params *
     e->pub_blocks_available = cf_runner_blocks_available(runner);
     e->pub_wblocks_available = cf_runner_wblocks_available(runner);
     e->max_ctx = rq->max_ctx;
-    /* the runner queues no step behind another on a window pool (runner.h) */
-    e->lookahead = (p->lookahead > 0 || (p->lookahead == 0 && m->m->be->async)) && !cf_runner_wblocks_total(runner);
+    e->lookahead = p->lookahead > 0 || (p->lookahead == 0 && m->m->be->async);
     e->logit_rows = rq->max_seqs > 256 ? rq->max_seqs : 256;   /* the runner's logits scratch (runner.c) */
     e->c_row = -1;
     e->p.draft_model = NULL;

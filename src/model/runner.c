@@ -615,7 +615,7 @@ static void inputs_from_picks(cf_runner *r, int n_items) {
 }
 
 /* The step of checked items whose sequences it holds. follow: the items' inputs are the picks of the step in flight
- * (picks row i to ids row i). deferred: the picks are enqueued for cf_runner_collect and nothing is committed;
+ * (inputs_from_picks). deferred: the picks are enqueued for cf_runner_collect and nothing is committed;
  * otherwise the step waits for the device and commits. */
 static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, int follow, int deferred, cinfer_error *err) {
     cf_model *m = r->m;
@@ -747,14 +747,16 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, int foll
     return CINFER_OK;
 }
 
+int cf_runner_can_follow(const cf_runner *r) { return r->n_pend == 1 && r->pend[0].deferred && !r->kv->wblocks; }
+
 /* A follow-up of the step in flight (cf_runner_submit): some of its sequences in its order, one row each, picked,
  * input from the device (follow_src). */
 static cinfer_status check_follow_up(cf_runner *r, const cf_batch_item *it, int n_items, cinfer_error *err) {
     const cf_batch_item *prev = r->pend[0].it;
-    if (!r->pend[0].deferred)
-        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a step follows one in flight only when that one only picks tokens on the device");
     if (r->kv->wblocks)
         return cf_fail(err, CINFER_E_UNSUPPORTED, "a step cannot follow one in flight on a model with sliding-window KV blocks");
+    if (!cf_runner_can_follow(r))
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a step follows one in flight only when that one only picks tokens on the device");
     if (n_items < 1) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a step of %d sequences", n_items);
     for (int i = 0, j = 0; i < n_items; i++, j++) {
         const cf_batch_item *b = &it[i];

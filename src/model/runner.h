@@ -114,10 +114,11 @@ typedef struct cf_batch_item {
     const float *out;           /* logits: [1 or n, vocab], valid until the runner's next step (NULL when picked whole) */
 } cf_batch_item;
 
-/* Runs one forward pass over the items (none in flight: CINFER_E_INVALID_ARGUMENT otherwise) (at most max_seqs items, at most max_batch_tokens rows, no sequence
- * twice, logits rows (LAST: 1, ALL: n) at most max(max_seqs, 256) in all). Bad arguments, a sequence past
- * max_ctx or too few free blocks (in either pool) fail before anything changes; a device failure mid-step leaves the items'
- * sequences as before the step too (the KV rows past their length are not part of them). */
+/* Runs one forward pass over the items (at most max_seqs items, at most max_batch_tokens rows, no sequence twice,
+ * logits rows (LAST: 1, ALL: n) at most max(max_seqs, 256) in all; no step in flight, else
+ * CINFER_E_INVALID_ARGUMENT). Bad arguments, a sequence past max_ctx or too few free blocks (in either pool) fail
+ * before anything changes; a device failure mid-step leaves the items' sequences as before the step too (the KV
+ * rows past their length are not part of them). */
 cinfer_status cf_runner_step(cf_runner *r, cf_batch_item *items, int n_items, cinfer_error *err);
 
 /* ---- steps in flight ----
@@ -133,13 +134,16 @@ cinfer_status cf_runner_step(cf_runner *r, cf_batch_item *items, int n_items, ci
  * simply not used. Not on a runner with a window pool (CINFER_E_UNSUPPORTED).
  *
  * The items and their sequences stay the caller's and must stay alive and unchanged until collected; the sequences
- * are leased meanwhile (no truncate or fork; free one only after the collect of its last step in flight). Errors of submit change nothing
- * (the step in flight stays so); a device failure seen by collect leaves every sequence in flight as before the
- * steps in flight, which are all dropped. */
+ * are leased meanwhile (no truncate or fork; free one only after the collect of its last step in flight). Errors of
+ * submit change nothing (the step in flight stays so); a device failure seen by collect leaves every sequence in
+ * flight as before the steps in flight, which are all dropped. */
 cinfer_status cf_runner_submit(cf_runner *r, cf_batch_item *items, int n_items, cinfer_error *err);
 cinfer_status cf_runner_collect(cf_runner *r, cinfer_error *err);
 /* Steps submitted and not yet collected: 0, 1 or 2. */
 int cf_runner_in_flight(const cf_runner *r);
+/* Whether a follow-up may be submitted now: one step is in flight, left there by submit, on a runner without a
+ * window pool. */
+int cf_runner_can_follow(const cf_runner *r);
 
 /* ---- hidden states and taps (the speculative target port, spec/target.h) ---- */
 #define CF_RUNNER_MAX_TAPS 256
