@@ -688,9 +688,11 @@ static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
     /* k split over a cluster while the blocks fall short of 8 an SM and each keeps at least 2 stages (Llama-3-8B:
      * q/k/v, o and down 4 blocks a unit, gate/up and the output layer 1); it depends on the shapes only, not on the
      * activation rows */
-    int64_t units = 0;
-    for (int s = 0; s < j->n_seg; s++)
+    int64_t units = 0, unit0[3] = {0, 0, 0};   /* units in all; the first unit of each product */
+    for (int s = 0; s < j->n_seg; s++) {
+        unit0[s] = glu ? 0 : units;
         if (!glu || s == 0) units += ceil_div(j->w[s]->rows, glu ? 8 : 16);
+    }
     const int nst = (int)(j->x.cols / TC_KS);
     int splits = 1;
     while (splits < cfk_cfg.qgemv_tc_splits && units * splits < (int64_t)cfk_cfg.n_sm * 8 && nst >= 4 * splits) splits *= 2;
@@ -698,11 +700,7 @@ static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
         const cfk_qjob jr = qjob_rows(j, r0, (int)(j->x.rows - r0 < 8 ? j->x.rows - r0 : 8));
         QArgs g = qargs(&jr);
         QSeg *segs[3] = {&g.s0, &g.s1, &g.s2};
-        int64_t u0 = 0;   /* the first unit of each product */
-        for (int s = 0; s < j->n_seg; s++) {
-            segs[s]->block0 = glu ? 0 : u0;
-            if (!glu || s == 0) u0 += ceil_div(j->w[s]->rows, glu ? 8 : 16);
-        }
+        for (int s = 0; s < j->n_seg; s++) segs[s]->block0 = unit0[s];
         g.splits = splits;
         const cudaError_t e = launch_cluster(qgemv_tc_kernel, dim3((unsigned)(units * splits)), dim3(TC_WARPS * 32), 0, st, (unsigned)splits, g);
         if (e != cudaSuccess) return e;
