@@ -38,12 +38,16 @@ static const char *MODEL_DIR;
 
 /* ---- helpers ---- */
 
-static cinfer_engine_params DEFAULT_EP;   /* engine_params(), for engines made with the defaults */
-
 static cinfer_engine_params engine_params(void) {
     cinfer_engine_params ep = cinfer_engine_default_params();
     ep.lookahead = LOOKAHEAD;
     return ep;
+}
+
+/* An engine on m with engine_params(). */
+static cinfer_status engine_create(cinfer_model *m, cinfer_engine **e, cinfer_error *err) {
+    const cinfer_engine_params ep = engine_params();
+    return cinfer_engine_create(m, &ep, e, err);
 }
 
 static const int32_t PROMPT[] = {5, 17, 30, 2, 99, 41, 7};
@@ -776,7 +780,7 @@ static void check_idle(void) {
     cinfer_session_free(gate);
     cinfer_engine_free(E);
     E = NULL;
-    CHECK(cinfer_engine_create(M, &DEFAULT_EP, &E, &err) == CINFER_OK, "engine: %s", err.message);
+    CHECK(engine_create(M, &E, &err) == CINFER_OK, "engine: %s", err.message);
 }
 
 /* ---- closing the engine with live sessions ---- */
@@ -1078,7 +1082,7 @@ static void check_missing_text_parts(const char *root) {
         cinfer_model_params mp = cinfer_model_default_params();
         mp.n_threads = THREADS;
         if (tiny_model_write(d, flags) || cinfer_model_load(d, &mp, &m, &err) != CINFER_OK ||
-            cinfer_engine_create(m, &DEFAULT_EP, &e, &err) != CINFER_OK) {
+            engine_create(m, &e, &err) != CINFER_OK) {
             CHECK(0, "%s: %s", d, err.message);
             cinfer_model_free(m);
             continue;
@@ -1139,7 +1143,7 @@ static void check_load(const char *dir) {
     CHECK(cinfer_model_load(dir, &p, &m, &err) == CINFER_OK && n_progress >= 2 && last_fraction == 1.0f, "load with progress");
     /* freeing a model frees its engine */
     cinfer_engine *e = NULL;
-    CHECK(cinfer_engine_create(m, &DEFAULT_EP, &e, &err) == CINFER_OK, "engine: %s", err.message);
+    CHECK(engine_create(m, &e, &err) == CINFER_OK, "engine: %s", err.message);
     cinfer_model_free(m);
     p = cinfer_model_default_params();
     p.n_threads = -1;
@@ -1164,7 +1168,6 @@ int main(int argc, char **argv) {
     const char *nt = getenv("CINFER_TEST_THREADS"), *la = getenv("CINFER_TEST_LOOKAHEAD");
     if (nt && atoi(nt) > 0) THREADS = atoi(nt);
     if (la && atoi(la) == 1) LOOKAHEAD = 1;
-    DEFAULT_EP = engine_params();
     cinfer_error err = {0};
     cinfer_model_params mp = cinfer_model_default_params();
     mp.n_threads = THREADS;
