@@ -2,8 +2,9 @@
  * host and run without a GPU, against the reference dequantizer (base/qweight.h): each packed value of a 16-byte
  * chunk dotted with a one-hot x gives exactly that value (dot_q4 / dot_q8: the in-place nibble and PRMT tricks and
  * the value order); the GEMV's chunk loop as k_quant.cu runs it (group of chunk c: (c * values a chunk) >> log2 group,
- * scale * sum(x q) + bias * sum(x)) within f32 rounding of the exact product; a tensor-core tile piece
- * (dequant16: value c0 .. c0 + 15 from words c0 * bits / 32 on) equal to the reference values rounded to bf16.
+ * scale * sum(x q) + bias * sum(x)) within f32 rounding of the exact product; the tensor-core GEMM's B fragment pieces
+ * (qa_pair4 / qa_pair8: thread t's values 2t, 2t + 1, 2t + 8, 2t + 9 of a k16 step; qa_nibbles' exact 128 + q) equal to
+ * the reference values rounded to bf16.
  * Bits 4 and 8, groups 32, 64, 128, scales in bf16, f16 and f32. */
 #include "backend/cuda/k_quant.cuh"
 extern "C" {
@@ -16,6 +17,9 @@ extern "C" {
 #include <string.h>
 #include "../check.h"
 
+
+/* half h of a bf16 pair as a float */
+static float bf16_of(uint32_t u, int h) { return q_as_float(h ? u & 0xffff0000u : u << 16); }
 
 static uint64_t rng = 11;
 static float frand(void) {
@@ -80,21 +84,31 @@ static void run(int group, cf_dtype sb) {
                 if (bad_dot++ < 3) fprintf(stderr, "  row %lld: %.8g against %.8g\n", (long long)r, acc, ref);
             }
         }
-        /* tile pieces of the tensor-core kernel */
+        /* the tensor-core GEMM's B fragment pieces: thread t's values 2t, 2t + 1 and 2t + 8, 2t + 9 of each k16 step */
         for (int64_t c0 = 0; c0 < cols; c0 += 16) {
-            const uint32_t *pw = row + (BITS == 4 ? c0 / 8 : c0 / 4);
             const int64_t gi = r * G + (c0 >> gsh);
-            uint32_t p[8];
-            dequant16<BITS>(pw, ld(s, sb, gi), ld(b, sb, gi), p);
-            for (int e = 0; e < 16; e++) {
-                const uint16_t h = (uint16_t)(p[e / 2] >> (16 * (e % 2)));
-                bad_piece += h != cf_f32_to_bf16(wd[c0 + e]);
+            const float sc = ld(s, sb, gi), bi = ld(b, sb, gi);
+            for (int t = 0; t < 4; t++) {
+                uint32_t p[2];
+                if constexpr (BITS == 4) {
+                    for (int h = 0; h < 2; h++) {
+                        const uint32_t w = row[c0 / 8 + h];
+                        p[h] = qa_pair4(w, t, sc, bi);
+                        const uint32_t n = qa_nibbles(w, qa_sel(t));   /* (128 + q) pairs: the same values through them */
+                        bad_piece += qa_pair4(w, t, sc, bi) != pack_bf16(fmaf(sc, bf16_of(n, 0) - 128.0f, bi), fmaf(sc, bf16_of(n, 1) - 128.0f, bi));
+                    }
+                } else {
+                    p[0] = qa_pair8(row[c0 / 4 + t / 2], 2 * (t & 1), sc, bi);
+                    p[1] = qa_pair8(row[c0 / 4 + 2 + t / 2], 2 * (t & 1), sc, bi);
+                }
+                const int64_t v[4] = {c0 + 2 * t, c0 + 2 * t + 1, c0 + 2 * t + 8, c0 + 2 * t + 9};
+                for (int e = 0; e < 4; e++) bad_piece += (uint16_t)(p[e / 2] >> (16 * (e % 2))) != cf_f32_to_bf16(wd[v[e]]);
             }
         }
     }
     CHECK(!bad_onehot, "%d bits group %d %s: %d one-hot dots differ from the packed value", BITS, group, cf_dtype_name(sb), bad_onehot);
     CHECK(!bad_dot, "%d bits group %d %s: %d GEMV rows off", BITS, group, cf_dtype_name(sb), bad_dot);
-    CHECK(!bad_piece, "%d bits group %d %s: %d tile values differ from the reference rounded to bf16", BITS, group, cf_dtype_name(sb), bad_piece);
+    CHECK(!bad_piece, "%d bits group %d %s: %d GEMM fragment values differ from the reference rounded to bf16", BITS, group, cf_dtype_name(sb), bad_piece);
     free(f);
     free(wd);
     free(q);

@@ -569,9 +569,9 @@ static void qjob_dequant(cuda_backend *b, const cfk_qjob *j, cf_tensor gate, cf_
 }
 
 /* A quantized job by its activation rows: at most qgemv_max_rows (at most 8): the GEMV; at most qmma_max_rows: the
- * tensor-core kernel; more: dequantize and cuBLAS. x that is not F32/BF16 with 16-byte aligned rows is copied to bf16
- * in scratch first (with the tensor-core kernel's split-k partials after it). gate, up: the GLU's work space for the
- * cuBLAS path. */
+ * tensor-core GEMM; more: dequantize and cuBLAS. x goes to bf16 in scratch first (with the GEMM's split-k partials after
+ * it) where the kernel cannot read it: for the GEMV anything but F32/BF16 with 16-byte aligned rows, for the GEMM anything
+ * but such BF16. gate, up: the GLU's work space for the cuBLAS path. */
 static void qjob_run(cuda_backend *b, const cfk_qjob *j, cf_tensor gate, cf_tensor up, const char *what) {
     const cf_tensor x = j->x;
     const int64_t n = x.rows, k = x.cols;
@@ -583,7 +583,7 @@ static void qjob_run(cuda_backend *b, const cfk_qjob *j, cf_tensor gate, cf_tens
     }
     cfk_qjob jj = *j;
     const size_t xes = cf_dtype_size(x.dtype);
-    const int x_ok = (x.dtype == CF_F32 || x.dtype == CF_BF16) && (uintptr_t)x.data % 16 == 0 && ((size_t)x.stride * xes) % 16 == 0;
+    const int x_ok = (x.dtype == CF_BF16 || (x.dtype == CF_F32 && n <= gmax)) && (uintptr_t)x.data % 16 == 0 && ((size_t)x.stride * xes) % 16 == 0;
     const size_t xb = x_ok ? 0 : ((size_t)(n * k) * 2 + 255) & ~(size_t)255;
     const size_t pb = n > gmax ? cfk_qmma_scratch(j) : 0;
     char *s = xb + pb ? scratch(b, xb + pb) : NULL;

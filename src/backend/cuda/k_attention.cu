@@ -681,6 +681,7 @@ extern "C" cudaError_t cfk_init(void) {
     if (e == cudaSuccess) e = mma_init<128, 64>();
     if (e == cudaSuccess) e = mma_init<128, 32>();
     if (e == cudaSuccess) e = mma_init<256, 32>();
+    if (e == cudaSuccess) e = cfk_quant_init();
     return e;
 }
 

@@ -1,8 +1,8 @@
 /* k_quant.cu: the kernels for MLX affine-quantized weights kept packed on the GPU (4 and 8 bits, groups 32, 64,
  * 128; the device layout is cuda_internal.h's cfk_qjob comment): the decode GEMV (few activation rows), the
- * tensor-core GEMM for batched decode (weight tiles dequantized to bf16 in shared memory, wmma with f32
- * accumulation, split-k partials summed by an epilogue kernel), the whole-matrix dequantizer for the cuBLAS
- * path of long prefills, and the embedding gather from a quantized table.
+ * tensor-core GEMM for batched decode and short prefills (packed tiles staged by cp.async, dequantized in registers
+ * into mma.sync fragments, f32 accumulation, split-k partials summed by an epilogue kernel), the whole-matrix
+ * dequantizer for the cuBLAS path of long prefills, and the embedding gather from a quantized table.
  *
  * Values: w = scale * q + bias per group of `group` values along a row; value c of a row is bits [c * bits,
  * (c + 1) * bits) of the row's little-endian word stream (base/qweight.h). A 16-byte chunk of a row holds 128 / bits
@@ -12,7 +12,6 @@
 #include "backend/cuda/k_quant.cuh"
 
 #include <cooperative_groups.h>
-#include <mma.h>
 
 /* ---- common ---- */
 
@@ -362,142 +361,18 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 8) qgemv_tc_kernel(QArgs g) {
 
 /* ---- tensor-core GEMM: more activation rows ---- */
 
-/* Block tile: MB activation rows x NB weight rows (for the GLU, NB / 2 gate rows and the same up rows), KT values
- * of k a stage, 8 warps as 2 x 4, each 32 x 32 (2 x 2 wmma 16x16x16 bf16 fragments, f32 accumulators). A stage's
- * x tile and dequantized weight tile (w = fmaf(scale, q, bias) rounded to bf16) sit in shared memory, two buffers:
- * the next stage's global loads are issued into registers before the current stage's MMAs and stored after them,
- * one barrier a stage. Split k (blockIdx.z) over `splits` ranges of stages when the tiles are too few to fill the GPU:
- * then each split writes f32 partial sums and qmma_epilogue adds them. */
-constexpr int MB = 64, NB = 128, KT = 32, LDS = KT + 8, LDC = NB + 4;
-constexpr int QM_THREADS = 256;
-constexpr size_t QM_TILE_BYTES = (size_t)2 * (MB + NB) * LDS * 2;
+/* Block tile: MB activation rows x NB weight rows (for the GLU, NB / 2 gate rows and the same up rows); the tile's
+ * sums go through shared memory [MB][LDC] to qmma_store. Split k (blockIdx.z) over `splits` ranges of stages when the
+ * tiles are too few to fill the GPU: then each split writes f32 partial sums and qmma_epilogue adds them. */
+constexpr int MB = 64, NB = 128, LDC = NB + 4;
 constexpr size_t QM_C_BYTES = (size_t)MB * LDC * 4;
-constexpr size_t QM_SMEM = QM_TILE_BYTES > QM_C_BYTES ? QM_TILE_BYTES : QM_C_BYTES;
 
-template <typename XT>
-struct XRegs;
-template <>
-struct XRegs<__nv_bfloat16> {
-    uint4 v;
-    __device__ __forceinline__ void load(const __nv_bfloat16 *p, bool ok) { v = ok ? *reinterpret_cast<const uint4 *>(p) : make_uint4(0, 0, 0, 0); }
-    __device__ __forceinline__ uint4 packed() const { return v; }
-};
-template <>
-struct XRegs<float> {
-    float4 a, b;
-    __device__ __forceinline__ void load(const float *p, bool ok) {
-        a = ok ? *reinterpret_cast<const float4 *>(p) : make_float4(0, 0, 0, 0);
-        b = ok ? *reinterpret_cast<const float4 *>(p + 4) : make_float4(0, 0, 0, 0);
-    }
-    __device__ __forceinline__ uint4 packed() const {
-        return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
-    }
-};
-
-template <int BITS, typename XT>
-__global__ void __launch_bounds__(QM_THREADS) qmma_kernel(QArgs g) {
-    using namespace nvcuda;
-    __shared__ __align__(128) unsigned char smem[QM_SMEM];
-    __nv_bfloat16 *As = reinterpret_cast<__nv_bfloat16 *>(smem);   /* [2][MB][LDS] */
-    __nv_bfloat16 *Bs = As + 2 * MB * LDS;                            /* [2][NB][LDS] */
-    float *Cs = reinterpret_cast<float *>(smem);                      /* [MB][LDC], after the main loop */
-
-    const int tid = threadIdx.x, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
+/* The end of a GEMM block: its tile of sums Cs [MB][LDC] (activation rows m0 .., tile columns jt0 ..) goes out with
+ * the bias, the GLU or the gate, or (splits > 1) to split z's partial sums */
+__device__ void qmma_store(const QArgs &g, const QSeg &S, int si, int64_t jt0, int64_t m0, int z, const float *Cs) {
     const bool glu = g.glu.p != nullptr;
-    const int si = glu ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
-    const QSeg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
-    const int64_t jt0 = ((int64_t)blockIdx.x - S.block0) * (glu ? NB / 2 : NB);   /* first output column of the tile */
-    const int64_t m0 = (int64_t)blockIdx.y * MB;
-    const int z = blockIdx.z;
-    const int kb = (int)((int64_t)z * g.ksteps / g.splits), ke = (int)((int64_t)(z + 1) * g.ksteps / g.splits);
-
-    /* this thread's x piece: row xr, values xc .. xc + 7 of the stage */
-    const int xr = tid >> 2, xc = (tid & 3) * 8;
-    const bool xok = m0 + xr < g.n;
-    const XT *xrow = (const XT *)g.x + (xok ? m0 + xr : 0) * g.xstride + xc;
-    /* this thread's weight piece: tile row wr, values 16 * half .. + 15 of the stage */
-    const int wr = tid >> 1, half = tid & 1;
-    const bool up = glu && wr >= NB / 2;
-    const int64_t wrow_i = jt0 + (up ? wr - NB / 2 : wr);
-    const int64_t wd = up ? g.s1.d : S.d;
-    const bool wok = wrow_i < wd;
-    const int64_t rr = wok ? wrow_i : 0;
-    const uint32_t *wq = (up ? g.s1.q : S.q) + rr * (up ? g.s1.wpr : S.wpr);
-    const void *wsb = up ? g.s1.sb : S.sb;
-    const int64_t wsbrow = rr * (up ? g.s1.G : S.G);
-    const int wsbt = up ? g.s1.sbt : S.sbt, wgsh = up ? g.s1.gsh : S.gsh;
-
-    XRegs<XT> xreg;
-    uint32_t wreg[BITS == 4 ? 2 : 4];
-    float2 sbreg;
-    auto load_regs = [&](int kstep) {
-        const int64_t k0 = (int64_t)kstep * KT;
-        xreg.load(xrow + k0, xok);
-        const int64_t c0 = k0 + 16 * half;   /* first value of the piece */
-        if constexpr (BITS == 4) {
-            const uint2 v = wok ? __ldg(reinterpret_cast<const uint2 *>(wq + c0 / 8)) : make_uint2(0, 0);
-            wreg[0] = v.x;
-            wreg[1] = v.y;
-        } else {
-            const uint4 v = wok ? ld_stream(reinterpret_cast<const uint4 *>(wq + c0 / 4)) : make_uint4(0, 0, 0, 0);
-            wreg[0] = v.x;
-            wreg[1] = v.y;
-            wreg[2] = v.z;
-            wreg[3] = v.w;
-        }
-        sbreg = wok ? ld_sb(wsb, wsbt, wsbrow + (c0 >> wgsh)) : make_float2(0.0f, 0.0f);
-    };
-    auto store_smem = [&](int buf) {
-        *reinterpret_cast<uint4 *>(As + (buf * MB + xr) * LDS + xc) = xreg.packed();
-        uint32_t p[8];
-        dequant16<BITS>(wreg, sbreg.x, sbreg.y, p);
-        uint4 *dst = reinterpret_cast<uint4 *>(Bs + (buf * NB + wr) * LDS + 16 * half);
-        dst[0] = make_uint4(p[0], p[1], p[2], p[3]);
-        dst[1] = make_uint4(p[4], p[5], p[6], p[7]);
-    };
-
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
-
-    pdl_wait();
-    pdl_launch_next();
-    if (kb < ke) {
-        load_regs(kb);
-        store_smem(0);
-        __syncthreads();
-        for (int ks = kb; ks < ke; ks++) {
-            const int buf = (ks - kb) & 1;
-            const bool more = ks + 1 < ke;
-            if (more) load_regs(ks + 1);
-#pragma unroll
-            for (int kk = 0; kk < KT; kk += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[2];
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b[2];
-#pragma unroll
-                for (int i = 0; i < 2; i++) wmma::load_matrix_sync(a[i], As + (buf * MB + wm * 32 + i * 16) * LDS + kk, LDS);
-#pragma unroll
-                for (int j = 0; j < 2; j++) wmma::load_matrix_sync(b[j], Bs + (buf * NB + wn * 32 + j * 16) * LDS + kk, LDS);
-#pragma unroll
-                for (int i = 0; i < 2; i++)
-#pragma unroll
-                    for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
-            }
-            if (more) store_smem(buf ^ 1);
-            __syncthreads();
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-            wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * LDC + wn * 32 + j * 16, acc[i][j], LDC, wmma::mem_row_major);
-    __syncthreads();
-
     const int64_t poff = si == 0 ? g.poff0 : si == 1 ? g.poff1 : g.poff2;
-    for (int idx = tid; idx < MB * NB; idx += QM_THREADS) {
+    for (int idx = threadIdx.x; idx < MB * NB; idx += blockDim.x) {
         const int r = idx / NB, i = idx % NB;
         const int64_t m = m0 + r;
         if (m >= g.n) continue;
@@ -525,7 +400,228 @@ __global__ void __launch_bounds__(QM_THREADS) qmma_kernel(QArgs g) {
     }
 }
 
-/* The split-k sums of qmma_kernel and its epilogue: blockIdx.y = product (for the GLU one, reading both partials) */
+/* The GEMM kernel (bf16 x; f32 x is rounded to bf16 in scratch first). A stage is QA_K = 128 values of k: the x tile
+ * (bf16), the packed rows and their (scale, bias) pairs come into shared memory by cp.async, QA_STAGES - 1 stages
+ * ahead (the weights' copies issued before waiting for the kernel ahead). The 8 warps sit side by side along the
+ * weight rows: warp w takes rows 16w .. 16w + 15 for all 64 activation rows, so every weight value is dequantized
+ * once a block, in registers, straight into an m16n8k16 B fragment: thread (g, t) of a warp needs values 2t, 2t + 1
+ * and 2t + 8, 2t + 9 of its row g of a k16 step (at 4 bits: byte t of the step's two words). x's A fragments come
+ * by ldmatrix; activation rows past n are skipped by whole m16 tiles. Values: w = scale * q + bias rounded to bf16
+ * (4 bits with bf16 pairs: one bf16x2 FMA on the exact q; otherwise fmaf in f32), f32 sums. */
+constexpr int QA_K = 128, QA_STAGES = 3, QA_THREADS = 256;
+constexpr int QA_XLD = QA_K + 8;   /* bf16 an x row in shared memory: 272 bytes, so ldmatrix's 8 rows hit distinct banks */
+constexpr int QA_SB = 32;          /* bytes of (scale, bias) pairs a weight row and stage: at most 4 groups of 8 bytes */
+constexpr int QA_XBYTES = MB * QA_XLD * 2;
+template <int BITS>
+__host__ __device__ constexpr int qa_wld() { return QA_K * BITS / 8 + 16; }   /* bytes a packed row and stage, plus 16 (distinct banks) */
+template <int BITS>
+__host__ __device__ constexpr int qa_stage() { return QA_XBYTES + NB * qa_wld<BITS>() + NB * QA_SB; }
+template <int BITS>
+constexpr size_t qa_smem() { return (size_t)QA_STAGES * qa_stage<BITS>() > QM_C_BYTES ? (size_t)QA_STAGES * qa_stage<BITS>() : QM_C_BYTES; }
+
+/* a 16- or 4-byte copy that writes zeros where !ok (src must still be a valid address) */
+__device__ __forceinline__ void cp16z(void *dst, const void *src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void cp4z(void *dst, const void *src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(ok ? 4 : 0));
+}
+
+/* (scale, bias) pair i of a stage's pairs of dtype t in shared memory, as floats */
+__device__ __forceinline__ float2 qa_pair(const unsigned char *p, int t, int i) {
+    if (t == CF_F32) return reinterpret_cast<const float2 *>(p)[i];
+    const uint32_t u = reinterpret_cast<const uint32_t *>(p)[i];
+    if (t == CF_BF16) return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+    __half2 h;
+    memcpy(&h, &u, 4);
+    return __half22float2(h);
+}
+
+/* byte t of w (4 bits, sel = qa_sel(t)) as the bf16 pair scale * q + bias: one bf16x2 FMA on the exact q, from the
+ * pair word u (bf16 scale low, bias high) */
+__device__ __forceinline__ uint32_t qa_deq4h(uint32_t w, uint32_t sel, uint32_t u) {
+    const uint32_t q = qa_nibbles(w, sel), s = __byte_perm(u, u, 0x1010), b = __byte_perm(u, u, 0x3232), c128 = 0x43004300u;
+    __nv_bfloat162 qv, s2, b2, k;
+    memcpy(&qv, &q, 4);
+    memcpy(&s2, &s, 4);
+    memcpy(&b2, &b, 4);
+    memcpy(&k, &c128, 4);
+    const __nv_bfloat162 r = __hfma2(__hsub2(qv, k), s2, b2);
+    uint32_t o;
+    memcpy(&o, &r, 4);
+    return o;
+}
+
+template <int BITS, bool HSB>   /* HSB: 4 bits with bf16 pairs in every product, the bf16x2 dequantization */
+__global__ void __launch_bounds__(QA_THREADS) qmma_async_kernel(QArgs g) {
+    extern __shared__ __align__(128) unsigned char qa_smem_buf[];
+    constexpr int WLD = qa_wld<BITS>(), STAGE = qa_stage<BITS>(), CPR = QA_K * BITS / 128;   /* 16-byte chunks a row and stage */
+    constexpr int WROWS = NB * CPR / QA_THREADS;                                               /* weight rows a thread copies */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
+    const bool glu = g.glu.p != nullptr;
+    const int si = glu ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
+    const QSeg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
+    const QSeg &UP = glu ? g.s1 : S;
+    const int64_t jt0 = ((int64_t)blockIdx.x - S.block0) * (glu ? NB / 2 : NB);
+    const int64_t m0 = (int64_t)blockIdx.y * MB;
+    const int z = blockIdx.z;
+    const int kb = (int)((int64_t)z * g.ksteps / g.splits), ke = (int)((int64_t)(z + 1) * g.ksteps / g.splits);
+    /* the (scale, bias) layout of this warp's rows (for the GLU warps 0-3 hold gate rows, 4-7 up rows) */
+    const QSeg &WS = glu && warp >= 4 ? UP : S;
+    const int sbt = WS.sbt, gsh = WS.gsh;
+
+    /* what this thread copies: weight rows tid / CPR + i * (QA_THREADS / CPR), chunk tid % CPR; x rows tid / 16 + 16 i,
+     * chunk tid % 16; the pairs of tile row tid (tid < NB) */
+    const uint32_t *wsrc[WROWS];
+    bool wok[WROWS];
+#pragma unroll
+    for (int i = 0; i < WROWS; i++) {
+        const int r = tid / CPR + i * (QA_THREADS / CPR);
+        const bool up = glu && r >= NB / 2;
+        const int64_t row = jt0 + (up ? r - NB / 2 : r);
+        wok[i] = row < (up ? UP.d : S.d);
+        wsrc[i] = (up ? UP.q : S.q) + (wok[i] ? row : 0) * (up ? UP.wpr : S.wpr) + (tid % CPR) * 4;
+    }
+    const unsigned char *sbsrc = nullptr;
+    bool sbok = false;
+    int64_t sbbytes = 0;   /* of the row's pairs */
+    int pb = 4, pgsh = 5;   /* bytes a pair, log2(group) of the row */
+    if (tid < NB) {
+        const bool up = glu && tid >= NB / 2;
+        const QSeg &R = up ? UP : S;
+        const int64_t row = jt0 + (up ? tid - NB / 2 : tid);
+        sbok = row < R.d;
+        pb = R.sbt == CF_F32 ? 8 : 4;
+        pgsh = R.gsh;
+        sbbytes = R.G * pb;
+        sbsrc = (const unsigned char *)R.sb + (sbok ? row : 0) * sbbytes;
+    }
+    const int sbu = ((QA_K >> pgsh) * pb) / 4;   /* 4-byte words of pairs a row and stage */
+    const __nv_bfloat16 *xsrc[4];
+    bool xok[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int64_t m = m0 + tid / 16 + 16 * i;
+        xok[i] = m < g.n;
+        xsrc[i] = (const __nv_bfloat16 *)g.x + (xok[i] ? m : 0) * g.xstride + (tid % 16) * 8;
+    }
+    auto copy_w = [&](int ks) {
+        unsigned char *ws = qa_smem_buf + ((ks - kb) % QA_STAGES) * STAGE + QA_XBYTES;
+        const int64_t k0 = (int64_t)ks * QA_K, w0 = k0 * BITS / 32;   /* first value, first word of the stage */
+        const bool kin = k0 + (tid % CPR) * (128 / BITS) < g.k;
+#pragma unroll
+        for (int i = 0; i < WROWS; i++) {
+            const int r = tid / CPR + i * (QA_THREADS / CPR);
+            const bool ok = wok[i] && kin;
+            cp16z(ws + r * WLD + (tid % CPR) * 16, ok ? wsrc[i] + w0 : wsrc[i], ok);
+        }
+        if (tid < NB) {
+            unsigned char *sbs = ws + NB * WLD + tid * QA_SB;
+            const int64_t p0 = k0 >> pgsh;   /* first pair of the stage */
+            for (int u = 0; u < sbu; u++) {
+                const int64_t byte = p0 * pb + u * 4;
+                const bool ok = sbok && byte < sbbytes;
+                cp4z(sbs + u * 4, ok ? sbsrc + byte : sbsrc, ok);
+            }
+        }
+    };
+    auto copy_x = [&](int ks) {
+        unsigned char *xs = qa_smem_buf + ((ks - kb) % QA_STAGES) * STAGE;
+        const int64_t k0 = (int64_t)ks * QA_K;
+        const bool kin = k0 + (tid % 16) * 8 < g.k;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const bool ok = xok[i] && kin;
+            cp16z(xs + (tid / 16 + 16 * i) * (QA_XLD * 2) + (tid % 16) * 16, ok ? xsrc[i] + k0 : xsrc[i], ok);
+        }
+    };
+
+    float acc[4][2][4];
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+    const int mact = (int)min((int64_t)4, (g.n - m0 + 15) / 16);   /* m16 tiles holding activation rows */
+    const uint32_t sel = qa_sel(tq);
+
+    /* the first stages: weights before waiting for the kernel ahead (they are not its output), then x */
+    for (int s = 0; s < QA_STAGES - 1; s++)
+        if (kb + s < ke) copy_w(kb + s);
+    pdl_wait();
+    pdl_launch_next();
+    for (int s = 0; s < QA_STAGES - 1; s++) {
+        if (kb + s < ke) copy_x(kb + s);
+        cp_async_commit();
+    }
+    for (int ks = kb; ks < ke; ks++) {
+        cp_async_wait<QA_STAGES - 2>();
+        __syncthreads();   /* stage ks has landed, and every warp is done with the buffer the next copy overwrites */
+        if (ks + QA_STAGES - 1 < ke) {
+            copy_w(ks + QA_STAGES - 1);
+            copy_x(ks + QA_STAGES - 1);
+        }
+        cp_async_commit();
+        const unsigned char *base = qa_smem_buf + ((ks - kb) % QA_STAGES) * STAGE;
+        const __nv_bfloat16 *xs = reinterpret_cast<const __nv_bfloat16 *>(base);
+        const unsigned char *ws = base + QA_XBYTES, *sbs = ws + NB * WLD;
+#pragma unroll
+        for (int j = 0; j < QA_K / 16; j++) {
+            uint32_t b[2][2];
+#pragma unroll
+            for (int ni = 0; ni < 2; ni++) {
+                const int r = warp * 16 + ni * 8 + gq;
+                const unsigned char *wr = ws + r * WLD, *pr = sbs + r * QA_SB;
+                const int pi = (16 * j) >> gsh;   /* the step's pair */
+                if constexpr (BITS == 4) {
+                    const uint2 w = *reinterpret_cast<const uint2 *>(wr + 8 * j);   /* values 16j .. 16j + 15 */
+                    if constexpr (HSB) {
+                        const uint32_t u = reinterpret_cast<const uint32_t *>(pr)[pi];
+                        b[ni][0] = qa_deq4h(w.x, sel, u);
+                        b[ni][1] = qa_deq4h(w.y, sel, u);
+                    } else {
+                        const float2 sb = qa_pair(pr, sbt, pi);
+                        b[ni][0] = qa_pair4(w.x, tq, sb.x, sb.y);
+                        b[ni][1] = qa_pair4(w.y, tq, sb.x, sb.y);
+                    }
+                } else {
+                    const uint32_t *wv = reinterpret_cast<const uint32_t *>(wr + 16 * j);
+                    const uint32_t w0 = wv[tq >> 1], w1 = wv[2 + (tq >> 1)];
+                    const int e = 2 * (tq & 1);
+                    const float2 sb = qa_pair(pr, sbt, pi);
+                    b[ni][0] = qa_pair8(w0, e, sb.x, sb.y);
+                    b[ni][1] = qa_pair8(w1, e, sb.x, sb.y);
+                }
+            }
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++) {
+                if (mi >= mact) break;
+                uint32_t a[4];
+                ldsm_x4(a, xs + (mi * 16 + (lane & 15)) * QA_XLD + 16 * j + (lane >> 4) * 8);
+                mma_bf16(acc[mi][0], a, b[0][0], b[0][1]);
+                mma_bf16(acc[mi][1], a, b[1][0], b[1][1]);
+            }
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    float *Cs = reinterpret_cast<float *>(qa_smem_buf);   /* [MB][LDC] */
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 2; ni++) {
+            const int m = mi * 16 + gq, c = warp * 16 + ni * 8 + 2 * tq;
+            Cs[m * LDC + c] = acc[mi][ni][0];
+            Cs[m * LDC + c + 1] = acc[mi][ni][1];
+            Cs[(m + 8) * LDC + c] = acc[mi][ni][2];
+            Cs[(m + 8) * LDC + c + 1] = acc[mi][ni][3];
+        }
+    __syncthreads();
+    qmma_store(g, S, si, jt0, m0, z, Cs);
+}
+
+/* The split-k sums of qmma_async_kernel and its epilogue: blockIdx.y = product (for the GLU one, reading both partials) */
 __global__ void qmma_epilogue(QArgs g) {
     pdl_wait();
     pdl_launch_next();
@@ -742,28 +838,29 @@ extern "C" cudaError_t cfk_qgemv(cudaStream_t st, const cfk_qjob *j) {
     return cudaSuccess;
 }
 
-/* the tiles of a job and its split count: splits while the tiles are fewer than two per SM, each split at least
- * four stages (Llama-3-8B at 64 rows: q/k/v 6, o 9, gate/up 1, down 9) */
-static void qmma_plan(const cfk_qjob *j, int64_t *col_tiles, int64_t *m_tiles, int *splits) {
+/* the tiles of a job, its stages of k (QA_K values) and its split count: splits while the tiles are fewer than two per
+ * SM, each split at least 2 stages (Llama-3-8B at 64 rows: q/k/v 6, o 9, gate/up 1, down 9) */
+static void qmma_plan(const cfk_qjob *j, int64_t *col_tiles, int64_t *m_tiles, int *ksteps, int *splits) {
     const bool glu = j->glu_out.data != NULL;
     int64_t ct = 0;
     for (int s = 0; s < j->n_seg; s++)
         if (!glu || s == 0) ct += ceil_div(j->w[s]->rows, glu ? NB / 2 : NB);
-    const int64_t mt = ceil_div(j->x.rows, MB), base = ct * mt, ksteps = j->x.cols / KT;
+    const int64_t mt = ceil_div(j->x.rows, MB), base = ct * mt, steps = ceil_div(j->x.cols, QA_K);
     int64_t sp = 1;
     if (base < 2 * (int64_t)cfk_cfg.n_sm) sp = ceil_div(2 * (int64_t)cfk_cfg.n_sm, base);
-    if (sp > ksteps / 4) sp = ksteps / 4;
+    if (sp > steps / 2) sp = steps / 2;
     if (sp > 16) sp = 16;
     if (sp < 1) sp = 1;
     *col_tiles = ct;
     *m_tiles = mt;
+    *ksteps = (int)steps;
     *splits = (int)sp;
 }
 
 extern "C" size_t cfk_qmma_scratch(const cfk_qjob *j) {
     int64_t ct, mt;
-    int sp;
-    qmma_plan(j, &ct, &mt, &sp);
+    int ks, sp;
+    qmma_plan(j, &ct, &mt, &ks, &sp);
     if (sp == 1) return 0;
     size_t floats = 0;
     for (int s = 0; s < j->n_seg; s++) floats += (size_t)sp * (size_t)j->x.rows * (size_t)j->w[s]->rows;
@@ -771,17 +868,17 @@ extern "C" size_t cfk_qmma_scratch(const cfk_qjob *j) {
 }
 
 extern "C" cudaError_t cfk_qmma(cudaStream_t st, const cfk_qjob *j, void *partial) {
-    if (!cfk_qjob_ok(j)) return cudaErrorInvalidValue;
+    if (!cfk_qjob_ok(j) || j->x.dtype != CF_BF16) return cudaErrorInvalidValue;
     const bool glu = j->glu_out.data != NULL;
     int64_t ct, mt;
-    int sp;
-    qmma_plan(j, &ct, &mt, &sp);
+    int ks, sp;
+    qmma_plan(j, &ct, &mt, &ks, &sp);
     if (sp > 1 && !partial) return cudaErrorInvalidValue;
     if (mt > 65535) return cudaErrorInvalidValue;
     QArgs g = qargs(j);
     g.ks = 1;
     g.splits = sp;
-    g.ksteps = (int)(j->x.cols / KT);
+    g.ksteps = ks;
     g.part = (float *)partial;
     QSeg *segs[3] = {&g.s0, &g.s1, &g.s2};
     int64_t *poffs[3] = {&g.poff0, &g.poff1, &g.poff2};
@@ -793,16 +890,26 @@ extern "C" cudaError_t cfk_qmma(cudaStream_t st, const cfk_qjob *j, void *partia
         off += (int64_t)sp * j->x.rows * j->w[s]->rows;
     }
     const int bits = j->w[0]->bits;
-    const dim3 grid((unsigned)blocks, (unsigned)mt, (unsigned)sp), block(QM_THREADS);
+    const dim3 grid((unsigned)blocks, (unsigned)mt, (unsigned)sp), block(QA_THREADS);
+    bool all_bf16_pairs = true;
+    for (int s = 0; s < j->n_seg; s++) all_bf16_pairs = all_bf16_pairs && j->w[s]->sb_dtype == CF_BF16;
     cudaError_t e;
-    if (bits == 4) e = j->x.dtype == CF_F32 ? launch(qmma_kernel<4, float>, grid, block, 0, st, g) : launch(qmma_kernel<4, __nv_bfloat16>, grid, block, 0, st, g);
-    else e = j->x.dtype == CF_F32 ? launch(qmma_kernel<8, float>, grid, block, 0, st, g) : launch(qmma_kernel<8, __nv_bfloat16>, grid, block, 0, st, g);
+    if (bits == 8) e = launch(qmma_async_kernel<8, false>, grid, block, qa_smem<8>(), st, g);
+    else if (all_bf16_pairs) e = launch(qmma_async_kernel<4, true>, grid, block, qa_smem<4>(), st, g);
+    else e = launch(qmma_async_kernel<4, false>, grid, block, qa_smem<4>(), st, g);
     if (e != cudaSuccess || sp == 1) return e;
     int64_t most = 0;
     for (int s = 0; s < j->n_seg; s++) most = j->x.rows * j->w[s]->rows > most ? j->x.rows * j->w[s]->rows : most;
     int64_t eb = ceil_div(most, 256);
     if (eb > 4 * (int64_t)cfk_cfg.n_sm) eb = 4 * (int64_t)cfk_cfg.n_sm;
     return launch(qmma_epilogue, dim3((unsigned)eb, glu ? 1u : (unsigned)j->n_seg), dim3(256), 0, st, g);
+}
+
+extern "C" cudaError_t cfk_quant_init(void) {
+    cudaError_t e = cudaFuncSetAttribute(qmma_async_kernel<4, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)qa_smem<4>());
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(qmma_async_kernel<4, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)qa_smem<4>());
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(qmma_async_kernel<8, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)qa_smem<8>());
+    return e;
 }
 
 extern "C" cudaError_t cfk_qdequant(cudaStream_t st, const cf_qweight *w, int64_t r0, int64_t nr, void *out) {

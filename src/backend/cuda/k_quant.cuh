@@ -1,7 +1,7 @@
 /* k_quant.cuh: the value arithmetic of k_quant.cu's kernels, host and device alike, so that a host test
  * (tests/quant/test_qkernel_host.cu) checks the bit tricks and the index math against the reference dequantizer
- * without a GPU: values of a 16-byte chunk dotted with x (the GEMV), and a thread's 16 values of a weight tile
- * dequantized to bf16 (the tensor-core kernel). */
+ * without a GPU: values of a 16-byte chunk dotted with x (the GEMV), the tensor-core GEMV's pairs, and the B fragment
+ * pieces of the tensor-core GEMM. */
 #ifndef CF_BACKEND_CUDA_K_QUANT_CUH
 #define CF_BACKEND_CUDA_K_QUANT_CUH
 
@@ -90,25 +90,6 @@ __host__ __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
     return u;
 }
 
-/* the 16 values of a tensor-core tile piece (value c0 .. c0 + 15 of a row, c0 a multiple of 16: words c0 / 8 and
- * c0 / 8 + 1 at 4 bits, c0 / 4 .. c0 / 4 + 3 at 8 bits, in w) as bf16 pairs fmaf(scale, q, bias), value 2i in the low
- * half of p[i] */
-template <int BITS>
-__host__ __device__ __forceinline__ void dequant16(const uint32_t *w, float scale, float bias, uint32_t (&p)[8]) {
-QK_UNROLL
-    for (int e = 0; e < 16; e += 2) {
-        uint32_t q0, q1;
-        if (BITS == 4) {
-            q0 = (w[e / 8] >> (4 * (e % 8))) & 0xFu;
-            q1 = (w[(e + 1) / 8] >> (4 * ((e + 1) % 8))) & 0xFu;
-        } else {
-            q0 = (w[e / 4] >> (8 * (e % 4))) & 0xFFu;
-            q1 = (w[(e + 1) / 4] >> (8 * ((e + 1) % 4))) & 0xFFu;
-        }
-        p[e / 2] = pack_bf16(fmaf(scale, magic(q0), bias), fmaf(scale, magic(q1), bias));   /* magic: no quarter-rate I2F */
-    }
-}
-
 /* ---- the tensor-core GEMV (4 bits, bf16 x): one m16n8k16 MMA covers 16 weight rows x 16 values of k x 8 activation
  * rows. Thread (g, t) = (lane / 4, lane % 4) of a warp holds word t of a 16-byte chunk of weight rows g and g + 8
  * (its nibble i is value 8t + i of the chunk) and x values 8t .. 8t + 7 of activation row g. A chunk is two k16
@@ -179,6 +160,30 @@ __host__ __device__ __forceinline__ void tc_group_end(float (&acc)[4], const flo
     acc[1] = fmaf(sa.x, c[1], fmaf(fmaf(-128.0f, sa.x, sa.y), xs[1], acc[1]));
     acc[2] = fmaf(sb.x, c[2], fmaf(fmaf(-128.0f, sb.x, sb.y), xs[2], acc[2]));
     acc[3] = fmaf(sb.x, c[3], fmaf(fmaf(-128.0f, sb.x, sb.y), xs[3], acc[3]));
+}
+
+/* ---- the tensor-core GEMM's B fragments (qmma_async_kernel): thread (g, t) of an m16n8k16 MMA takes values 2t,
+ * 2t + 1 (register b0 b1) and 2t + 8, 2t + 9 (b2 b3) of its weight row in each k16 step. At 4 bits those are the two
+ * nibbles of byte t of the step's first and second word; at 8 bits bytes 2(t & 1), + 1 of word t / 2 and of word
+ * 2 + t / 2 of the step's four. */
+
+/* byte_perm selector that puts byte t of w in byte 0 and byte t of w >> 4 in byte 2 */
+__host__ __device__ __forceinline__ uint32_t qa_sel(int t) { return (uint32_t)(t | (t << 4) | ((t + 4) << 8) | ((t + 4) << 12)); }
+
+/* byte t's nibbles (lo, hi) as the bf16 pair (128 + lo, 128 + hi): exact, one PRMT and one LOP3 */
+__host__ __device__ __forceinline__ uint32_t qa_nibbles(uint32_t w, uint32_t sel) {
+    return q_and_or(q_byte_perm(w, w >> 4, sel), 0x000F000Fu, 0x43004300u);
+}
+
+/* byte t's nibbles as the bf16 pair fmaf(scale, q, bias) (f32, then rounded) */
+__host__ __device__ __forceinline__ uint32_t qa_pair4(uint32_t w, int t, float scale, float bias) {
+    const uint32_t u = w >> (8 * t);
+    return pack_bf16(fmaf(scale, magic(u & 0xFu), bias), fmaf(scale, magic((u >> 4) & 0xFu), bias));
+}
+
+/* bytes e, e + 1 of w as the bf16 pair fmaf(scale, q, bias) */
+__host__ __device__ __forceinline__ uint32_t qa_pair8(uint32_t w, int e, float scale, float bias) {
+    return pack_bf16(fmaf(scale, q8(w, e), bias), fmaf(scale, q8(w, e + 1), bias));
 }
 
 #endif
