@@ -9,6 +9,7 @@
 #include "base/status.h"
 #include "sample/sampler.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,8 +48,9 @@ struct cf_runner {
         int slot;                /* deferred: the read slot of its picks */
     } pend[2];
     int n_pend, next_slot;
-    int *follow_src;             /* [max_seqs]: a follow-up's item i takes its input from picks row follow_src[i] */
+    int *follow_src;             /* [max_seqs]: a follow-up's item i takes its input from picks row follow_src[i] (-1: joining) */
     int n_leased;                /* write leases held in leases[]: the pending steps' sequences */
+    unsigned keep_mark;          /* keep_leases_of's generation (cf_rseq.keep) */
     cf_graph *graph[N_BUCKETS];  /* decode steps of 2^i sequences */
     /* taps (cf_runner_set_taps): the state, the room made for it (grows only) and the last step's outputs */
     cf_runner_taps taps;
@@ -67,6 +69,7 @@ struct cf_rseq {
     int cap;
     int ahead;                /* positions past n_tokens that submitted steps write and have not committed yet */
     int32_t last_pick;        /* the token the last collected deferred step picked (a follow-up's input) */
+    unsigned keep;            /* == r->keep_mark: in the step after the one collected (keep_leases_of) */
 };
 
 cf_runner_params cf_runner_default_params(void) {
@@ -245,7 +248,7 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
         r->copies = malloc((size_t)S * sizeof *r->copies);
         r->wcopies = malloc((size_t)S * sizeof *r->wcopies);
         r->lease_rq = malloc((size_t)S * sizeof *r->lease_rq);
-        r->leases = malloc((size_t)S * sizeof *r->leases);
+        r->leases = malloc((size_t)2 * S * sizeof *r->leases);   /* a step's, and those of sequences joining behind it */
         r->out_first = malloc((size_t)S * sizeof *r->out_first);
         r->follow_src = malloc((size_t)S * sizeof *r->follow_src);
         if (!r->follow_src || !r->h_pos || !r->h_meta || !r->h_ids || !r->h_u || !r->h_picks || !r->h_tokens ||
@@ -603,14 +606,15 @@ static void commit_rows(cf_runner *r, cf_rseq *s, const int32_t *input, int n) {
     }
 }
 
-/* A follow-up's inputs (item i is ids row i): picks row follow_src[i] of the step in flight, one copy a run of
- * neighbours. */
+/* A follow-up's inputs: item i's row (h_seq_start[i], after layout) takes picks row follow_src[i] of the step in
+ * flight, one copy a run of neighbours; joining items (follow_src -1) have theirs uploaded. */
 static void inputs_from_picks(cf_runner *r, int n_items) {
     cf_backend *be = r->m->be;
     for (int i = 0, j; i < n_items; i = j) {
         j = i + 1;
-        while (j < n_items && r->follow_src[j] == r->follow_src[i] + (j - i)) j++;
-        be->ops->copy(be, cf_rows(r->sc.ids, i, j - i), cf_rows(r->picks, r->follow_src[i], j - i));
+        if (r->follow_src[i] < 0) continue;
+        while (j < n_items && r->follow_src[j] == r->follow_src[i] + (j - i) && r->h_seq_start[j] == r->h_seq_start[i] + (j - i)) j++;
+        be->ops->copy(be, cf_rows(r->sc.ids, r->h_seq_start[i], j - i), cf_rows(r->picks, r->follow_src[i], j - i));
     }
 }
 
@@ -749,30 +753,53 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, int foll
 
 int cf_runner_can_follow(const cf_runner *r) { return r->n_pend == 1 && r->pend[0].deferred && !r->kv->wblocks; }
 
-/* A follow-up of the step in flight (cf_runner_submit): some of its sequences in its order, one row each, picked,
- * input from the device (follow_src). */
-static cinfer_status check_follow_up(cf_runner *r, const cf_batch_item *it, int n_items, cinfer_error *err) {
+/* A follow-up of the step in flight (cf_runner_submit): some of its sequences in its order, one row each whose input
+ * is the token picked before it (ids NULL; follow_src), and sequences joining (not in flight: ids given, as any step's);
+ * every item picks on the device and asks for no logits. *n_joining = the joining items. */
+static cinfer_status check_follow_up(cf_runner *r, const cf_batch_item *it, int n_items, int *n_joining, cinfer_error *err) {
     const cf_batch_item *prev = r->pend[0].it;
+    const int n_prev = r->pend[0].n;
     if (r->kv->wblocks)
         return cf_fail(err, CINFER_E_UNSUPPORTED, "a step cannot follow one in flight on a model with sliding-window KV blocks");
     if (!cf_runner_can_follow(r))
         return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a step follows one in flight only when that one only picks tokens on the device");
-    if (n_items < 1) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a step of %d sequences", n_items);
-    for (int i = 0, j = 0; i < n_items; i++, j++) {
+    if (n_items < 1 || n_items > r->p.max_seqs)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a step of %d sequences (1 to %d)", n_items, r->p.max_seqs);
+    int64_t rows = 0;
+    *n_joining = 0;
+    for (int i = 0, j = 0; i < n_items; i++) {
         const cf_batch_item *b = &it[i];
-        while (j < r->pend[0].n && prev[j].seq != b->seq) j++;
-        if (j == r->pend[0].n)
+        if (!b->pick || b->logits != CF_LOGITS_NONE)
+            return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "item %d: a following step's items pick on the device and ask for no logits", i);
+        if (b->ids) {   /* joining: checked as in any step, and not in flight */
+            for (int k = 0; k < n_prev; k++)
+                if (prev[k].seq == b->seq)
+                    return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "item %d: a sequence in flight takes its input from the device (ids NULL)", i);
+            for (int k = 0; k < i; k++)
+                if (it[k].seq == b->seq) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "items %d and %d are the same sequence", k, i);
+            cinfer_status st = check_items(r, b, 1, err);
+            if (st != CINFER_OK) return cf_wrap(err, st, "item %d", i);
+            r->follow_src[i] = -1;
+            rows += b->n;
+            (*n_joining)++;
+            continue;
+        }
+        while (j < n_prev && prev[j].seq != b->seq) j++;
+        if (j == n_prev)
             return cf_fail(err, CINFER_E_INVALID_ARGUMENT,
                            "item %d: a following step takes sequences of the step in flight, in its order, each once", i);
-        r->follow_src[i] = j;
-        if (b->n != 1 || b->ids || !b->pick || b->logits != CF_LOGITS_NONE)
-            return cf_fail(err, CINFER_E_INVALID_ARGUMENT,
-                           "item %d: a following step's item is one row whose input is the token picked before it (ids NULL), picked on the device", i);
+        r->follow_src[i] = j++;
+        if (b->n != 1)
+            return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "item %d: a following step's item of a sequence in flight is one row", i);
         CF_TRY(cf_model_check_pick(r->m, b->pick, b->u, err));
         if ((int64_t)b->seq->t.n_tokens + b->seq->ahead + 1 > r->p.max_ctx)
             return cf_fail(err, CINFER_E_CONTEXT_OVERFLOW, "1 token after %d would exceed the context of %d", b->seq->t.n_tokens + b->seq->ahead,
                            r->p.max_ctx);
+        rows++;
     }
+    if (rows > r->p.max_batch_tokens)
+        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a step of %lld tokens; the runner takes at most %d", (long long)rows,
+                       r->p.max_batch_tokens);
     return CINFER_OK;
 }
 
@@ -781,12 +808,15 @@ static void release_leases(cf_runner *r) {
     r->n_leased = 0;
 }
 
-/* Keeps the leases of the items' sequences (those of the step collected, in its order, include them in the same
- * order) and releases the rest, whose sequences the caller may free now. */
+/* Keeps the leases of the items' sequences (the step now in flight) and releases the rest, whose sequences the caller
+ * may free now. */
 static void keep_leases_of(cf_runner *r, const cf_batch_item *it, int n) {
+    const unsigned mark = ++r->keep_mark;
+    for (int i = 0; i < n; i++) it[i].seq->keep = mark;
     int kept = 0;
     for (int k = 0; k < r->n_leased; k++) {
-        if (kept < n && r->leases[k].table == &it[kept].seq->t) r->leases[kept++] = r->leases[k];
+        const cf_rseq *s = (const cf_rseq *)((const char *)r->leases[k].table - offsetof(cf_rseq, t));
+        if (s->keep == mark) r->leases[kept++] = r->leases[k];
         else cf_kv_lease_release(&r->leases[k]);
     }
     r->n_leased = kept;
@@ -795,8 +825,15 @@ static void keep_leases_of(cf_runner *r, const cf_batch_item *it, int n) {
 cinfer_status cf_runner_submit(cf_runner *r, cf_batch_item *it, int n_items, cinfer_error *err) {
     if (r->n_pend == 2) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "two steps are in flight; collect one first");
     const int follow = r->n_pend == 1;
+    int joining = 0;   /* leases taken for a follow-up's joining sequences, after the step in flight's */
     if (follow) {
-        CF_TRY(check_follow_up(r, it, n_items, err));
+        int nj = 0;
+        CF_TRY(check_follow_up(r, it, n_items, &nj, err));
+        for (int i = 0, k = 0; i < n_items; i++)
+            if (it[i].ids) r->lease_rq[k++] = (cf_lease_request){r->kv->blocks, &it[i].seq->t, &it[i].seq->ls, CF_LEASE_WRITE, "a sequence joining"};
+        if (nj) CF_TRY(cf_kv_lease_acquire_all(r->lease_rq, nj, r->leases + r->n_leased, err));
+        r->n_leased += nj;
+        joining = nj;
     } else {
         CF_TRY(check_items(r, it, n_items, err));
         for (int i = 0; i < n_items; i++)
@@ -805,12 +842,13 @@ cinfer_status cf_runner_submit(cf_runner *r, cf_batch_item *it, int n_items, cin
         r->n_leased = n_items;
     }
     const int deferred = deferrable(r, it, n_items);
-    if (follow && !deferred)
-        return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "a following step must leave its picks to collect (no taps, at most %d items)",
-                       CF_READ_SLOT_VALUES);
-    cinfer_status st = step(r, it, n_items, follow, deferred, err);
+    cinfer_status st = follow && !deferred ? cf_fail(err, CINFER_E_INVALID_ARGUMENT,
+                                                     "a following step must leave its picks to collect (no taps, at most %d items)",
+                                                     CF_READ_SLOT_VALUES)
+                                           : step(r, it, n_items, follow, deferred, err);
     if (st != CINFER_OK) {
         if (!follow) release_leases(r);
+        for (; joining > 0; joining--) cf_kv_lease_release(&r->leases[--r->n_leased]);
         return st;
     }
     r->pend[r->n_pend].it = it;

@@ -8,7 +8,8 @@
  *   - steps in flight: a greedy decode whose every step is queued behind the one in flight (its input the token
  *     that one picks, copied on the device) gives the tokens of steps run one at a time; what a step in flight
  *     forbids (a step, a third one, a truncate, a follow-up of other sequences or with ids) fails and changes nothing;
- *     a follow-up of some of the sequences leaves the others free once the step holding them is collected;
+ *     a follow-up of some of the sequences leaves the others free once the step holding them is collected; a
+ *     sequence joining behind a step in flight (its prompt in the follow-up) decodes what it decodes alone;
  *   - every block is back in the pool (free or cached) when the sequences are freed.
  * Then again on the CPU with a recorder backend whose graph ops behave as CUDA graphs (tests/model/recorder.h),
  * so the runner's recorded decode steps per bucket run too.
@@ -436,6 +437,84 @@ static void check_in_flight(cf_model *m) {
     cf_runner_free(r);
 }
 
+/* A sequence joining behind a step in flight (its whole prompt in the follow-up, picked on the device, then queued
+ * like the others) decodes the tokens it decodes alone, and so do the sequences in flight; a joining item that fails
+ * its checks changes nothing (the step in flight stays, the sequence is not leased). */
+static void check_joining(cf_model *m) {
+    enum { NS = 2, STEPS = 6, JL = 5 };
+    static const cf_sample_args greedy = {.temperature = 0, .top_p = 1};
+    cinfer_error err = {0};
+    const cf_runner_params p = small_runner();
+    cf_runner *r = NULL;
+    CHECK(cf_runner_create(m, &p, &r, &err) == CINFER_OK, "runner: %s", err.message);
+    if (!r) return;
+    int32_t ids[NS][4], jids[JL], jbad[JL], last[NS + 1], want[NS + 1][STEPS] = {{0}}, got[NS + 1][STEPS] = {{0}};
+    cf_rseq *one[NS + 1], *fly[NS + 1];
+    cf_batch_item a[NS + 1], items[STEPS][NS + 1];
+    for (int i = 0; i <= NS; i++)
+        CHECK(cf_rseq_create(r, &one[i], &err) == CINFER_OK && cf_rseq_create(r, &fly[i], &err) == CINFER_OK, "create: %s", err.message);
+    for (int i = 0; i < NS; i++) fill_ids(ids[i], 4, 700u + (unsigned)i);
+    fill_ids(jids, JL, 777u);
+    memcpy(jbad, jids, sizeof jids);
+    jbad[2] = V;
+    /* alone: the NS sequences prefilled then STEPS decode steps; the joiner's prompt picked, then STEPS - 2 steps */
+    for (int i = 0; i < NS; i++) {
+        a[i] = (cf_batch_item){.seq = one[i], .ids = ids[i], .n = 3};
+        items[0][i] = (cf_batch_item){.seq = fly[i], .ids = ids[i], .n = 3};
+    }
+    CHECK(cf_runner_step(r, a, NS, &err) == CINFER_OK && cf_runner_step(r, items[0], NS, &err) == CINFER_OK, "prefill: %s", err.message);
+    for (int i = 0; i < NS; i++) last[i] = ids[i][3];
+    for (int t = 0; t < STEPS; t++) {
+        for (int i = 0; i < NS; i++) a[i] = (cf_batch_item){.seq = one[i], .ids = &last[i], .n = 1, .pick = &greedy};
+        CHECK(cf_runner_step(r, a, NS, &err) == CINFER_OK, "step %d: %s", t, err.message);
+        for (int i = 0; i < NS; i++) last[i] = want[i][t] = a[i].token;
+    }
+    a[0] = (cf_batch_item){.seq = one[NS], .ids = jids, .n = JL, .pick = &greedy};
+    for (int t = 0; t < STEPS - 1; t++) {
+        CHECK(cf_runner_step(r, a, 1, &err) == CINFER_OK, "joiner alone, step %d: %s", t, err.message);
+        last[NS] = want[NS][t] = a[0].token;
+        a[0] = (cf_batch_item){.seq = one[NS], .ids = &last[NS], .n = 1, .pick = &greedy};
+    }
+    /* in flight: step 0 of the NS sequences; the joiner comes first in step 1 (so the others' rows are not their
+     * item numbers); every step queued behind the one before */
+    for (int i = 0; i < NS; i++) {
+        last[i] = ids[i][3];
+        items[0][i] = (cf_batch_item){.seq = fly[i], .ids = &last[i], .n = 1, .pick = &greedy};
+    }
+    for (int s = 1; s < STEPS; s++)
+        for (int i = 0; i <= NS; i++) items[s][i] = (cf_batch_item){.seq = fly[(i + NS) % (NS + 1)], .n = 1, .pick = &greedy};
+    items[1][0] = (cf_batch_item){.seq = fly[NS], .ids = jbad, .n = JL, .pick = &greedy};
+    CHECK(cf_runner_submit(r, items[0], NS, &err) == CINFER_OK, "step 0: %s", err.message);
+    CHECK(cf_runner_submit(r, items[1], NS + 1, &err) == CINFER_E_TOKEN_OUT_OF_RANGE && cf_runner_in_flight(r) == 1, "a joiner's bad token: %s",
+          err.message);
+    items[1][0] = (cf_batch_item){.seq = fly[NS], .ids = jids, .n = JL};
+    CHECK(cf_runner_submit(r, items[1], NS + 1, &err) == CINFER_E_INVALID_ARGUMENT && cf_runner_in_flight(r) == 1,
+          "a joiner that does not pick: %s", err.message);
+    CHECK(cf_rseq_truncate(fly[NS], 0, &err) == CINFER_OK && cf_rseq_len(fly[NS]) == 0, "a joiner refused is not leased: %s", err.message);
+    items[1][0].pick = &greedy;
+    for (int s = 1; s <= STEPS; s++) {
+        if (s < STEPS) {
+            CHECK(cf_runner_submit(r, items[s], NS + 1, &err) == CINFER_OK && cf_runner_in_flight(r) == 2, "step %d: %s", s, err.message);
+            if (s == 1) CHECK(cf_rseq_truncate(fly[NS], 0, &err) == CINFER_E_BUSY, "a joiner in flight is leased");
+        }
+        CHECK(cf_runner_collect(r, &err) == CINFER_OK, "collect %d: %s", s - 1, err.message);
+        for (int i = 0; i < NS; i++) got[i][s - 1] = items[s - 1][s > 1 ? i + 1 : i].token;
+        if (s > 1) got[NS][s - 2] = items[s - 1][0].token;
+    }
+    CHECK(!memcmp(got, want, sizeof want), "a sequence joining behind a step in flight, or those in flight, decode other tokens");
+    for (int i = 0; i <= NS; i++)
+        CHECK(cf_rseq_len(fly[i]) == cf_rseq_len(one[i]) &&
+                  !memcmp(cf_rseq_tokens(fly[i]), cf_rseq_tokens(one[i]), (size_t)cf_rseq_len(fly[i]) * sizeof(int32_t)),
+              "sequence %d joined in flight: %d tokens, %d alone", i, cf_rseq_len(fly[i]), cf_rseq_len(one[i]));
+    for (int i = 0; i <= NS; i++) {
+        cf_rseq_free(one[i]);
+        cf_rseq_free(fly[i]);
+    }
+    CHECK(cf_runner_blocks_available(r) == cf_runner_blocks_total(r), "%d of %d blocks back", cf_runner_blocks_available(r),
+          cf_runner_blocks_total(r));
+    cf_runner_free(r);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_runner MODEL_DIR [cpu|cuda]\n");
@@ -467,12 +546,14 @@ int main(int argc, char **argv) {
     for (int bs = 4; bs <= 16; bs *= 4) check_batch_runner(m, bs);
     check_limits(m);
     check_in_flight(m);
+    check_joining(m);
     if (mp.backend.device == CF_DEVICE_CPU) {
         /* again with graph ops that behave as CUDA's: decode steps are recorded per bucket (padded with rows
          * on the scratch block) and replayed */
         wrap(m, 1);
         check_batch_runner(m, 16);
         check_in_flight(m);
+        check_joining(m);
         CHECK(m->hp.n_experts || (n_recorded > 0 && n_launched > n_recorded), "%d recordings, %d replays", n_recorded, n_launched);
         CHECK(!misuse && n_live == 0, "%d transfers while recording, %d recordings not freed", misuse, n_live);
         printf("recorder: %d recordings, %d replays\n", n_recorded, n_launched);
