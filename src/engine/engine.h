@@ -183,6 +183,7 @@ typedef struct cf_engine_stats {
     int peak_batch;
     long steps, preemptions;
     long lookahead_steps;       /* steps queued behind the one in flight (lookahead) */
+    long lookahead_joins;       /* sessions that joined the batch in such a step */
 } cf_engine_stats;
 cf_engine_stats cf_engine_get_stats(const cinfer_engine *e);
 

@@ -82,7 +82,7 @@ struct cinfer_engine {
     int fly_n;
     cinfer_session **fresh;       /* [max_batch] admitted in this turn */
     int peak_batch;
-    long n_steps, n_preemptions, n_follow_ups;
+    long n_steps, n_preemptions, n_follow_ups, n_joins;
     int max_ctx, logit_rows;      /* the runner's positions per sequence and logits rows per step */
     /* speculative decoding: the draft providers by name, the default source, the drafting scratch and the
      * step cost model (decode-only steps: time = fixed + per_row * rows, fitted with forgetting) */
@@ -152,7 +152,8 @@ cf_engine_stats cf_engine_get_stats(const cinfer_engine *e) {
                              .peak_batch = e->peak_batch,
                              .steps = e->n_steps,
                              .preemptions = e->n_preemptions,
-                             .lookahead_steps = e->n_follow_ups};
+                             .lookahead_steps = e->n_follow_ups,
+                             .lookahead_joins = e->n_joins};
 }
 
 /* ---- a session's resources and tokens ---- */
@@ -809,7 +810,7 @@ static void abort_verify(cinfer_engine *e, int n) {
 }
 
 /* Whether the step of n items just submitted may be left in flight: lookahead is on, the runner can queue a step
- * behind it, and no session speculates (the speculation policy times its steps, and follow_ok would queue nothing
+ * behind it, and no session speculates (the speculation policy times its steps, and build_follow_up would queue nothing
  * behind it). */
 static int may_leave(const cinfer_engine *e, int n) {
     if (!e->lookahead || !cf_runner_can_follow(e->runner)) return 0;
@@ -893,10 +894,14 @@ static void fail_step(cinfer_engine *e, cinfer_session **item_s, int n, cinfer_s
     }
 }
 
-/* Whether the step after the one in flight can be queued now (lookahead): the batch is that step's sessions in its
- * order, less those that ended (whose rows in it are not used), each picking on the device without speculating, not
- * cancelled and not at its last token, and the KV memory has a row more for each. */
-static int follow_ok(cinfer_engine *e) {
+/* The step after the one in flight, built in e->items when it can be queued now (lookahead): that step's sessions in
+ * its order, less those that ended (whose rows in it are not used), each picking on the device without speculating,
+ * not cancelled and not at its last token; then every session that joined the batch since (a new prompt, or a
+ * preempted session's recomputation), each with the whole of what it has left to evaluate, picking on the device,
+ * all within the step's token budget; and room in the KV memory for all of it. Returns its items, 0 when the batch
+ * does not go on that way (then the step in flight is collected first and the next one built as usual); *joining:
+ * the sessions joining. */
+static int build_follow_up(cinfer_engine *e, int *joining) {
     int need = 0, k = 0;
     for (int i = 0; i < e->fly_n; i++) {
         cinfer_session *s = e->fly_s[i];
@@ -907,30 +912,50 @@ static int follow_ok(cinfer_engine *e) {
         if ((int)s->n_tokens + 1 >= s->plan.output_limit || cf_rseq_len(s->rs) + rows + 1 > e->max_ctx) return 0;
         need += cf_rseq_blocks_needed(s->rs, rows + 1);
     }
-    return k == e->n_run && k > 0 && need <= cf_runner_blocks_available(e->runner);
+    if (!k) return 0;
+    int budget = e->budget - k;
+    for (int i = k; i < e->n_run; i++) {   /* joined since: each whole, or the batch waits for the step in flight */
+        cinfer_session *s = e->run[i];
+        const int len = cf_rseq_len(s->rs), rest = s->n_ids - len;
+        if (rest < 1 || rest > budget || len + rest > e->max_ctx || !s->device_pick || s->src ||
+            atomic_load(&s->cancel) != CINFER_CANCEL_NONE || consumer_idle(s))
+            return 0;
+        need += cf_rseq_blocks_needed(s->rs, rest);
+        budget -= rest;
+    }
+    if (need > cf_runner_blocks_available(e->runner)) return 0;
+    for (int i = 0; i < k; i++) {
+        cinfer_session *s = e->run[i];
+        /* its draw comes one token after the one in flight */
+        e->items[i] = (cf_batch_item){.seq = s->rs, .n = 1, .logits = CF_LOGITS_NONE, .pick = &s->pick_args,
+                                      .u = cf_sampler_uniform_ahead(s->smp, 1)};
+        e->item_s[i] = s;
+    }
+    for (int i = k; i < e->n_run; i++) {
+        cinfer_session *s = e->run[i];
+        const int len = cf_rseq_len(s->rs);
+        add_item(e, i, s, len, s->n_ids - len);
+    }
+    *joining = e->n_run - k;
+    return e->n_run;
 }
 
-/* A turn with a step in flight: queues the step after it when the batch goes on as it is (its inputs are the tokens
- * the step in flight picks, on the device), then collects the step in flight and takes its results. */
+/* A turn with a step in flight: queues the step after it when the batch goes on (build_follow_up: the inputs of the
+ * sessions in flight are the tokens that step picks, on the device), then collects the step in flight and takes its
+ * results. */
 static void land(cinfer_engine *e, double t0) {
     const cf_batch_item *it = e->fly;
     cinfer_session **ss = e->fly_s;
     const int n = e->fly_n;
     cinfer_error err = {0};
-    int follow = follow_ok(e);
-    const int nf = e->n_run;
+    int joining = 0;
+    const int nf = build_follow_up(e, &joining);
+    int follow = nf > 0;
     if (follow) {
-        for (int i = 0; i < nf; i++) {
-            cinfer_session *s = e->run[i];
-            /* its draw comes one token after the one in flight */
-            e->items[i] = (cf_batch_item){.seq = s->rs, .n = 1, .logits = CF_LOGITS_NONE, .pick = &s->pick_args,
-                                          .u = cf_sampler_uniform_ahead(s->smp, 1)};
-            e->item_s[i] = s;
-        }
         const double tr = mono_now();
         follow = cf_runner_submit(e->runner, e->items, nf, &err) == CINFER_OK;   /* else one step at a time from here */
         e->runner_s += mono_now() - tr;
-        if (follow) e->n_steps++, e->n_follow_ups++;
+        if (follow) e->n_steps++, e->n_follow_ups++, e->n_joins += joining;
     }
     const double tr = mono_now();
     const cinfer_status st = cf_runner_collect(e->runner, &err);

@@ -131,7 +131,9 @@ cinfer_status cf_runner_step(cf_runner *r, cf_batch_item *items, int n_items, ci
  * are sequences of the step in flight (all or some, in its order), each one row with ids NULL and a pick: its input
  * is the token the step in flight picks for that sequence, copied on the device (the rows go one position past those
  * in flight). A sequence the step in flight ends (an end token) is left out of the follow-up, or its row there is
- * simply not used. Not on a runner with a window pool (CINFER_E_UNSUPPORTED).
+ * simply not used. Sequences not in flight may join in the follow-up, anywhere among its items, as items of any
+ * step (ids given) that pick on the device and ask for no logits (a new session's whole prompt). Not on a runner
+ * with a window pool (CINFER_E_UNSUPPORTED).
  *
  * The items and their sequences stay the caller's and must stay alive and unchanged until collected; the sequences
  * are leased meanwhile (no truncate or fork; free one only after the collect of its last step in flight). Errors of

@@ -197,21 +197,20 @@ static int on_event(const cinfer_event *ev, void *user) {
     return ev->kind == CINFER_EVENT_TOKEN && c->cancel_at > 0 && ev->index == c->cancel_at;
 }
 
-/* The gate (gate.h) with a short request of this file's kind. */
-static cinfer_session *gate_close_batch(cinfer_engine *e) {
-    spec g = make_spec(2, 2, 999);
+/* The gate (gate.h) with request g of this file's kind. */
+static cinfer_session *gate_close_spec(cinfer_engine *e, const spec *g) {
     const char *stops[1];
-    cinfer_request r = request_of(&g, stops);
+    cinfer_request r = request_of(g, stops);
     cinfer_session *s = NULL;
     cinfer_error err = {0};
     CHECK(gate_close(e, &r, &s, &err) == CINFER_OK, "gate: %s", err.message);
     return s;
 }
 
-/* Opens the n requests at once (behind a gate, so that they start in the same turn when gated) and keeps
- * their outputs. */
-static void run_all(cinfer_engine *e, const spec *sp, int n, int gated, output *out) {
-    cinfer_session *gate = gated ? gate_close_batch(e) : NULL;
+/* Opens the n requests at once, behind the gate of request g when g is set (so that they start in the same turn),
+ * and keeps their outputs. */
+static void run_behind(cinfer_engine *e, const spec *sp, int n, const spec *g, output *out) {
+    cinfer_session *gate = g ? gate_close_spec(e, g) : NULL;
     cinfer_session **ss = calloc((size_t)n, sizeof *ss);
     client *cl = calloc((size_t)n, sizeof *cl);
     for (int i = 0; i < n; i++) {
@@ -225,7 +224,7 @@ static void run_all(cinfer_engine *e, const spec *sp, int n, int gated, output *
         cinfer_error err = {0};
         CHECK(cinfer_session_open(e, &r, &p, &ss[i], &err) == CINFER_OK, "open %d: %s", i, err.message);
     }
-    if (gated) gate_open();
+    if (g) gate_open();
     for (int i = 0; i < n; i++) {
         const cinfer_result *res = NULL;
         cinfer_error err = {0};
@@ -236,6 +235,12 @@ static void run_all(cinfer_engine *e, const spec *sp, int n, int gated, output *
     cinfer_session_free(gate);
     free(ss);
     free(cl);
+}
+
+/* run_behind with a short gate when gated */
+static void run_all(cinfer_engine *e, const spec *sp, int n, int gated, output *out) {
+    const spec g = make_spec(2, 2, 999);
+    run_behind(e, sp, n, gated ? &g : NULL, out);
 }
 
 static void run_one(cinfer_engine *e, const spec *s, output *out) {
@@ -513,6 +518,25 @@ int main(int argc, char **argv) {
         printf("  lookahead: %ld steps queued behind another alone, %ld in the batch (of %ld)\n", follow_ups, batch_follow_ups,
                cf_engine_get_stats(e).steps);
         check_blocks_back(e, "batch, lookahead");
+        cinfer_engine_free(e);
+    }
+    {   /* requests opened while a step is in flight (the gate's session, with tokens to go, holds the engine's thread
+         * while the step after its first is queued) join the step queued behind that one, and give their outputs alone */
+        static const int dev[] = {0, 1, 2, 3, 15};
+        enum { N_DEV = sizeof dev / sizeof dev[0] };
+        static spec dsp[N_DEV];
+        static output dgot[N_DEV], dwant[N_DEV];
+        for (int i = 0; i < N_DEV; i++) dsp[i] = sp[dev[i]], dwant[i] = alone[dev[i]];
+        e = engine(32, 64, 0);
+        if (!e) return 1;
+        const spec g = make_spec(4, 24, 998);
+        run_behind(e, dsp, N_DEV, &g, dgot);
+        compare_all("joined behind a step in flight", dgot, dwant, N_DEV);
+        const cf_engine_stats js = cf_engine_get_stats(e);
+        CHECK(js.lookahead_joins == N_DEV, "%ld of %d requests joined behind a step in flight", js.lookahead_joins, N_DEV);
+        printf("  lookahead: %ld of %d requests joined behind a step in flight; %ld of %ld steps queued\n", js.lookahead_joins, N_DEV,
+               js.lookahead_steps, js.steps);
+        check_blocks_back(e, "joins, lookahead");
         cinfer_engine_free(e);
     }
     ep.lookahead = 1;
