@@ -9,12 +9,20 @@
  * p99), and the aggregate against its bandwidth roofline (c tokens a step read the weights once and c
  * sequences' KV: c x bandwidth / (weight bytes + c x KV bytes)). The KV memory's pools are reported too: the
  * full-attention layers' blocks, the sliding-window layers' own blocks, and the blocks one pool for every layer
- * would have had in the same bytes. */
+ * would have had in the same bytes.
+ *
+ * With --requests N (a stream): the c clients, one thread each, open their next request as soon as their last one
+ * ended, N requests in all (sessions join and leave the batch all along, as on a server). Its rates: decode and
+ * output over the whole run as above, and the steady rate while every client has a request running (from the
+ * latest first token of a client's first request to the moment the first client finds no request left); TTFT from
+ * each request's open. */
 #include "base/clock.h"
 #include "cli/bench_engine.h"
 #include "engine/engine.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +53,7 @@ static double quantile(double *v, size_t n, double q) {
 }
 
 typedef struct run_result {
-    int concurrency;
+    int concurrency, requests;
     double decode_tps, all_tps, output_tps, ttft_p50, ttft_p99, itl_p50, itl_p99, roofline_tps, wall_s;
     long steps, queued;                   /* steps, and those queued behind the one in flight (lookahead) */
     double turn_ms, runner_ms, wait_ms;   /* a step's turn of the engine thread, the runner's step in it, the wait for the device */
@@ -126,6 +134,7 @@ static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen,
     cinfer_engine_get_stats(e, &s1);
     if (!rc) {
         r->concurrency = c;
+        r->requests = c;
         r->steps = s1.steps - s0.steps;
         r->queued = s1.lookahead_steps - s0.lookahead_steps;
         r->turn_ms = ms_per_step(s0.turn_seconds, s1.turn_seconds, r->steps);
@@ -147,6 +156,141 @@ static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen,
     free(cl);
     free(ss);
     free(prompt);
+    free(ttft);
+    free(itl);
+    return rc;
+}
+
+/* ---- a stream of requests (--requests) ---- */
+
+typedef struct stream {
+    cinfer_engine *e;
+    int vocab, n_prompt, n_gen, n_requests;
+    uint64_t seed;
+    atomic_int next, failed;
+    double *t;        /* [n_requests][n_gen]: when each token event arrived */
+    double *opened;   /* [n_requests] */
+    char plan[48];
+} stream;
+
+typedef struct stream_client {
+    stream *st;
+    pthread_t th;
+    double first;   /* the first token of its first request (-1: none yet) */
+    double idle;    /* when it found no request left */
+} stream_client;
+
+static void *stream_client_main(void *arg) {
+    stream_client *sc = arg;
+    stream *st = sc->st;
+    int32_t *prompt = malloc((size_t)st->n_prompt * sizeof *prompt);
+    if (!prompt) atomic_store(&st->failed, 1);
+    for (int i; prompt && !atomic_load(&st->failed) && (i = atomic_fetch_add(&st->next, 1)) < st->n_requests;) {
+        uint64_t x = st->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(i + 1));
+        for (int k = 0; k < st->n_prompt; k++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            prompt[k] = (int32_t)(x % (uint64_t)st->vocab);
+        }
+        cinfer_request q = cinfer_request_default();
+        q.prompt_ids = prompt;
+        q.n_prompt_ids = (size_t)st->n_prompt;
+        q.max_tokens = st->n_gen;
+        q.temperature = 0.0f;
+        q.ignore_eos = 1;
+        q.ids_only = 1;
+        q.draft = run_draft;
+        client c = {.t = st->t + (size_t)i * (size_t)st->n_gen, .n = 0};
+        cinfer_session_params sp = cinfer_session_default_params();
+        sp.output = CINFER_OUTPUT_CALLBACK;
+        sp.on_event = on_event;
+        sp.user = &c;
+        cinfer_session *s = NULL;
+        cinfer_error err = {0};
+        const cinfer_result *res = NULL;
+        st->opened[i] = cf_monotonic_seconds();
+        if (cinfer_session_open(st->e, &q, &sp, &s, &err) != CINFER_OK) {
+            fprintf(stderr, "cinfer bench: opening request %d of %d: %s\n", i + 1, st->n_requests, err.message);
+            atomic_store(&st->failed, 1);
+        } else if (cinfer_session_wait(s, -1, &res, &err) != CINFER_OK || res->outcome != CINFER_OUTCOME_COMPLETED || c.n != st->n_gen) {
+            fprintf(stderr, "cinfer bench: request %d of %d ended %s after %d of %d tokens: %s\n", i + 1, st->n_requests,
+                    res ? cinfer_outcome_name(res->outcome) : "without a result", c.n, st->n_gen, res ? res->error.message : err.message);
+            atomic_store(&st->failed, 1);
+        } else {
+            if (i == 0) snprintf(st->plan, sizeof st->plan, "%s", cinfer_session_plan(s));
+            if (sc->first < 0) sc->first = c.t[0];
+        }
+        cinfer_session_free(s);
+    }
+    sc->idle = cf_monotonic_seconds();
+    free(prompt);
+    return NULL;
+}
+
+/* One stream of n requests over c clients; fills r. Returns 0, or 1 after printing why. */
+static int run_stream(cinfer_engine *e, int vocab, int c, int n, int n_prompt, int n_gen, uint64_t seed, run_result *r) {
+    stream st = {.e = e, .vocab = vocab, .n_prompt = n_prompt, .n_gen = n_gen, .n_requests = n, .seed = seed};
+    atomic_init(&st.next, 0);
+    atomic_init(&st.failed, 0);
+    st.t = malloc((size_t)n * (size_t)n_gen * sizeof *st.t);
+    st.opened = malloc((size_t)n * sizeof *st.opened);
+    stream_client *cl = calloc((size_t)c, sizeof *cl);
+    double *ttft = malloc((size_t)n * sizeof *ttft), *itl = malloc((size_t)n * (size_t)n_gen * sizeof *itl);
+    int rc = !st.t || !st.opened || !cl || !ttft || !itl;
+    if (rc) fprintf(stderr, "cinfer bench: out of memory for %d requests\n", n);
+    cinfer_engine_stats s0, s1;
+    cinfer_engine_get_stats(e, &s0);
+    const double t0 = cf_monotonic_seconds();
+    int started = 0;
+    for (; !rc && started < c; started++) {
+        cl[started] = (stream_client){.st = &st, .first = -1};
+        if (pthread_create(&cl[started].th, NULL, stream_client_main, &cl[started])) {
+            fprintf(stderr, "cinfer bench: cannot start client %d of %d\n", started + 1, c);
+            atomic_store(&st.failed, 1);
+            rc = 1;
+            break;
+        }
+    }
+    for (int i = 0; i < started; i++) pthread_join(cl[i].th, NULL);
+    rc = rc || atomic_load(&st.failed);
+    cinfer_engine_get_stats(e, &s1);
+    if (!rc) {
+        double first = INFINITY, last = 0, w0 = 0, w1 = INFINITY;   /* [w0, w1]: every client has a request running */
+        long in_span = 0;
+        size_t n_itl = 0;
+        for (int k = 0; k < c; k++) {
+            w0 = fmax(w0, cl[k].first < 0 ? INFINITY : cl[k].first);
+            w1 = fmin(w1, cl[k].idle);
+        }
+        for (int i = 0; i < n; i++) {
+            const double *t = st.t + (size_t)i * (size_t)n_gen;
+            ttft[i] = t[0] - st.opened[i];
+            first = fmin(first, t[0]);
+            last = fmax(last, t[n_gen - 1]);
+            for (int k = 1; k < n_gen; k++) {
+                itl[n_itl++] = t[k] - t[k - 1];
+                in_span += t[k] > w0 && t[k] <= w1;
+            }
+        }
+        r->concurrency = c;
+        r->requests = n;
+        snprintf(r->plan, sizeof r->plan, "%s", st.plan);
+        r->steps = s1.steps - s0.steps;
+        r->queued = s1.lookahead_steps - s0.lookahead_steps;
+        r->turn_ms = ms_per_step(s0.turn_seconds, s1.turn_seconds, r->steps);
+        r->runner_ms = ms_per_step(s0.runner_seconds, s1.runner_seconds, r->steps);
+        r->wait_ms = ms_per_step(s0.device_wait_seconds, s1.device_wait_seconds, r->steps);
+        r->all_tps = w1 > w0 ? (double)in_span / (w1 - w0) : 0;
+        r->wall_s = last - t0;
+        r->decode_tps = last > first ? (double)n * (n_gen - 1) / (last - first) : 0;
+        r->output_tps = (double)n * n_gen / (last - t0);
+        r->ttft_p50 = quantile(ttft, (size_t)n, 0.5);
+        r->ttft_p99 = quantile(ttft, (size_t)n, 0.99);
+        r->itl_p50 = quantile(itl, n_itl, 0.5);
+        r->itl_p99 = quantile(itl, n_itl, 0.99);
+    }
+    free(st.t);
+    free(st.opened);
+    free(cl);
     free(ttft);
     free(itl);
     return rc;
@@ -180,7 +324,9 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
     run_result warm = {0};
     int rc = !runs || run_once(e, vocab, 1, a->n_prompt, a->n_gen < 8 ? a->n_gen : 8, 7, &warm);
     for (int k = 0; !rc && k < a->n_concurrency; k++) {
-        rc = run_once(e, vocab, a->concurrency[k], a->n_prompt, a->n_gen, 88172645463325252ull + (uint64_t)k, &runs[k]);
+        const uint64_t seed = 88172645463325252ull + (uint64_t)k;
+        rc = a->requests ? run_stream(e, vocab, a->concurrency[k], a->requests, a->n_prompt, a->n_gen, seed, &runs[k])
+                         : run_once(e, vocab, a->concurrency[k], a->n_prompt, a->n_gen, seed, &runs[k]);
         const double c = a->concurrency[k];
         runs[k].roofline_tps = c * a->bandwidth_gbs * 1e9 / (weight_bytes + c * kv_bytes);
     }
@@ -189,12 +335,12 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
                a->label, a->device, a->n_prompt, a->n_gen, a->bandwidth_gbs);
         for (int k = 0; k < a->n_concurrency; k++) {
             const run_result *r = &runs[k];
-            printf("%s{\"concurrency\":%d,\"plan\":\"%s\",\"decode_tokens_per_s\":%.3f,\"all_decoding_tokens_per_s\":%.3f,"
+            printf("%s{\"concurrency\":%d,\"requests\":%d,\"plan\":\"%s\",\"decode_tokens_per_s\":%.3f,\"all_decoding_tokens_per_s\":%.3f,"
                    "\"output_tokens_per_s\":%.3f,"
                    "\"ttft_p50_s\":%.5f,\"ttft_p99_s\":%.5f,\"itl_p50_s\":%.6f,\"itl_p99_s\":%.6f,"
                    "\"roofline_tokens_per_s\":%.3f,\"roofline_fraction\":%.4f,\"wall_s\":%.3f,"
                    "\"steps\":%ld,\"lookahead_steps\":%ld,\"turn_ms\":%.4f,\"runner_ms\":%.4f,\"device_wait_ms\":%.4f}",
-                   k ? "," : "", r->concurrency, r->plan, r->decode_tps, r->all_tps, r->output_tps, r->ttft_p50, r->ttft_p99, r->itl_p50,
+                   k ? "," : "", r->concurrency, r->requests, r->plan, r->decode_tps, r->all_tps, r->output_tps, r->ttft_p50, r->ttft_p99, r->itl_p50,
                    r->itl_p99, r->roofline_tps, r->decode_tps / r->roofline_tps, r->wall_s, r->steps, r->queued, r->turn_ms, r->runner_ms, r->wait_ms);
         }
         printf("],\"kv\":{\"bytes\":%lld,\"block_tokens\":%d,\"full_blocks\":%d,\"window_blocks\":%d,\"window\":%d,"
@@ -203,6 +349,10 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
     } else if (!rc) {
         printf("engine       %s on %s, %d-token prompts, %d tokens each, greedy; bandwidth %.1f GB/s\n", a->label, a->device,
                a->n_prompt, a->n_gen, a->bandwidth_gbs);
+        if (a->requests)
+            printf("stream       %d requests a run, each client opening its next as its last one ends; \"all decoding\": the rate\n"
+                   "             while every client has a request running\n",
+                   a->requests);
         if (kv.kv_window_blocks_total)
             printf("kv           %.1f MiB: %d blocks of %d tokens for the full layers, %d for the sliding-window layers (window %d); "
                    "one pool for every layer: %lld blocks (%lld tokens)\n",

@@ -11,6 +11,7 @@ typedef struct bench_engine_args {
     const int *concurrency;   /* sessions at once, one run each */
     int n_concurrency;
     int n_prompt, n_gen;
+    int requests;             /* 0: each client one request; else a stream of this many a run (>= every concurrency) */
     double bandwidth_gbs;     /* copy bandwidth measured in the same process, for the roofline */
     int json;
     int max_batch;            /* engine parameters; 0 = the engine's defaults */

@@ -103,6 +103,8 @@ static const char *bench_help =
     "                    instead: the engine through the public session API, N greedy sessions at once per\n"
     "                    run (--prompt tokens each, --gen tokens generated): aggregate decode tokens/s, time\n"
     "                    to first token and inter-token latency (p50, p99), aggregate against its roofline\n"
+    "  --requests N      with --concurrency: a stream of N requests a run, each client opening its next one as\n"
+    "                    its last ends (sessions join and leave the batch all along); N >= every concurrency\n"
     "  --max-batch N     with --concurrency: sessions in one step at most (default: 128 CUDA, 16 CPU)\n"
     "  --kv-memory MIB   with --concurrency: KV cache memory in MiB (default: room for max-batch full contexts\n"
     "                    within 90% of the free memory)\n"
@@ -126,7 +128,7 @@ int cf_cmd_bench(int argc, char **argv) {
     const char *verb = "bench";
     cf_common_opts o = {.model = NULL, .device = CF_DEVICE_CPU};
     const char *random_cfg = NULL, *v;
-    long n_prompt = 128, n_gen = 128, reps = 3, chunk = 0, max_batch = 0, kv_mib = 0;
+    long n_prompt = 128, n_gen = 128, reps = 3, chunk = 0, max_batch = 0, kv_mib = 0, requests = 0;
     int json = 0;
     const char *decode_opt = "auto", *lookahead_opt = NULL, *conc_opt = NULL, *quant_opt = NULL, *spec_opt = NULL;
     long draft_max = 0;
@@ -167,9 +169,9 @@ int cf_cmd_bench(int argc, char **argv) {
             continue;
         }
         long *target = NULL;
-        const char *names[] = {"--prompt", "--gen", "--reps", "--chunk", "--max-batch", "--kv-memory"};
-        long *targets[] = {&n_prompt, &n_gen, &reps, &chunk, &max_batch, &kv_mib};
-        for (int k = 0; k < 6 && !target; k++) {
+        const char *names[] = {"--prompt", "--gen", "--reps", "--chunk", "--max-batch", "--kv-memory", "--requests"};
+        long *targets[] = {&n_prompt, &n_gen, &reps, &chunk, &max_batch, &kv_mib, &requests};
+        for (int k = 0; k < 7 && !target; k++) {
             if ((r = cf_flag_value(verb, argc, argv, &i, names[k], &v)) != 0) {
                 if (r < 0) return CF_EXIT_USAGE;
                 target = targets[k];
@@ -186,8 +188,9 @@ int cf_cmd_bench(int argc, char **argv) {
     if (reps > 100) return cf_usage_error(verb, "--reps must be at most 100");
     if (chunk > 4096) return cf_usage_error(verb, "--chunk must be at most 4096");
     if (max_batch > 2048) return cf_usage_error(verb, "--max-batch must be at most 2048");
-    if ((max_batch || kv_mib || lookahead_opt) && !conc_opt)
-        return cf_usage_error(verb, "--max-batch, --kv-memory and --lookahead go with --concurrency");
+    if ((max_batch || kv_mib || lookahead_opt || requests) && !conc_opt)
+        return cf_usage_error(verb, "--max-batch, --kv-memory, --lookahead and --requests go with --concurrency");
+    if (requests > 100000) return cf_usage_error(verb, "--requests must be at most 100000");
     if (draft_max && !spec_opt) return cf_usage_error(verb, "--draft-max goes with --spec");
     if (spec_opt && conc_opt && strcmp(spec_opt, "ngram"))
         return cf_usage_error(verb, "--concurrency takes --spec ngram only (the oracle is a single-session benchmark)");
@@ -210,6 +213,11 @@ int cf_cmd_bench(int argc, char **argv) {
                 int bad = conc[k];
                 free(conc);
                 return cf_usage_error(verb, "--concurrency: %d is not in 1..1024", bad);
+            }
+            if (requests && conc[k] > requests) {
+                int bad = conc[k];
+                free(conc);
+                return cf_usage_error(verb, "--requests %ld is fewer than the concurrency %d", requests, bad);
             }
         }
     }
@@ -272,7 +280,7 @@ int cf_cmd_bench(int argc, char **argv) {
             return cf_report(verb, &err);
         }
         const bench_engine_args a = {.concurrency = conc, .n_concurrency = n_conc, .n_prompt = (int)n_prompt,
-                                     .n_gen = (int)n_gen, .bandwidth_gbs = bw, .json = json, .max_batch = (int)max_batch,
+                                     .n_gen = (int)n_gen, .requests = (int)requests, .bandwidth_gbs = bw, .json = json, .max_batch = (int)max_batch,
                                      .kv_memory = (int64_t)kv_mib << 20,
                                      .lookahead = !lookahead_opt || !strcmp(lookahead_opt, "auto") ? 0
                                                   : !strcmp(lookahead_opt, "on") ? 1 : -1,

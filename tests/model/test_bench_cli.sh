@@ -2,7 +2,7 @@
 # test_bench_cli.sh: `cinfer bench` asked for more positions than the model's context exits 2 with one
 # line naming that context (it once read the freed model for it), and a short run within it succeeds;
 # --concurrency drives the engine: one JSON run per concurrency, every session's tokens counted, the rate while all
-# sessions decode reported, and a bad list is a usage error.
+# sessions decode reported, and a bad list is a usage error; --requests streams requests through the clients.
 # usage: test_bench_cli.sh CINFER_BIN MODEL_DIR (a model whose context is 256)
 set -u
 bin=$1
@@ -30,7 +30,7 @@ for bad in 0 1,,2 -1 2000 x; do
 done
 # engine parameters: --max-batch 2 runs 3 sessions, two at a time, in a KV memory of 1 MiB
 out=$("$bin" bench --model "$model" --threads 1 --prompt 8 --gen 4 --concurrency 3 --max-batch 2 --kv-memory 1 --json 2>&1); st=$?
-if [ "$st" != 0 ] || ! printf '%s' "$out" | grep -q '"concurrency":3,"plan":"text:continuous"'; then
+if [ "$st" != 0 ] || ! printf '%s' "$out" | grep -q '"concurrency":3,"requests":3,"plan":"text:continuous"'; then
   echo "FAIL bench --concurrency 3 --max-batch 2 --kv-memory 1: exit $st: $out"; fails=$((fails+1))
 fi
 err=$("$bin" bench --model "$model" --threads 1 --max-batch 2 2>&1 >/dev/null); st=$?
@@ -38,6 +38,17 @@ if [ "$st" != 2 ] || ! printf '%s' "$err" | grep -q "go with --concurrency"; the
   echo "FAIL --max-batch without --concurrency: exit $st: $err"; fails=$((fails+1))
 fi
 
+# a stream of requests (--requests): each run reports them, and while both clients have a request running (they
+# take turns opening the next of 6) the steady rate is measured
+out=$("$bin" bench --model "$model" --prompt 8 --gen 8 --threads 1 --concurrency 2 --requests 6 --json 2>&1); st=$?
+runs=$(printf '%s' "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join("%d:%d:%d:%d" % (r["concurrency"], r["requests"], r["decode_tokens_per_s"] > 0, r["all_decoding_tokens_per_s"] > 0) for r in d["runs"]))' 2>&1)
+if [ "$st" != 0 ] || [ "$runs" != "2:6:1:1" ]; then
+  echo "FAIL bench --concurrency 2 --requests 6: exit $st, runs '$runs', output: $out"; fails=$((fails+1))
+fi
+for args in "--requests 4" "--concurrency 2,8 --requests 4" "--concurrency 2 --requests 0"; do
+  "$bin" bench --model "$model" $args >/dev/null 2>&1; st=$?
+  [ "$st" = 2 ] || { echo "FAIL bench $args: exit $st (want 2)"; fails=$((fails+1)); }
+done
 # a model whose weights hold NaN: greedy `run` and `bench` fail at run time (exit 1) naming the non-finite
 # logits, instead of emitting token 0
 tmp=$(mktemp -d)
