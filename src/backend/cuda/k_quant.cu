@@ -37,19 +37,18 @@ struct QArgs {
     int64_t poff0, poff1, poff2;
 };
 
+/* a (scale, bias) pair word of dtype t, BF16 or F16 (the scale in the low half), as floats */
+__device__ __forceinline__ float2 sb_word(uint32_t u, int t) {
+    if (t == CF_BF16) return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+    __half2 h;
+    memcpy(&h, &u, 4);
+    return __half22float2(h);
+}
+
 /* (scale, bias) pair i of a row-major pair array of dtype t */
 __device__ __forceinline__ float2 ld_sb(const void *sb, int t, int64_t i) {
-    if (t == CF_BF16) {
-        const uint32_t u = __ldg((const unsigned int *)sb + i);
-        return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-    }
-    if (t == CF_F16) {
-        const uint32_t u = __ldg((const unsigned int *)sb + i);
-        __half2 h;
-        memcpy(&h, &u, 4);
-        return __half22float2(h);
-    }
-    return __ldg((const float2 *)sb + i);
+    if (t == CF_F32) return __ldg((const float2 *)sb + i);
+    return sb_word(__ldg((const unsigned int *)sb + i), t);
 }
 
 /* V values of x (f32 or bf16) as floats */
@@ -430,11 +429,7 @@ __device__ __forceinline__ void cp4z(void *dst, const void *src, bool ok) {
 /* (scale, bias) pair i of a stage's pairs of dtype t in shared memory, as floats */
 __device__ __forceinline__ float2 qa_pair(const unsigned char *p, int t, int i) {
     if (t == CF_F32) return reinterpret_cast<const float2 *>(p)[i];
-    const uint32_t u = reinterpret_cast<const uint32_t *>(p)[i];
-    if (t == CF_BF16) return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-    __half2 h;
-    memcpy(&h, &u, 4);
-    return __half22float2(h);
+    return sb_word(reinterpret_cast<const uint32_t *>(p)[i], t);
 }
 
 /* byte t of w (4 bits, sel = qa_sel(t)) as the bf16 pair scale * q + bias: one bf16x2 FMA on the exact q, from the
