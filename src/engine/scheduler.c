@@ -894,6 +894,12 @@ static void fail_step(cinfer_engine *e, cinfer_session **item_s, int n, cinfer_s
     }
 }
 
+/* whether s may take a row in a step queued behind the one in flight: it picks on the device, without speculating,
+ * and is not cancelled */
+static int may_queue(cinfer_session *s) {
+    return s->device_pick && !s->src && atomic_load(&s->cancel) == CINFER_CANCEL_NONE && !consumer_idle(s);
+}
+
 /* The step after the one in flight, built in e->items when it can be queued now (lookahead): that step's sessions in
  * its order, less those that ended (whose rows in it are not used), each picking on the device without speculating,
  * not cancelled and not at its last token; then every session that joined the batch since (a new prompt, or a
@@ -908,8 +914,7 @@ static int build_follow_up(cinfer_engine *e, int *joining) {
         if (s->ending) continue;
         if (k == e->n_run || e->run[k++] != s) return 0;
         const int rows = e->fly[i].n;
-        if (!s->device_pick || s->src || atomic_load(&s->cancel) != CINFER_CANCEL_NONE || consumer_idle(s)) return 0;
-        if ((int)s->n_tokens + 1 >= s->plan.output_limit || cf_rseq_len(s->rs) + rows + 1 > e->max_ctx) return 0;
+        if (!may_queue(s) || (int)s->n_tokens + 1 >= s->plan.output_limit || cf_rseq_len(s->rs) + rows + 1 > e->max_ctx) return 0;
         need += cf_rseq_blocks_needed(s->rs, rows + 1);
     }
     if (!k) return 0;
@@ -917,9 +922,7 @@ static int build_follow_up(cinfer_engine *e, int *joining) {
     for (int i = k; i < e->n_run; i++) {   /* joined since: each whole, or the batch waits for the step in flight */
         cinfer_session *s = e->run[i];
         const int len = cf_rseq_len(s->rs), rest = s->n_ids - len;
-        if (rest < 1 || rest > budget || len + rest > e->max_ctx || !s->device_pick || s->src ||
-            atomic_load(&s->cancel) != CINFER_CANCEL_NONE || consumer_idle(s))
-            return 0;
+        if (rest < 1 || rest > budget || len + rest > e->max_ctx || !may_queue(s)) return 0;
         need += cf_rseq_blocks_needed(s->rs, rest);
         budget -= rest;
     }
