@@ -180,6 +180,7 @@ typedef struct cinfer_engine_stats {
     int64_t kv_window_block_bytes;
     int kv_window;               /* positions those layers look back */
     long lookahead_steps;        /* of the steps, those queued behind the one in flight (cinfer_engine_params.lookahead) */
+    long lookahead_joins;        /* sessions that joined the batch in such a step rather than waiting for the one in flight */
 } cinfer_engine_stats;
 void cinfer_engine_get_stats(cinfer_engine *e, cinfer_engine_stats *out);
 

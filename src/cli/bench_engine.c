@@ -55,7 +55,7 @@ static double quantile(double *v, size_t n, double q) {
 typedef struct run_result {
     int concurrency, requests;
     double decode_tps, all_tps, output_tps, ttft_p50, ttft_p99, itl_p50, itl_p99, roofline_tps, wall_s;
-    long steps, queued;                   /* steps, and those queued behind the one in flight (lookahead) */
+    long steps, queued, joins;            /* steps, those queued behind the one in flight (lookahead), sessions joining them */
     double turn_ms, runner_ms, wait_ms;   /* a step's turn of the engine thread, the runner's step in it, the wait for the device */
     char plan[48];
 } run_result;
@@ -137,6 +137,7 @@ static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen,
         r->requests = c;
         r->steps = s1.steps - s0.steps;
         r->queued = s1.lookahead_steps - s0.lookahead_steps;
+        r->joins = s1.lookahead_joins - s0.lookahead_joins;
         r->turn_ms = ms_per_step(s0.turn_seconds, s1.turn_seconds, r->steps);
         r->runner_ms = ms_per_step(s0.runner_seconds, s1.runner_seconds, r->steps);
         r->wait_ms = ms_per_step(s0.device_wait_seconds, s1.device_wait_seconds, r->steps);
@@ -276,6 +277,7 @@ static int run_stream(cinfer_engine *e, int vocab, int c, int n, int n_prompt, i
         snprintf(r->plan, sizeof r->plan, "%s", st.plan);
         r->steps = s1.steps - s0.steps;
         r->queued = s1.lookahead_steps - s0.lookahead_steps;
+        r->joins = s1.lookahead_joins - s0.lookahead_joins;
         r->turn_ms = ms_per_step(s0.turn_seconds, s1.turn_seconds, r->steps);
         r->runner_ms = ms_per_step(s0.runner_seconds, s1.runner_seconds, r->steps);
         r->wait_ms = ms_per_step(s0.device_wait_seconds, s1.device_wait_seconds, r->steps);
@@ -339,9 +341,9 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
                    "\"output_tokens_per_s\":%.3f,"
                    "\"ttft_p50_s\":%.5f,\"ttft_p99_s\":%.5f,\"itl_p50_s\":%.6f,\"itl_p99_s\":%.6f,"
                    "\"roofline_tokens_per_s\":%.3f,\"roofline_fraction\":%.4f,\"wall_s\":%.3f,"
-                   "\"steps\":%ld,\"lookahead_steps\":%ld,\"turn_ms\":%.4f,\"runner_ms\":%.4f,\"device_wait_ms\":%.4f}",
+                   "\"steps\":%ld,\"lookahead_steps\":%ld,\"lookahead_joins\":%ld,\"turn_ms\":%.4f,\"runner_ms\":%.4f,\"device_wait_ms\":%.4f}",
                    k ? "," : "", r->concurrency, r->requests, r->plan, r->decode_tps, r->all_tps, r->output_tps, r->ttft_p50, r->ttft_p99, r->itl_p50,
-                   r->itl_p99, r->roofline_tps, r->decode_tps / r->roofline_tps, r->wall_s, r->steps, r->queued, r->turn_ms, r->runner_ms, r->wait_ms);
+                   r->itl_p99, r->roofline_tps, r->decode_tps / r->roofline_tps, r->wall_s, r->steps, r->queued, r->joins, r->turn_ms, r->runner_ms, r->wait_ms);
         }
         printf("],\"kv\":{\"bytes\":%lld,\"block_tokens\":%d,\"full_blocks\":%d,\"window_blocks\":%d,\"window\":%d,"
                "\"one_pool_blocks\":%lld}}\n",
@@ -371,12 +373,13 @@ int cf_bench_concurrency(cf_model *model, const bench_engine_args *a) {
         printf("engine thread, means of a step: its turn = the runner's step + the engine's work around it; the device wait\n"
                "is the part of the runner's step from enqueuing the picks to the device's end; the rest of the turn is host work\n"
                "(on the CPU the step computes on the host: the runner's host time holds the forward pass); queued: steps\n"
-               "queued behind the one in flight (lookahead), whose host work overlaps the device's\n");
-        printf("%11s %8s %8s %10s %10s %10s %14s %12s %12s\n", "concurrency", "steps", "queued", "wall ms", "turn ms", "runner ms",
-               "device wait ms", "runner host", "engine host");
+               "queued behind the one in flight (lookahead), whose host work overlaps the device's; joined: sessions that\n"
+               "joined the batch in a queued step\n");
+        printf("%11s %8s %8s %8s %10s %10s %10s %14s %12s %12s\n", "concurrency", "steps", "queued", "joined", "wall ms", "turn ms",
+               "runner ms", "device wait ms", "runner host", "engine host");
         for (int k = 0; k < a->n_concurrency; k++) {
             const run_result *r = &runs[k];
-            printf("%11d %8ld %8ld %10.3f %10.3f %10.3f %14.3f %12.3f %12.3f\n", r->concurrency, r->steps, r->queued,
+            printf("%11d %8ld %8ld %8ld %10.3f %10.3f %10.3f %14.3f %12.3f %12.3f\n", r->concurrency, r->steps, r->queued, r->joins,
                    ms_per_step(0, r->wall_s, r->steps), r->turn_ms, r->runner_ms, r->wait_ms, r->runner_ms - r->wait_ms,
                    r->turn_ms - r->runner_ms);
         }

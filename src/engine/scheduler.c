@@ -105,7 +105,7 @@ struct cinfer_engine {
     int step_tokens;              /* tokens committed by the current step */
     /* published under mu at the end of each turn, for cinfer_engine_get_stats */
     int pub_running, pub_blocks_available, pub_blocks_cached, pub_wblocks_available;
-    long pub_steps, pub_follow_ups;
+    long pub_steps, pub_follow_ups, pub_joins;
     double turn_s, runner_s, pub_turn_s, pub_runner_s, pub_wait_s;   /* cinfer_engine_stats' *_seconds */
 };
 
@@ -1067,6 +1067,7 @@ static void publish_stats(cinfer_engine *e) {
     e->pub_wblocks_available = cf_runner_wblocks_available(e->runner);
     e->pub_steps = e->n_steps;
     e->pub_follow_ups = e->n_follow_ups;
+    e->pub_joins = e->n_joins;
     e->pub_turn_s = e->turn_s;
     e->pub_runner_s = e->runner_s;
     e->pub_wait_s = cf_runner_wait_seconds(e->runner);
@@ -1091,7 +1092,8 @@ void cinfer_engine_get_stats(cinfer_engine *e, cinfer_engine_stats *out) {
                                  .kv_window_blocks_used = cf_runner_wblocks_total(e->runner) - e->pub_wblocks_available,
                                  .kv_window_block_bytes = cf_runner_wblock_bytes(e->runner),
                                  .kv_window = cf_runner_window(e->runner),
-                                 .lookahead_steps = e->pub_follow_ups};
+                                 .lookahead_steps = e->pub_follow_ups,
+                                 .lookahead_joins = e->pub_joins};
     pthread_mutex_unlock(&e->mu);
 }
 
