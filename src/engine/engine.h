@@ -120,6 +120,7 @@ struct cinfer_session {
     int cached;                 /* prompt tokens the first admission took from the prefix cache */
     int ending;                 /* generation ended while a step after it was in flight (lookahead): end holds how,
                                    and it settles when that step is collected */
+    long queued_in;             /* the queued step (cinfer_engine's n_follow_ups) that last gave it a row */
     cf_step_end end;
     int n_preempted;
     int n_sampled;

@@ -830,8 +830,8 @@ static void leave_in_flight(cinfer_engine *e, int n) {
 }
 
 /* A collected step's results: each session's token committed (or its drafts verified). A session whose generation
- * ends settles, unless the step after this one is in flight (follow): then it leaves the batch now and settles when
- * that step is collected, its row there unused (ending). landed: a step that was in flight, whose token a session
+ * ends settles, unless the step after this one is in flight (follow) with a row of it: then it leaves the batch now
+ * and settles when that step is collected, its row there unused (ending). landed: a step that was in flight, whose token a session
  * cancelled meanwhile does not take (its cancellation ends it where it would without lookahead). Returns whether
  * every row was a decode row. */
 static int take_results(cinfer_engine *e, const cf_batch_item *items, cinfer_session **item_s, int n, int follow, int landed) {
@@ -868,7 +868,7 @@ static int take_results(cinfer_engine *e, const cf_batch_item *items, cinfer_ses
         }
         if (!over) continue;
         run_remove(e, s);
-        if (follow) {
+        if (follow && s->queued_in == e->n_follow_ups) {
             s->ending = 1;
             s->end = end;
         } else {
@@ -901,24 +901,25 @@ static int may_queue(cinfer_session *s) {
 }
 
 /* The step after the one in flight, built in e->items when it can be queued now (lookahead): that step's sessions in
- * its order, less those that ended (whose rows in it are not used), each picking on the device without speculating,
- * not cancelled and not at its last token; then every session that joined the batch since (a new prompt, or a
- * preempted session's recomputation), each with the whole of what it has left to evaluate, picking on the device,
- * all within the step's token budget; and room in the KV memory for all of it. Returns its items, 0 when the batch
- * does not go on that way (then the step in flight is collected first and the next one built as usual); *joining:
- * the sessions joining. */
+ * its order, less those that ended (whose rows in it are not used) and those whose token in flight is their last
+ * (left out: they settle when it lands), each picking on the device without speculating and not cancelled; then
+ * every session that joined the batch since (a new prompt, or a preempted session's recomputation), each with the
+ * whole of what it has left to evaluate, picking on the device, all within the step's token budget; and room in the
+ * KV memory for all of it. Returns its items, 0 when the batch does not go on that way (then the step in flight is
+ * collected first and the next one built as usual); *joining: the sessions joining. */
 static int build_follow_up(cinfer_engine *e, int *joining) {
-    int need = 0, k = 0;
+    int need = 0, k = 0, n = 0;
     for (int i = 0; i < e->fly_n; i++) {
         cinfer_session *s = e->fly_s[i];
         if (s->ending) continue;
         if (k == e->n_run || e->run[k++] != s) return 0;
         const int rows = e->fly[i].n;
-        if (!may_queue(s) || (int)s->n_tokens + 1 >= s->plan.output_limit || cf_rseq_len(s->rs) + rows + 1 > e->max_ctx) return 0;
+        if (!may_queue(s) || cf_rseq_len(s->rs) + rows + 1 > e->max_ctx) return 0;
+        if ((int)s->n_tokens + 1 >= s->plan.output_limit) continue;   /* its last token is in flight */
         need += cf_rseq_blocks_needed(s->rs, rows + 1);
+        e->item_s[n++] = s;
     }
-    if (!k) return 0;
-    int budget = e->budget - k;
+    int budget = e->budget - n;
     for (int i = k; i < e->n_run; i++) {   /* joined since: each whole, or the batch waits for the step in flight */
         cinfer_session *s = e->run[i];
         const int len = cf_rseq_len(s->rs), rest = s->n_ids - len;
@@ -926,21 +927,20 @@ static int build_follow_up(cinfer_engine *e, int *joining) {
         need += cf_rseq_blocks_needed(s->rs, rest);
         budget -= rest;
     }
-    if (need > cf_runner_blocks_available(e->runner)) return 0;
-    for (int i = 0; i < k; i++) {
-        cinfer_session *s = e->run[i];
+    if (n + e->n_run - k == 0 || need > cf_runner_blocks_available(e->runner)) return 0;
+    for (int i = 0; i < n; i++) {
+        cinfer_session *s = e->item_s[i];
         /* its draw comes one token after the one in flight */
         e->items[i] = (cf_batch_item){.seq = s->rs, .n = 1, .logits = CF_LOGITS_NONE, .pick = &s->pick_args,
                                       .u = cf_sampler_uniform_ahead(s->smp, 1)};
-        e->item_s[i] = s;
     }
     for (int i = k; i < e->n_run; i++) {
         cinfer_session *s = e->run[i];
         const int len = cf_rseq_len(s->rs);
-        add_item(e, i, s, len, s->n_ids - len);
+        add_item(e, n++, s, len, s->n_ids - len);
     }
     *joining = e->n_run - k;
-    return e->n_run;
+    return n;
 }
 
 /* A turn with a step in flight: queues the step after it when the batch goes on (build_follow_up: the inputs of the
@@ -958,7 +958,10 @@ static void land(cinfer_engine *e, double t0) {
         const double tr = mono_now();
         follow = cf_runner_submit(e->runner, e->items, nf, &err) == CINFER_OK;   /* else one step at a time from here */
         e->runner_s += mono_now() - tr;
-        if (follow) e->n_steps++, e->n_follow_ups++, e->n_joins += joining;
+        if (follow) {
+            e->n_steps++, e->n_follow_ups++, e->n_joins += joining;
+            for (int i = 0; i < nf; i++) e->item_s[i]->queued_in = e->n_follow_ups;
+        }
     }
     const double tr = mono_now();
     const cinfer_status st = cf_runner_collect(e->runner, &err);
