@@ -63,6 +63,16 @@ typedef struct run_result {
 /* milliseconds a step of seconds s0 -> s1 over steps steps */
 static double ms_per_step(double s0, double s1, long steps) { return steps ? 1e3 * (s1 - s0) / (double)steps : 0; }
 
+/* The engine's steps between stats s0 and s1 into r: their count, those queued and joined, and a step's times. */
+static void step_stats(run_result *r, const cinfer_engine_stats *s0, const cinfer_engine_stats *s1) {
+    r->steps = s1->steps - s0->steps;
+    r->queued = s1->lookahead_steps - s0->lookahead_steps;
+    r->joins = s1->lookahead_joins - s0->lookahead_joins;
+    r->turn_ms = ms_per_step(s0->turn_seconds, s1->turn_seconds, r->steps);
+    r->runner_ms = ms_per_step(s0->runner_seconds, s1->runner_seconds, r->steps);
+    r->wait_ms = ms_per_step(s0->device_wait_seconds, s1->device_wait_seconds, r->steps);
+}
+
 /* One run of c sessions; fills r. Returns 0, or 1 after printing why. */
 static const char *run_draft;   /* the sessions' draft source, or NULL */
 
@@ -135,12 +145,7 @@ static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen,
     if (!rc) {
         r->concurrency = c;
         r->requests = c;
-        r->steps = s1.steps - s0.steps;
-        r->queued = s1.lookahead_steps - s0.lookahead_steps;
-        r->joins = s1.lookahead_joins - s0.lookahead_joins;
-        r->turn_ms = ms_per_step(s0.turn_seconds, s1.turn_seconds, r->steps);
-        r->runner_ms = ms_per_step(s0.runner_seconds, s1.runner_seconds, r->steps);
-        r->wait_ms = ms_per_step(s0.device_wait_seconds, s1.device_wait_seconds, r->steps);
+        step_stats(r, &s0, &s1);
         r->all_tps = all_last > all_first ? (double)in_span / (all_last - all_first) : 0;
         r->wall_s = last - t0;
         r->decode_tps = last > first ? (double)decoded / (last - first) : 0;
@@ -275,12 +280,7 @@ static int run_stream(cinfer_engine *e, int vocab, int c, int n, int n_prompt, i
         r->concurrency = c;
         r->requests = n;
         snprintf(r->plan, sizeof r->plan, "%s", st.plan);
-        r->steps = s1.steps - s0.steps;
-        r->queued = s1.lookahead_steps - s0.lookahead_steps;
-        r->joins = s1.lookahead_joins - s0.lookahead_joins;
-        r->turn_ms = ms_per_step(s0.turn_seconds, s1.turn_seconds, r->steps);
-        r->runner_ms = ms_per_step(s0.runner_seconds, s1.runner_seconds, r->steps);
-        r->wait_ms = ms_per_step(s0.device_wait_seconds, s1.device_wait_seconds, r->steps);
+        step_stats(r, &s0, &s1);
         r->all_tps = w1 > w0 ? (double)in_span / (w1 - w0) : 0;
         r->wall_s = last - t0;
         r->decode_tps = last > first ? (double)n * (n_gen - 1) / (last - first) : 0;

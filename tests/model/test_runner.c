@@ -320,6 +320,15 @@ static void check_limits(cf_model *m) {
     cf_runner_free(r);
 }
 
+/* a small_runner on m; NULL after a failed check */
+static cf_runner *small_runner_on(cf_model *m) {
+    cinfer_error err = {0};
+    const cf_runner_params p = small_runner();
+    cf_runner *r = NULL;
+    CHECK(cf_runner_create(m, &p, &r, &err) == CINFER_OK, "runner: %s", err.message);
+    return r;
+}
+
 /* Steps in flight (cf_runner_submit / cf_runner_collect) on a runner of blocks of 4: three sequences decode 12
  * greedy tokens, each step submitted behind the one in flight, against the same steps run one at a time. */
 static void check_in_flight(cf_model *m) {
@@ -327,9 +336,7 @@ static void check_in_flight(cf_model *m) {
     static const int plen[NS] = {3, 7, 10};
     static const cf_sample_args greedy = {.temperature = 0, .top_p = 1};
     cinfer_error err = {0};
-    const cf_runner_params p = small_runner();
-    cf_runner *r = NULL;
-    CHECK(cf_runner_create(m, &p, &r, &err) == CINFER_OK, "runner: %s", err.message);
+    cf_runner *r = small_runner_on(m);
     if (!r) return;
     int32_t ids[NS][16], want[NS][STEPS], got[NS][STEPS];
     cf_rseq *one[NS], *fly[NS];
@@ -444,9 +451,7 @@ static void check_joining(cf_model *m) {
     enum { NS = 2, STEPS = 6, JL = 5 };
     static const cf_sample_args greedy = {.temperature = 0, .top_p = 1};
     cinfer_error err = {0};
-    const cf_runner_params p = small_runner();
-    cf_runner *r = NULL;
-    CHECK(cf_runner_create(m, &p, &r, &err) == CINFER_OK, "runner: %s", err.message);
+    cf_runner *r = small_runner_on(m);
     if (!r) return;
     int32_t ids[NS][4], jids[JL], jbad[JL], last[NS + 1], want[NS + 1][STEPS] = {{0}}, got[NS + 1][STEPS] = {{0}};
     cf_rseq *one[NS + 1], *fly[NS + 1];
