@@ -831,9 +831,9 @@ static void leave_in_flight(cinfer_engine *e, int n) {
 
 /* A collected step's results: each session's token committed (or its drafts verified). A session whose generation
  * ends settles, unless the step after this one is in flight (follow) with a row of it: then it leaves the batch now
- * and settles when that step is collected, its row there unused (ending). landed: a step that was in flight, whose token a session
- * cancelled meanwhile does not take (its cancellation ends it where it would without lookahead). Returns whether
- * every row was a decode row. */
+ * and settles when that step is collected, its row there unused (ending). landed: a step that was in flight, whose
+ * token a session cancelled meanwhile does not take (its cancellation ends it where it would without lookahead).
+ * Returns whether every row was a decode row. */
 static int take_results(cinfer_engine *e, const cf_batch_item *items, cinfer_session **item_s, int n, int follow, int landed) {
     int decode_only = 1;
     for (int i = 0; i < n; i++) {
