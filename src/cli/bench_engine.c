@@ -73,9 +73,39 @@ static void step_stats(run_result *r, const cinfer_engine_stats *s0, const cinfe
     r->wait_ms = ms_per_step(s0->device_wait_seconds, s1->device_wait_seconds, r->steps);
 }
 
-/* One run of c sessions; fills r. Returns 0, or 1 after printing why. */
 static const char *run_draft;   /* the sessions' draft source, or NULL */
 
+/* The bench's request: n_prompt random ids into prompt (xorshift state *x), greedy, max_tokens n_gen, no end token;
+ * and the session params that stamp its token events in c. */
+static void bench_request(int32_t *prompt, int n_prompt, int n_gen, int vocab, uint64_t *x, client *c, cinfer_request *q,
+                          cinfer_session_params *sp) {
+    for (int k = 0; k < n_prompt; k++) {
+        *x ^= *x << 13; *x ^= *x >> 7; *x ^= *x << 17;
+        prompt[k] = (int32_t)(*x % (uint64_t)vocab);
+    }
+    *q = cinfer_request_default();
+    q->prompt_ids = prompt;
+    q->n_prompt_ids = (size_t)n_prompt;
+    q->max_tokens = n_gen;
+    q->temperature = 0.0f;
+    q->ignore_eos = 1;
+    q->ids_only = 1;
+    q->draft = run_draft;
+    *sp = cinfer_session_default_params();
+    sp->output = CINFER_OUTPUT_CALLBACK;
+    sp->on_event = on_event;
+    sp->user = c;
+}
+
+/* r's latency quantiles: time to first token over ttft[0, n_ttft), inter-token over itl[0, n_itl) (sorted in place) */
+static void latencies(run_result *r, double *ttft, size_t n_ttft, double *itl, size_t n_itl) {
+    r->ttft_p50 = quantile(ttft, n_ttft, 0.5);
+    r->ttft_p99 = quantile(ttft, n_ttft, 0.99);
+    r->itl_p50 = quantile(itl, n_itl, 0.5);
+    r->itl_p99 = quantile(itl, n_itl, 0.99);
+}
+
+/* One run of c sessions; fills r. Returns 0, or 1 after printing why. */
 static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen, uint64_t seed, run_result *r) {
     client *cl = calloc((size_t)c, sizeof *cl);
     cinfer_session **ss = calloc((size_t)c, sizeof *ss);
@@ -89,22 +119,9 @@ static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen,
     cinfer_engine_get_stats(e, &s0);
     const double t0 = cf_monotonic_seconds();
     for (int i = 0; !rc && i < c; i++) {
-        for (int k = 0; k < n_prompt; k++) {
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-            prompt[k] = (int32_t)(x % (uint64_t)vocab);
-        }
-        cinfer_request q = cinfer_request_default();
-        q.prompt_ids = prompt;
-        q.n_prompt_ids = (size_t)n_prompt;
-        q.max_tokens = n_gen;
-        q.temperature = 0.0f;
-        q.ignore_eos = 1;
-        q.ids_only = 1;
-        q.draft = run_draft;
-        cinfer_session_params sp = cinfer_session_default_params();
-        sp.output = CINFER_OUTPUT_CALLBACK;
-        sp.on_event = on_event;
-        sp.user = &cl[i];
+        cinfer_request q;
+        cinfer_session_params sp;
+        bench_request(prompt, n_prompt, n_gen, vocab, &x, &cl[i], &q, &sp);
         cinfer_error err = {0};
         if (cinfer_session_open(e, &q, &sp, &ss[i], &err) != CINFER_OK) {
             fprintf(stderr, "cinfer bench: opening session %d of %d: %s\n", i + 1, c, err.message);
@@ -150,10 +167,7 @@ static int run_once(cinfer_engine *e, int vocab, int c, int n_prompt, int n_gen,
         r->wall_s = last - t0;
         r->decode_tps = last > first ? (double)decoded / (last - first) : 0;
         r->output_tps = (double)output / (last - t0);
-        r->ttft_p50 = quantile(ttft, (size_t)c, 0.5);
-        r->ttft_p99 = quantile(ttft, (size_t)c, 0.99);
-        r->itl_p50 = quantile(itl, n_itl, 0.5);
-        r->itl_p99 = quantile(itl, n_itl, 0.99);
+        latencies(r, ttft, (size_t)c, itl, n_itl);
     }
     for (int i = 0; i < c; i++) {
         if (ss && ss[i]) cinfer_session_free(ss[i]);
@@ -193,23 +207,10 @@ static void *stream_client_main(void *arg) {
     if (!prompt) atomic_store(&st->failed, 1);
     for (int i; prompt && !atomic_load(&st->failed) && (i = atomic_fetch_add(&st->next, 1)) < st->n_requests;) {
         uint64_t x = st->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(i + 1));
-        for (int k = 0; k < st->n_prompt; k++) {
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-            prompt[k] = (int32_t)(x % (uint64_t)st->vocab);
-        }
-        cinfer_request q = cinfer_request_default();
-        q.prompt_ids = prompt;
-        q.n_prompt_ids = (size_t)st->n_prompt;
-        q.max_tokens = st->n_gen;
-        q.temperature = 0.0f;
-        q.ignore_eos = 1;
-        q.ids_only = 1;
-        q.draft = run_draft;
         client c = {.t = st->t + (size_t)i * (size_t)st->n_gen, .n = 0};
-        cinfer_session_params sp = cinfer_session_default_params();
-        sp.output = CINFER_OUTPUT_CALLBACK;
-        sp.on_event = on_event;
-        sp.user = &c;
+        cinfer_request q;
+        cinfer_session_params sp;
+        bench_request(prompt, st->n_prompt, st->n_gen, st->vocab, &x, &c, &q, &sp);
         cinfer_session *s = NULL;
         cinfer_error err = {0};
         const cinfer_result *res = NULL;
@@ -285,10 +286,7 @@ static int run_stream(cinfer_engine *e, int vocab, int c, int n, int n_prompt, i
         r->wall_s = last - t0;
         r->decode_tps = last > first ? (double)n * (n_gen - 1) / (last - first) : 0;
         r->output_tps = (double)n * n_gen / (last - t0);
-        r->ttft_p50 = quantile(ttft, (size_t)n, 0.5);
-        r->ttft_p99 = quantile(ttft, (size_t)n, 0.99);
-        r->itl_p50 = quantile(itl, n_itl, 0.5);
-        r->itl_p99 = quantile(itl, n_itl, 0.99);
+        latencies(r, ttft, (size_t)n, itl, n_itl);
     }
     free(st.t);
     free(st.opened);
