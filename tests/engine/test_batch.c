@@ -237,9 +237,12 @@ static void run_behind(cinfer_engine *e, const spec *sp, int n, const spec *g, o
     free(cl);
 }
 
+/* the gate of run_all: a short request */
+static spec short_gate(void) { return make_spec(2, 2, 999); }
+
 /* run_behind with a short gate when gated */
 static void run_all(cinfer_engine *e, const spec *sp, int n, int gated, output *out) {
-    const spec g = make_spec(2, 2, 999);
+    const spec g = short_gate();
     run_behind(e, sp, n, gated ? &g : NULL, out);
 }
 
@@ -271,6 +274,16 @@ static void compare_all(const char *what, const output *got, const output *want,
         char why[256] = "";
         CHECK(same_output(&got[i], &want[i], why, sizeof why), "%s: request %d differs from its run alone: %s", what, i, why);
     }
+}
+
+/* Requests sp[idx[0..n)] (n <= N_SPECS) opened at once behind gate g (run_behind), each compared with its run alone
+ * (alone[idx[i]]). */
+static void run_picked(cinfer_engine *e, const spec *sp, const output *alone, const int *idx, int n, const spec *g, const char *what) {
+    static spec psp[N_SPECS];
+    static output got[N_SPECS], want[N_SPECS];
+    for (int i = 0; i < n; i++) psp[i] = sp[idx[i]], want[i] = alone[idx[i]];
+    run_behind(e, psp, n, g, got);
+    compare_all(what, got, want, n);
 }
 
 /* Two consecutive printable ASCII bytes of a text after its first 3, as a stop string; "" when none. */
@@ -504,14 +517,10 @@ int main(int argc, char **argv) {
     cinfer_engine_free(e);
     {
         static const int dev[] = {0, 1, 2, 3, 4, 5, 11, 12, 13, 14, 15};
-        enum { N_DEV = sizeof dev / sizeof dev[0] };
-        static spec dsp[N_DEV];
-        static output dgot[N_DEV], dwant[N_DEV];
-        for (int i = 0; i < N_DEV; i++) dsp[i] = sp[dev[i]], dwant[i] = alone[dev[i]];
         e = engine(32, 24, 0);
         if (!e) return 1;
-        run_all(e, dsp, N_DEV, 1, dgot);
-        compare_all("device picks in one batch, lookahead", dgot, dwant, N_DEV);
+        const spec g = short_gate();
+        run_picked(e, sp, alone, dev, sizeof dev / sizeof dev[0], &g, "device picks in one batch, lookahead");
         const long batch_follow_ups = cf_engine_get_stats(e).lookahead_steps;
         CHECK(batch_follow_ups > 0 && follow_ups > 0, "lookahead queued %ld steps alone and %ld in the batch", follow_ups,
               batch_follow_ups);
@@ -524,14 +533,10 @@ int main(int argc, char **argv) {
          * while the step after its first is queued) join the step queued behind that one, and give their outputs alone */
         static const int dev[] = {0, 1, 2, 3, 15};
         enum { N_DEV = sizeof dev / sizeof dev[0] };
-        static spec dsp[N_DEV];
-        static output dgot[N_DEV], dwant[N_DEV];
-        for (int i = 0; i < N_DEV; i++) dsp[i] = sp[dev[i]], dwant[i] = alone[dev[i]];
         e = engine(32, 64, 0);
         if (!e) return 1;
         const spec g = make_spec(4, 24, 998);
-        run_behind(e, dsp, N_DEV, &g, dgot);
-        compare_all("joined behind a step in flight", dgot, dwant, N_DEV);
+        run_picked(e, sp, alone, dev, N_DEV, &g, "joined behind a step in flight");
         const cf_engine_stats js = cf_engine_get_stats(e);
         CHECK(js.lookahead_joins == N_DEV, "%ld of %d requests joined behind a step in flight", js.lookahead_joins, N_DEV);
         /* every step but the gate's first is queued: the joins, and the sessions' last tokens (those that end by length
