@@ -125,7 +125,7 @@ typedef struct cfk_qjob {
 int cfk_qjob_ok(const cfk_qjob *j);
 /* few rows (any count; 8 a launch): the GEMV */
 cudaError_t cfk_qgemv(cudaStream_t st, const cfk_qjob *j);
-/* more rows: the tensor-core kernel; partial: cfk_qmma_scratch(j) bytes of scratch (0: none needed) */
+/* more rows: the tensor-core GEMM (bf16 x); partial: cfk_qmma_scratch(j) bytes of scratch (0: none needed) */
 size_t cfk_qmma_scratch(const cfk_qjob *j);
 cudaError_t cfk_qmma(cudaStream_t st, const cfk_qjob *j, void *partial);
 cudaError_t cfk_quant_init(void);   /* the GEMM's large shared memory; once per process (from cfk_init) */
