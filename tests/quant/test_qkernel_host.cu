@@ -155,10 +155,13 @@ static void mma_emulate(float (&d)[32][4], const uint32_t (&a)[32][4], const uin
     }
 }
 
-/* 16 weight rows x cols, n activation rows: the warp's whole loop (chunks, groups, tc_group_end) against the
- * reference dequantized product */
+/* 16 weight rows x cols, n activation rows: one warp's whole loop as qgemv_tc_kernel runs it (each group's words
+ * dealt to the quad by quarters, two MMAs a word and the all-ones MMA, tc_group_end) against the reference dequantized
+ * product */
+template <int BITS>
 static void run_tc(int group, cf_dtype sbt, int n, int64_t cols) {
-    const int64_t rows = 16, wpr = cf_qweight_words_per_row(4, cols), G = cols / group;
+    const int64_t rows = 16, wpr = cf_qweight_words_per_row(BITS, cols), G = cols / group;
+    const int wg = group * BITS / 32, qw = wg / 4, vpw = 32 / BITS;   /* words a group, a quarter; values a word */
     float *f = (float *)malloc(sizeof(float) * rows * cols), *wd = (float *)malloc(sizeof(float) * rows * cols);
     float *x = (float *)malloc(sizeof(float) * 8 * cols);
     uint16_t *xb = (uint16_t *)calloc((size_t)(8 * cols), 2);
@@ -169,47 +172,50 @@ static void run_tc(int group, cf_dtype sbt, int n, int64_t cols) {
     }
     uint32_t *q = (uint32_t *)malloc(4 * rows * wpr);
     void *s = malloc(4 * rows * G), *b = malloc(4 * rows * G);
-    cf_qweight_quantize(f, rows, cols, 4, group, sbt, q, s, b);
-    const cf_qweight w = {q, s, b, sbt, 4, group, rows, cols};
+    cf_qweight_quantize(f, rows, cols, BITS, group, sbt, q, s, b);
+    const cf_qweight w = {q, s, b, sbt, BITS, group, rows, cols};
     for (int64_t r = 0; r < rows; r++) cf_qweight_dequant_row(&w, r, wd + r * cols);
 
     const uint32_t ones[4] = {0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u};
-    float acc[32][4] = {}, c[32][4] = {}, xs[32][4] = {};
-    const int cpg = group / 32;
-    for (int64_t ch = 0; ch < cols / 32; ch++) {
-        for (int st = 0; st < 2; st++) {
-            uint32_t A[32][4], B[32][2], O[32][4];
-            for (int l = 0; l < 32; l++) {
-                const int gi = l / 4, t = l % 4;
-                uint32_t pa[4], pb[4], xp[4], bb[2];
-                tc_wpairs(q[gi * wpr + ch * 4 + t], pa);
-                tc_wpairs(q[(gi + 8) * wpr + ch * 4 + t], pb);
-                uint4 xv = make_uint4(0, 0, 0, 0);
-                if (gi < n) {
-                    const uint16_t *p = xb + gi * cols + ch * 32 + 8 * t;
-                    xv = make_uint4(p[0] | (uint32_t)p[1] << 16, p[2] | (uint32_t)p[3] << 16, p[4] | (uint32_t)p[5] << 16, p[6] | (uint32_t)p[7] << 16);
+    float acc[32][4] = {};
+    for (int64_t grp = 0; grp < G; grp++) {
+        float c[32][4] = {}, xs[32][4] = {};
+        for (int j = 0; j < qw; j++)
+            for (int st = 0; st < 2; st++) {
+                uint32_t A[32][4], B[32][2], O[32][4];
+                for (int l = 0; l < 32; l++) {
+                    const int gi = l / 4, t = l % 4;
+                    const int64_t word = grp * wg + t * qw + j;   /* of the row */
+                    uint32_t pa[4], pb[4], xp[4], bb[2];
+                    uint16_t xv[8] = {};
+                    if (gi < n)
+                        for (int e = 0; e < vpw; e++) xv[e] = xb[gi * cols + word * vpw + e];
+                    if (BITS == 4) {
+                        tc_wpairs(q[gi * wpr + word], pa);
+                        tc_wpairs(q[(gi + 8) * wpr + word], pb);
+                        tc_xpairs(make_uint4(xv[0] | (uint32_t)xv[1] << 16, xv[2] | (uint32_t)xv[3] << 16, xv[4] | (uint32_t)xv[5] << 16,
+                                             xv[6] | (uint32_t)xv[7] << 16),
+                                  xp);
+                    } else {
+                        tc_wpairs8(q[gi * wpr + word], pa);
+                        tc_wpairs8(q[(gi + 8) * wpr + word], pb);
+                        tc_xpairs8(make_uint2(xv[0] | (uint32_t)xv[1] << 16, xv[2] | (uint32_t)xv[3] << 16), xp);
+                    }
+                    tc_frags(pa, pb, xp, st, A[l], bb);
+                    B[l][0] = bb[0];
+                    B[l][1] = bb[1];
+                    for (int e = 0; e < 4; e++) O[l][e] = ones[e];
                 }
-                tc_xpairs(xv, xp);
-                tc_frags(pa, pb, xp, st, A[l], bb);
-                B[l][0] = bb[0];
-                B[l][1] = bb[1];
-                for (int e = 0; e < 4; e++) O[l][e] = ones[e];
+                mma_emulate(c, A, B);
+                if (BITS == 4 || st == 0) mma_emulate(xs, O, B);
             }
-            mma_emulate(c, A, B);
-            mma_emulate(xs, O, B);
-        }
-        if ((ch + 1) % cpg == 0) {
-            const int64_t grp = ch / cpg;
-            for (int l = 0; l < 32; l++) {
-                const int gi = l / 4;
-                const uint32_t *sw = (const uint32_t *)s, *bw = (const uint32_t *)b;
-                /* the (scale, bias) word the kernel reads: a bf16/f16 pair built from the two arrays */
-                const uint16_t *s16 = (const uint16_t *)sw, *b16 = (const uint16_t *)bw;
-                const uint32_t wa = s16[gi * G + grp] | (uint32_t)b16[gi * G + grp] << 16;
-                const uint32_t wb = s16[(gi + 8) * G + grp] | (uint32_t)b16[(gi + 8) * G + grp] << 16;
-                tc_group_end(acc[l], c[l], xs[l], tc_sb(wa, sbt == CF_F16), tc_sb(wb, sbt == CF_F16));
-                for (int e = 0; e < 4; e++) c[l][e] = xs[l][e] = 0.0f;
-            }
+        for (int l = 0; l < 32; l++) {
+            const int gi = l / 4;
+            /* the (scale, bias) word the kernel reads: a bf16/f16 pair built from the two arrays */
+            const uint16_t *s16 = (const uint16_t *)s, *b16 = (const uint16_t *)b;
+            const uint32_t wa = s16[gi * G + grp] | (uint32_t)b16[gi * G + grp] << 16;
+            const uint32_t wb = s16[(gi + 8) * G + grp] | (uint32_t)b16[(gi + 8) * G + grp] << 16;
+            tc_group_end(acc[l], c[l], xs[l], tc_sb(wa, sbt == CF_F16), tc_sb(wb, sbt == CF_F16), BITS == 4 ? 128.0f : 2176.0f);
         }
     }
     int bad = 0;
@@ -227,8 +233,8 @@ static void run_tc(int group, cf_dtype sbt, int n, int64_t cols) {
             worst = err > worst ? err : worst;
             bad += err > 2e-6 * sqrt((double)cols);
         }
-    CHECK(bad == 0, "tensor-core GEMV, group %d, %s pairs, %d activation rows, k %lld: %d sums off (worst %.3g of sum |w x|)",
-          group, sbt == CF_F16 ? "f16" : "bf16", n, (long long)cols, bad, worst);
+    CHECK(bad == 0, "tensor-core GEMV, %d bits, group %d, %s pairs, %d activation rows, k %lld: %d sums off (worst %.3g of sum |w x|)",
+          BITS, group, sbt == CF_F16 ? "f16" : "bf16", n, (long long)cols, bad, worst);
     free(f);
     free(wd);
     free(x);
@@ -248,8 +254,10 @@ int main(void) {
         }
     for (int g = 0; g < 3; g++)
         for (int n = 1; n <= 8; n += 3) {
-            run_tc(groups[g], CF_BF16, n, 1024);
-            run_tc(groups[g], CF_F16, n, 256);
+            run_tc<4>(groups[g], CF_BF16, n, 1024);
+            run_tc<4>(groups[g], CF_F16, n, 256);
+            run_tc<8>(groups[g], CF_BF16, n, 1024);
+            run_tc<8>(groups[g], CF_F16, n, 256);
         }
     /* PRMT selector 0x7440 + i: byte i of x, then 0, 0, 0x4B */
     CHECK(q_byte_perm(0xA1B2C3D4u, 0x4B000000u, 0x7440) == 0x4B0000D4u && q_byte_perm(0xA1B2C3D4u, 0x4B000000u, 0x7443) == 0x4B0000A1u,

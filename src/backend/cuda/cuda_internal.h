@@ -32,7 +32,7 @@ typedef struct cfk_config {
                                 tensor-core kernel of k_quant.cu; more: dequantize to bf16 scratch and cuBLAS */
     int qgemv_max_rows;      /* quantized matmuls with at most this many rows (<= 8) use the quantized GEMV */
     int qgemv_warps;         /* warps per SM the quantized GEMV aims for when it splits its units over warps */
-    int qgemv_tc;            /* 4-bit decode on the tensor cores (qgemv_tc_kernel) where it applies */
+    int qgemv_tc;            /* 4/8-bit decode on the tensor cores (qgemv_tc_kernel) where it applies */
     int qgemv_tc_splits;     /* at most this many blocks of a cluster split a unit's k in qgemv_tc_kernel (1, 2, 4, 8) */
     int n_sm;
 } cfk_config;

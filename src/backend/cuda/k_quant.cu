@@ -187,32 +187,51 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
     st(S.out, r, j, v);
 }
 
-/* ---- tensor-core GEMV: 4-bit weights, bf16 x, at most 8 activation rows ---- */
+/* ---- tensor-core GEMV: 4- or 8-bit weights, bf16 x, at most 8 activation rows ---- */
 
 /* A block of TC_WARPS warps takes a unit of 16 weight rows (GLU: 8 gate rows as MMA rows 0-7 and the same up rows as
- * rows 8-15) over the whole of k, in stages of TC_KS values. A stage's packed words (16 rows x 256 bytes) and
- * (scale, bias) words come into shared memory by cp.async, TC_STAGES - 1 stages ahead, so the bytes in flight do not
- * depend on registers. In a stage, warp w takes chunks 4w .. 4w + 3 (a chunk: 32 values, 16 bytes a row). The mapping
- * of chunk values to MMA fragments is k_quant.cuh's (tc_*): thread (g, t) takes word t of the chunk from rows g and
- * g + 8 and x values 8t .. 8t + 7 of activation row g (zeros for g >= n), and a chunk is two m16n8k16 MMAs on
- * 128 + q plus two on all-ones weights that sum x over the same values. At each group's end tc_group_end applies the
- * scale and the bias in f32. The warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU, gate)
- * as the other GEMV does.
- * Split k: when the units are too few to keep 8 blocks on every SM (o, down, q/k/v of Llama-3-8B), a cluster of
- * g.splits blocks shares a unit, block z taking stages [z nst / splits, (z + 1) nst / splits); their sums meet in
- * block 0's shared memory in block order (the result does not depend on timing), and block 0 finishes.
- * Measured on the H200 (bench/micro/qgemv_layout.cu, 28,672 x 4,096, group 64): the kernel is bound by latency and
- * issue, not by the layout (rows tiled so a stage is contiguous: the same speed); fewer stages and 8 blocks an SM
- * (64 registers) beat deeper pipelines at 6 blocks: 3 stages 2.07 TB/s, 6 stages 1.75 TB/s, a plain read of the same
- * bytes 3.07 TB/s. */
-constexpr int TC_WARPS = 4, TC_KS = 512, TC_STAGES = 3;
-constexpr int TC_WWORDS = TC_KS / 8;          /* packed words of a row in a stage (64) */
-constexpr int TC_WLD = TC_WWORDS + 4;         /* its shared row stride: rows g and g + 1 four banks apart */
-constexpr int TC_SBLD = TC_KS / 32 + 4;       /* (scale, bias) row stride: 16 words at group 32, rows 4 banks apart */
+ * rows 8-15), the k-blocks (TC_KB values) of its range dealt to its warps in turn. Each thread loads its own words
+ * straight into registers (no shared memory, no barrier): in every group, thread (g, t) takes quarter t of the
+ * group's words of rows g and g + 8 (k_quant.cuh's tc_* mapping: a quad's MMA stays inside a group), with the
+ * group's (scale, bias) word of both rows, 3 (8 bits: 2) k-blocks in flight a warp; and the same values of x of activation
+ * row g through L1 (zeros for g >= n). Each word is two MMAs on 128 + q (8 bits: 128 + lo and 16 (128 + hi)), and an
+ * all-ones MMA sums x over the same values; tc_group_end applies scale and bias in f32 at each group's end. The
+ * warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU, gate).
+ * Split k: when the units are too few to keep 4 blocks on every SM (o, down, q/k/v of Llama-3-8B), a cluster of
+ * g.splits blocks shares a unit, block z taking k-blocks [z nkb / splits, (z + 1) nkb / splits); their sums meet in
+ * block 0's shared memory in block order (the result does not depend on timing), and block 0 finishes. */
+constexpr int TC_WARPS = 4, TC_KB = 128;
 
-__global__ void __launch_bounds__(TC_WARPS * 32, 8) qgemv_tc_kernel(QArgs g) {
-    __shared__ __align__(16) uint32_t sw[TC_STAGES][16][TC_WLD];
-    __shared__ __align__(16) uint32_t ssb[TC_STAGES][16][TC_SBLD];
+/* N consecutive 32-bit words of a stream read once (N * 4-byte aligned), or zeros */
+template <int N>
+__device__ __forceinline__ void ld_words(const uint32_t *p, bool ok, uint32_t *d) {
+    if constexpr (N == 1) {
+        d[0] = 0;
+        if (ok) asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(d[0]) : "l"(p));
+    } else if constexpr (N == 2) {
+        d[0] = d[1] = 0;
+        if (ok) asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(d[0]), "=r"(d[1]) : "l"(p));
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; i += 4) {
+            const uint4 v = ok ? ld_stream(reinterpret_cast<const uint4 *>(p + i)) : make_uint4(0, 0, 0, 0);
+            d[i] = v.x;
+            d[i + 1] = v.y;
+            d[i + 2] = v.z;
+            d[i + 3] = v.w;
+        }
+    }
+}
+
+template <int BITS, int G>
+__global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
+    constexpr int TC_RING = BITS == 4 ? 3 : 2;   /* k-blocks in flight a warp: 2 or 4 KB of weights */
+    constexpr int WKB = TC_KB * BITS / 32;   /* words of a row in a k-block: 16 or 32 */
+    constexpr int NG = TC_KB / G;            /* groups in a k-block */
+    constexpr int WG = G * BITS / 32;        /* words of a row in a group */
+    constexpr int QW = WG / 4;               /* a thread's words of a row in a group */
+    constexpr int VPW = 32 / BITS;           /* values a word */
+    constexpr float OFF = BITS == 4 ? 128.0f : 2176.0f;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gi = lane >> 2, t = lane & 3;
     const bool glu = g.glu.p != nullptr;
     const int64_t cu = (int64_t)(blockIdx.x / (unsigned)g.splits);   /* the unit over all products */
@@ -221,94 +240,84 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 8) qgemv_tc_kernel(QArgs g) {
     const QSeg B = glu ? g.s1 : S;   /* MMA rows 8-15 */
     const int split = (int)(blockIdx.x % (unsigned)g.splits);
     const int64_t unit = cu - S.block0;
-    /* weight row of MMA row r < 8 (side A, product S) and r + 8 (side B) */
-    auto row_a = [&](int r) { return glu ? unit * 8 + r : unit * 16 + r; };
-    auto row_b = [&](int r) { return glu ? unit * 8 + r : unit * 16 + 8 + r; };
-    const int sbw = TC_KS / S.group;          /* (scale, bias) words of a row in a stage: 16, 8 or 4 */
-    const int nst_all = (int)(g.k / TC_KS), st0 = (int)((int64_t)split * nst_all / g.splits);
-    const int nst = (int)((int64_t)(split + 1) * nst_all / g.splits) - st0;   /* this block's stages, from st0 */
+    /* weight rows of MMA rows g (side A, product S) and g + 8 (side B) */
+    const int64_t rowA = glu ? unit * 8 + gi : unit * 16 + gi, rowB = glu ? unit * 8 + gi : unit * 16 + 8 + gi;
+    const bool okA = rowA < S.d, okB = rowB < B.d;
+    const int nkb = (int)(g.k / TC_KB), kb0 = (int)((int64_t)split * nkb / g.splits) + warp;
+    const int kb_end = (int)((int64_t)(split + 1) * nkb / g.splits);
+    const int mine = kb_end > kb0 ? (kb_end - kb0 + TC_WARPS - 1) / TC_WARPS : 0;   /* this warp's k-blocks */
 
-    /* what this thread copies each stage: 16 bytes of MMA rows tid / 16 and tid / 16 + 8, and maybe 16 bytes of one
-     * row's (scale, bias) words; source pointers advance a stage at a time, the buffer index wraps */
-    const int cr = tid >> 4, cc = tid & 15;
-    const int64_t ca = row_a(cr), cb = row_b(cr);
-    const bool cok_a = ca < S.d, cok_b = cb < B.d;
-    const uint32_t *cqa = S.q + (cok_a ? ca : 0) * S.wpr + st0 * TC_WWORDS + cc * 4,
-                   *cqb = B.q + (cok_b ? cb : 0) * B.wpr + st0 * TC_WWORDS + cc * 4;
-    const int sper = sbw / 4, sr = tid / sper, sc = tid % sper;
-    const bool sb_a = sr < 8, sbon = sr < 16 && (sb_a ? row_a(sr) < S.d : row_b(sr - 8) < B.d);
-    const uint32_t *csb = !sbon ? nullptr
-                        : sb_a ? (const uint32_t *)S.sb + row_a(sr) * S.G + st0 * sbw + sc * 4
-                               : (const uint32_t *)B.sb + row_b(sr - 8) * B.G + st0 * sbw + sc * 4;
-    const uint32_t wdst = smem_addr(&sw[0][cr][cc * 4]), sdst = smem_addr(&ssb[0][sr & 15][sc * 4]);
-    constexpr uint32_t WSTEP = 16 * TC_WLD * 4, SSTEP = 16 * TC_SBLD * 4;
-    int ib = 0;   /* the buffer the next issue fills */
-    auto issue = [&]() {
-        const uint32_t wo = wdst + ib * WSTEP;
-        if (cok_a) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(wo), "l"(cqa));
-        if (cok_b) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(wo + 8 * TC_WLD * 4), "l"(cqb));
-        if (sbon) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sdst + ib * SSTEP), "l"(csb));
-        cqa += TC_WWORDS;
-        cqb += TC_WWORDS;
-        csb += sbw;
-        ib = ib == TC_STAGES - 1 ? 0 : ib + 1;
+    const uint32_t *qa = S.q + (okA ? rowA : 0) * S.wpr + t * QW, *qb = B.q + (okB ? rowB : 0) * B.wpr + t * QW;
+    const uint32_t *sba = (const uint32_t *)S.sb + (okA ? rowA : 0) * S.G, *sbb = (const uint32_t *)B.sb + (okB ? rowB : 0) * B.G;
+    uint32_t wa[TC_RING][NG * QW], wb[TC_RING][NG * QW], sa[TC_RING][NG], sb[TC_RING][NG];
+    auto fetch = [&](int r, int kb) {
+#pragma unroll
+        for (int i = 0; i < NG; i++) {
+            ld_words<QW>(qa + (int64_t)kb * WKB + i * WG, okA, &wa[r][i * QW]);
+            ld_words<QW>(qb + (int64_t)kb * WKB + i * WG, okB, &wb[r][i * QW]);
+        }
+        ld_words<NG>(sba + (int64_t)kb * NG, okA, sa[r]);
+        ld_words<NG>(sbb + (int64_t)kb * NG, okB, sb[r]);
     };
 
     const bool xon = gi < g.n;
-    const __nv_bfloat16 *xrow = (const __nv_bfloat16 *)g.x + (xon ? gi : 0) * g.xstride + (int64_t)st0 * TC_KS + warp * 128 + 8 * t;
+    const __nv_bfloat16 *xr = (const __nv_bfloat16 *)g.x + (xon ? gi : 0) * g.xstride + t * (G / 4);
     const uint32_t ones[4] = {0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u};
     const int f16a = S.sbt == CF_F16, f16b = B.sbt == CF_F16;
-    const int cpg = S.group / 32;   /* chunks a group (B's group is the same: qjob_tc_ok) */
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    auto use = [&](int r, int kb) {
+#pragma unroll
+        for (int i = 0; i < NG; i++) {
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int j = 0; j < QW; j++) {
+                const __nv_bfloat16 *xp = xr + (int64_t)kb * TC_KB + i * G + j * VPW;
+                uint32_t pa[4], pb[4], xq[4], a[4], bx[2];
+                if constexpr (BITS == 4) {
+                    const uint4 xv = xon ? __ldg(reinterpret_cast<const uint4 *>(xp)) : make_uint4(0, 0, 0, 0);
+                    tc_wpairs(wa[r][i * QW + j], pa);
+                    tc_wpairs(wb[r][i * QW + j], pb);
+                    tc_xpairs(xv, xq);
+#pragma unroll
+                    for (int s = 0; s < 2; s++) {
+                        tc_frags(pa, pb, xq, s, a, bx);
+                        mma_bf16(c, a, bx[0], bx[1]);
+                        mma_bf16(xs, ones, bx[0], bx[1]);
+                    }
+                } else {
+                    const uint2 xv = xon ? __ldg(reinterpret_cast<const uint2 *>(xp)) : make_uint2(0, 0);
+                    tc_wpairs8(wa[r][i * QW + j], pa);
+                    tc_wpairs8(wb[r][i * QW + j], pb);
+                    tc_xpairs8(xv, xq);
+                    tc_frags(pa, pb, xq, 0, a, bx);
+                    mma_bf16(c, a, bx[0], bx[1]);
+                    mma_bf16(xs, ones, bx[0], bx[1]);
+                    tc_frags(pa, pb, xq, 1, a, bx);
+                    mma_bf16(c, a, bx[0], bx[1]);
+                }
+            }
+            tc_group_end(acc, c, xs, tc_sb(sa[r][i], f16a), tc_sb(sb[r][i], f16b), OFF);
+        }
+    };
 
-    /* the first stages' weights before waiting for the kernel ahead (weights are never written by it: k_gemv.cuh);
+    /* the first k-blocks' weights before waiting for the kernel ahead (weights are never written by it: k_gemv.cuh);
      * x after */
 #pragma unroll
-    for (int s = 0; s < TC_STAGES - 1; s++) {
-        if (s < nst) issue();
-        cp_async_commit();
-    }
+    for (int r = 0; r < TC_RING; r++)
+        if (r < mine) fetch(r, kb0 + TC_WARPS * r);
     pdl_wait();
     pdl_launch_next();
-    int ub = 0;   /* the buffer of stage sg */
-    for (int sg = 0; sg < nst; sg++) {
-        cp_async_wait<TC_STAGES - 2>();
-        __syncthreads();   /* stage sg is in for every thread; stage sg - 1's buffer is free */
-        if (sg + TC_STAGES - 1 < nst) issue();
-        cp_async_commit();
-        uint4 xv[4];
+    for (int base = 0; base < mine; base += TC_RING) {
 #pragma unroll
-        for (int j = 0; j < 4; j++) xv[j] = xon ? *reinterpret_cast<const uint4 *>(xrow + j * 32) : make_uint4(0, 0, 0, 0);
-        xrow += TC_KS;
-        const uint32_t *wr = &sw[ub][gi][warp * 16 + t];
-        const uint32_t *sbr = &ssb[ub][gi][0];
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            uint32_t pa[4], pb[4], xp[4];
-            tc_wpairs(wr[j * 4], pa);
-            tc_wpairs(wr[8 * TC_WLD + j * 4], pb);
-            tc_xpairs(xv[j], xp);
-#pragma unroll
-            for (int s = 0; s < 2; s++) {
-                uint32_t a[4], bx[2];
-                tc_frags(pa, pb, xp, s, a, bx);
-                mma_bf16(c, a, bx[0], bx[1]);
-                mma_bf16(xs, ones, bx[0], bx[1]);
-            }
-            if (((j + 1) & (cpg - 1)) == 0) {
-                const int grp = (warp * 4 + j) / cpg;
-                tc_group_end(acc, c, xs, tc_sb(sbr[grp], f16a), tc_sb(sbr[8 * TC_SBLD + grp], f16b));
-#pragma unroll
-                for (int e = 0; e < 4; e++) c[e] = xs[e] = 0.0f;
-            }
+        for (int r = 0; r < TC_RING; r++) {
+            const int idx = base + r;
+            if (idx >= mine) break;
+            const int kb = kb0 + TC_WARPS * idx;
+            use(r, kb);
+            if (idx + TC_RING < mine) fetch(r, kb + TC_WARPS * TC_RING);
         }
-        ub = ub == TC_STAGES - 1 ? 0 : ub + 1;
     }
-    cp_async_wait<0>();
 
-    const int64_t rowA = row_a(gi), rowB = row_b(gi);
-    const bool okA = rowA < S.d, okB = rowB < B.d;
     __shared__ float red[TC_WARPS][4][32];
 #pragma unroll
     for (int e = 0; e < 4; e++) red[warp][e][lane] = acc[e];
@@ -752,10 +761,10 @@ static cudaError_t qgemv_pick_n(cudaStream_t st, const QArgs &g, int64_t blocks,
     return qgemv_pick_x<8, BITS>(st, g, blocks, xdt);
 }
 
-/* whether qgemv_tc_kernel takes the job: 4 bits, bf16 x, bf16 or f16 (scale, bias) pairs, one group size, and k a
- * multiple of TC_KS (512 values) */
+/* whether qgemv_tc_kernel takes the job: bf16 x, bf16 or f16 (scale, bias) pairs, one group size, and k a multiple
+ * of TC_KB (128 values); cfk_qjob_ok has checked the rest (4 or 8 bits alike, x rows 16-byte aligned) */
 static bool qjob_tc_ok(const cfk_qjob *j) {
-    if (!cfk_cfg.qgemv_tc || j->w[0]->bits != 4 || j->x.dtype != CF_BF16 || j->x.cols % TC_KS) return false;
+    if (!cfk_cfg.qgemv_tc || j->x.dtype != CF_BF16 || j->x.cols % TC_KB) return false;
     for (int s = 0; s < j->n_seg; s++)
         if ((j->w[s]->sb_dtype != CF_BF16 && j->w[s]->sb_dtype != CF_F16) || j->w[s]->group != j->w[0]->group ||
             !al16(j->w[s]->q, 16) || !al16(j->w[s]->scales, 16))
@@ -774,26 +783,36 @@ static cfk_qjob qjob_rows(const cfk_qjob *j, int64_t r0, int n) {
     return jr;
 }
 
+template <int BITS>
+static cudaError_t qgemv_tc_launch(cudaStream_t st, int group, dim3 grid, unsigned splits, const QArgs &g) {
+    const dim3 block(TC_WARPS * 32);
+    if (group == 32) return launch_cluster(qgemv_tc_kernel<BITS, 32>, grid, block, 0, st, splits, g);
+    if (group == 64) return launch_cluster(qgemv_tc_kernel<BITS, 64>, grid, block, 0, st, splits, g);
+    return launch_cluster(qgemv_tc_kernel<BITS, 128>, grid, block, 0, st, splits, g);
+}
+
 static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
     const bool glu = j->glu_out.data != NULL;
-    /* k split over a cluster while the blocks fall short of 8 an SM and each keeps at least 2 stages (Llama-3-8B:
-     * q/k/v, o and down 4 blocks a unit, gate/up and the output layer 1); it depends on the shapes only, not on the
-     * activation rows */
+    /* k split over a cluster while the blocks fall short of 4 an SM and each warp keeps at least 2 k-blocks
+     * (Llama-3-8B: o and down 4 blocks a unit, q/k/v 2, gate/up and the output layer 1); it depends on the shapes
+     * only, not on the activation rows */
     int64_t units = 0, unit0[3] = {0, 0, 0};   /* units in all; the first unit of each product */
     for (int s = 0; s < j->n_seg; s++) {
         unit0[s] = glu ? 0 : units;
         if (!glu || s == 0) units += ceil_div(j->w[s]->rows, glu ? 8 : 16);
     }
-    const int nst = (int)(j->x.cols / TC_KS);
+    const int64_t nkb = j->x.cols / TC_KB;
     int splits = 1;
-    while (splits < cfk_cfg.qgemv_tc_splits && units * splits < (int64_t)cfk_cfg.n_sm * 8 && nst >= 4 * splits) splits *= 2;
+    while (splits < cfk_cfg.qgemv_tc_splits && units * splits < (int64_t)cfk_cfg.n_sm * 4 && nkb >= (int64_t)4 * TC_WARPS * splits) splits *= 2;
     for (int64_t r0 = 0; r0 < j->x.rows; r0 += 8) {
         const cfk_qjob jr = qjob_rows(j, r0, (int)(j->x.rows - r0 < 8 ? j->x.rows - r0 : 8));
         QArgs g = qargs(&jr);
         QSeg *segs[3] = {&g.s0, &g.s1, &g.s2};
         for (int s = 0; s < j->n_seg; s++) segs[s]->block0 = unit0[s];
         g.splits = splits;
-        const cudaError_t e = launch_cluster(qgemv_tc_kernel, dim3((unsigned)(units * splits)), dim3(TC_WARPS * 32), 0, st, (unsigned)splits, g);
+        const dim3 grid((unsigned)(units * splits));
+        const cudaError_t e = j->w[0]->bits == 4 ? qgemv_tc_launch<4>(st, j->w[0]->group, grid, (unsigned)splits, g)
+                                                 : qgemv_tc_launch<8>(st, j->w[0]->group, grid, (unsigned)splits, g);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
