@@ -381,16 +381,22 @@ int main(void) {
         test_fused(be, 8, 8, 256, 0);
         test_fused(be, 4, 8, 256, 0);   /* mixed bit widths: separate launches */
         if (si == 0) {
-            /* the tensor-core GEMV (4 bits, bf16 x, k a multiple of 512): every group size, f16 and bf16 pairs, rows not
-             * a multiple of its 16, the GLU and the three products of qkv in one launch */
+            /* the tensor-core GEMV (4 and 8 bits, bf16 x, k a multiple of 128 and at least 512): every group size, f16
+             * and bf16 pairs, rows not a multiple of its 16, the GLU and the three products of qkv in one launch */
             test_matmul(be, 4, 32, CF_F16, 77, 1024, CF_BF16, 8);
             test_matmul(be, 4, 128, CF_BF16, 45, 1536, CF_BF16, 8);
+            test_matmul(be, 8, 32, CF_BF16, 77, 640, CF_BF16, 8);
+            test_matmul(be, 8, 64, CF_F16, 45, 1024, CF_BF16, 8);
+            test_matmul(be, 8, 128, CF_BF16, 33, 1536, CF_BF16, 8);
             test_fused(be, 4, 4, 1024, 64);
             test_fused(be, 4, 4, 512, 32);
-            /* its k split over a cluster of blocks (few units): 2 blocks of 3 and 4 stages, 2 of 2 stages (with the GLU and
-             * qkv), 4 of 2 (the 301 x 4096 case above) */
+            test_fused(be, 8, 8, 1024, 64);
+            /* its k split over a cluster of blocks (few units), and its persistent blocks taking several units each
+             * (more units than 4 blocks an SM: 9,000 rows; alone, and split in 2 with k of 8 k-blocks) */
             test_matmul(be, 4, 64, CF_BF16, 45, 3584, CF_BF16, 8);
             test_fused(be, 4, 4, 2048, 64);
+            test_matmul(be, 4, 64, CF_BF16, 9000, 512, CF_BF16, 3);
+            test_matmul(be, 8, 64, CF_BF16, 9000, 1024, CF_BF16, 2);
         }
         if (si == 0) {
             test_embed(be, 4);
