@@ -31,9 +31,8 @@ struct QArgs {
     int n, ks, nseg, act;
     QSeg s0, s1, s2;
     TV glu, mul;   /* .p NULL: none */
-    /* the tensor-core kernels only */
+    /* the tensor-core kernel only */
     int splits, ksteps;
-    int64_t units;   /* the GEMV's units */
     float *part;          /* split-k partial sums: product s at part + poff[s], [splits][n][d] */
     int64_t poff0, poff1, poff2;
 };
@@ -190,18 +189,18 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
 
 /* ---- tensor-core GEMV: 4- or 8-bit weights, bf16 x, at most 8 activation rows ---- */
 
-/* A unit is 16 weight rows (GLU: 8 gate rows as MMA rows 0-7 and the same up rows as rows 8-15). The grid is
- * persistent: cluster c of g.splits blocks takes units c, c + clusters, ..., and block z of a cluster k-blocks
- * (TC_KB values) [z nkb / splits, (z + 1) nkb / splits) of each, dealt to its TC_WARPS warps in turn. Each thread
- * loads its own words straight into registers (no shared memory stages): in every group, thread (g, t) takes quarter t
- * of the group's words of rows g and g + 8 (k_quant.cuh's tc_* mapping: a quad's MMA stays inside a group), with the
- * group's (scale, bias) word of both rows, and the same values of x of activation row g through L1 (zeros for
- * g >= n). A warp keeps 3 (8 bits: 2) k-blocks in flight, across the ends of its units, so a block streams from its
- * first unit to its last without draining. Each word is two MMAs on 128 + q (8 bits: 128 + lo and 16 (128 + hi)) and
- * an all-ones MMA sums x over the same values; tc_group_end applies scale and bias in f32 at each group's end. At a
- * unit's end the warps' sums meet in shared memory in warp order and the cluster's in block 0's in block order (the
- * result does not depend on timing), and warp 0 of block 0 finishes (bias, GLU, gate). */
-constexpr int TC_WARPS = 4, TC_KB = 128, TC_BLOCKS_SM = 4;
+/* A block of TC_WARPS warps takes a unit of 16 weight rows (GLU: 8 gate rows as MMA rows 0-7 and the same up rows as
+ * rows 8-15), the k-blocks (TC_KB values) of its range dealt to its warps in turn. Each thread loads its own words
+ * straight into registers (no shared memory, no barrier): in every group, thread (g, t) takes quarter t of the
+ * group's words of rows g and g + 8 (k_quant.cuh's tc_* mapping: a quad's MMA stays inside a group), with the
+ * group's (scale, bias) word of both rows, 3 (8 bits: 2) k-blocks in flight a warp; and the same values of x of activation
+ * row g through L1 (zeros for g >= n). Each word is two MMAs on 128 + q (8 bits: 128 + lo and 16 (128 + hi)), and an
+ * all-ones MMA sums x over the same values; tc_group_end applies scale and bias in f32 at each group's end. The
+ * warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU, gate).
+ * Split k: when the units are too few to keep 4 blocks on every SM (o, down, q/k/v of Llama-3-8B), a cluster of
+ * g.splits blocks shares a unit, block z taking k-blocks [z nkb / splits, (z + 1) nkb / splits); their sums meet in
+ * block 0's shared memory in block order (the result does not depend on timing), and block 0 finishes. */
+constexpr int TC_WARPS = 4, TC_KB = 128;
 
 /* N consecutive 32-bit words of a stream read once (N * 4-byte aligned), or zeros */
 template <int N>
@@ -224,150 +223,49 @@ __device__ __forceinline__ void ld_words(const uint32_t *p, bool ok, uint32_t *d
     }
 }
 
-/* where thread (gi, t)'s words of a unit are: rows gi (product S) and gi + 8 (product B) */
-struct TcRows {
-    const uint32_t *qa, *qb, *sba, *sbb;
-    bool oka, okb;
-    int f16a, f16b;
-};
-
-/* unit cu's products (S: MMA rows 0-7, B: rows 8-15) and the weight rows of MMA rows gi and gi + 8 */
-__device__ __forceinline__ void tc_unit(const QArgs &g, int64_t cu, int gi, QSeg &S, QSeg &B, int64_t &rowA, int64_t &rowB) {
-    const bool glu = g.glu.p != nullptr;
-    const int si = glu ? 0 : (g.nseg > 2 && cu >= g.s2.block0) ? 2 : (g.nseg > 1 && cu >= g.s1.block0) ? 1 : 0;
-    S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
-    B = glu ? g.s1 : S;
-    const int64_t unit = cu - S.block0;
-    rowA = glu ? unit * 8 + gi : unit * 16 + gi;
-    rowB = glu ? unit * 8 + gi : unit * 16 + 8 + gi;
-}
-
-__device__ __forceinline__ TcRows tc_rows(const QArgs &g, int64_t cu, int gi, int t, int qw) {
-    QSeg S, B;
-    int64_t ra, rb;
-    tc_unit(g, cu, gi, S, B, ra, rb);
-    TcRows r;
-    r.oka = ra < S.d;
-    r.okb = rb < B.d;
-    r.qa = S.q + (r.oka ? ra : 0) * S.wpr + t * qw;
-    r.qb = B.q + (r.okb ? rb : 0) * B.wpr + t * qw;
-    r.sba = (const uint32_t *)S.sb + (r.oka ? ra : 0) * S.G;
-    r.sbb = (const uint32_t *)B.sb + (r.okb ? rb : 0) * B.G;
-    r.f16a = S.sbt == CF_F16;
-    r.f16b = B.sbt == CF_F16;
-    return r;
-}
-
-/* a unit's end: the warps' sums, then the cluster's, meet; warp 0 of block 0 writes the unit's outputs; every thread
- * of the cluster takes part, and red is free again when it returns */
-__device__ __forceinline__ void tc_unit_end(const QArgs &g, int64_t cu, float (&acc)[4], float (*red)[4][32]) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
-    const int split = (int)(blockIdx.x % (unsigned)g.splits);
-#pragma unroll
-    for (int e = 0; e < 4; e++) red[warp][e][lane] = acc[e];
-    __syncthreads();
-    if (warp == 0) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float v = 0.0f;
-            for (int w = 0; w < TC_WARPS; w++) v += red[w][e][lane];
-            acc[e] = v;
-        }
-    }
-    if (g.splits > 1) {
-        /* block 0 reads the others' sums after the first barrier; they keep them until the second */
-        namespace cg = cooperative_groups;
-        cg::cluster_group cl = cg::this_cluster();
-        __syncthreads();
-        if (warp == 0)
-#pragma unroll
-            for (int e = 0; e < 4; e++) red[0][e][lane] = acc[e];
-        cl.sync();
-        if (split == 0 && warp == 0)
-            for (int z = 1; z < g.splits; z++) {
-                const float *r = cl.map_shared_rank(&red[0][0][0], z);
-#pragma unroll
-                for (int e = 0; e < 4; e++) acc[e] += r[e * 32 + lane];
-            }
-        cl.sync();
-    } else {
-        __syncthreads();
-    }
-    if (warp == 0 && split == 0) {
-        QSeg S, B;
-        int64_t rowA, rowB;
-        tc_unit(g, cu, gi, S, B, rowA, rowB);
-        const bool glu = g.glu.p != nullptr, okA = rowA < S.d, okB = rowB < B.d;
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int r = 2 * t + e;   /* activation row */
-            if (r >= g.n) continue;
-            if (glu) {
-                if (okA) st(g.glu, r, rowA, act_fn(g.act, acc[e]) * acc[2 + e]);
-                continue;
-            }
-            if (okA) {
-                float v = acc[e] + (S.bias.p ? ld(S.bias, 0, rowA) : 0.0f);
-                if (g.mul.p) v = act_fn(g.act, v) * ld(g.mul, r, rowA);
-                st(S.out, r, rowA, v);
-            }
-            if (okB) {
-                float v = acc[2 + e] + (S.bias.p ? ld(S.bias, 0, rowB) : 0.0f);
-                if (g.mul.p) v = act_fn(g.act, v) * ld(g.mul, r, rowB);
-                st(S.out, r, rowB, v);
-            }
-        }
-    }
-#pragma unroll
-    for (int e = 0; e < 4; e++) acc[e] = 0.0f;
-}
-
 template <int BITS, int G>
-__global__ void __launch_bounds__(TC_WARPS * 32, TC_BLOCKS_SM) qgemv_tc_kernel(QArgs g) {
-    constexpr int RING = BITS == 4 ? 3 : 2;   /* k-blocks in flight a warp: 3 or 4 KB of weights */
-    constexpr int WKB = TC_KB * BITS / 32;    /* words of a row in a k-block: 16 or 32 */
-    constexpr int NG = TC_KB / G;             /* groups in a k-block */
-    constexpr int WG = G * BITS / 32;         /* words of a row in a group */
-    constexpr int QW = WG / 4;                /* a thread's words of a row in a group */
-    constexpr int VPW = 32 / BITS;            /* values a word */
+__global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
+    constexpr int TC_RING = BITS == 4 ? 3 : 2;   /* k-blocks in flight a warp: 2 or 4 KB of weights */
+    constexpr int WKB = TC_KB * BITS / 32;   /* words of a row in a k-block: 16 or 32 */
+    constexpr int NG = TC_KB / G;            /* groups in a k-block */
+    constexpr int WG = G * BITS / 32;        /* words of a row in a group */
+    constexpr int QW = WG / 4;               /* a thread's words of a row in a group */
+    constexpr int VPW = 32 / BITS;           /* values a word */
     constexpr float OFF = BITS == 4 ? 128.0f : 2176.0f;
-    __shared__ float red[TC_WARPS][4][32];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gi = lane >> 2, t = lane & 3;
+    const bool glu = g.glu.p != nullptr;
+    const int64_t cu = (int64_t)(blockIdx.x / (unsigned)g.splits);   /* the unit over all products */
+    const int si = glu ? 0 : (g.nseg > 2 && cu >= g.s2.block0) ? 2 : (g.nseg > 1 && cu >= g.s1.block0) ? 1 : 0;
+    const QSeg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
+    const QSeg B = glu ? g.s1 : S;   /* MMA rows 8-15 */
     const int split = (int)(blockIdx.x % (unsigned)g.splits);
-    const int64_t clusters = gridDim.x / (unsigned)g.splits, first = blockIdx.x / (unsigned)g.splits;
+    const int64_t unit = cu - S.block0;
+    /* weight rows of MMA rows g (side A, product S) and g + 8 (side B) */
+    const int64_t rowA = glu ? unit * 8 + gi : unit * 16 + gi, rowB = glu ? unit * 8 + gi : unit * 16 + 8 + gi;
+    const bool okA = rowA < S.d, okB = rowB < B.d;
     const int nkb = (int)(g.k / TC_KB), kb0 = (int)((int64_t)split * nkb / g.splits) + warp;
     const int kb_end = (int)((int64_t)(split + 1) * nkb / g.splits);
-    const int mine = kb_end > kb0 ? (kb_end - kb0 + TC_WARPS - 1) / TC_WARPS : 0;   /* this warp's k-blocks a unit */
-    const int64_t my_units = g.units > first ? (g.units - first + clusters - 1) / clusters : 0;
-    const int64_t items = my_units * mine;
+    const int mine = kb_end > kb0 ? (kb_end - kb0 + TC_WARPS - 1) / TC_WARPS : 0;   /* this warp's k-blocks */
 
-    /* the fetch cursor runs RING items (k-blocks) ahead of the use cursor, across units */
-    uint32_t wa[RING][NG * QW], wb[RING][NG * QW], sa[RING][NG], sb[RING][NG];
-    int64_t fu = first;
-    int fj = 0;
-    TcRows fr = tc_rows(g, fu, gi, t, QW);
-    auto fetch_next = [&](int r) {
-        if (fu >= g.units || mine == 0) return;
-        const int64_t kb = kb0 + TC_WARPS * fj;
+    const uint32_t *qa = S.q + (okA ? rowA : 0) * S.wpr + t * QW, *qb = B.q + (okB ? rowB : 0) * B.wpr + t * QW;
+    const uint32_t *sba = (const uint32_t *)S.sb + (okA ? rowA : 0) * S.G, *sbb = (const uint32_t *)B.sb + (okB ? rowB : 0) * B.G;
+    uint32_t wa[TC_RING][NG * QW], wb[TC_RING][NG * QW], sa[TC_RING][NG], sb[TC_RING][NG];
+    auto fetch = [&](int r, int kb) {
 #pragma unroll
         for (int i = 0; i < NG; i++) {
-            ld_words<QW>(fr.qa + kb * WKB + i * WG, fr.oka, &wa[r][i * QW]);
-            ld_words<QW>(fr.qb + kb * WKB + i * WG, fr.okb, &wb[r][i * QW]);
+            ld_words<QW>(qa + (int64_t)kb * WKB + i * WG, okA, &wa[r][i * QW]);
+            ld_words<QW>(qb + (int64_t)kb * WKB + i * WG, okB, &wb[r][i * QW]);
         }
-        ld_words<NG>(fr.sba + kb * NG, fr.oka, sa[r]);
-        ld_words<NG>(fr.sbb + kb * NG, fr.okb, sb[r]);
-        if (++fj == mine) {
-            fj = 0;
-            fu += clusters;
-            if (fu < g.units) fr = tc_rows(g, fu, gi, t, QW);
-        }
+        ld_words<NG>(sba + (int64_t)kb * NG, okA, sa[r]);
+        ld_words<NG>(sbb + (int64_t)kb * NG, okB, sb[r]);
     };
 
     const bool xon = gi < g.n;
     const __nv_bfloat16 *xr = (const __nv_bfloat16 *)g.x + (xon ? gi : 0) * g.xstride + t * (G / 4);
     const uint32_t ones[4] = {0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u};
+    const int f16a = S.sbt == CF_F16, f16b = B.sbt == CF_F16;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    auto use = [&](int r, int kb, int f16a, int f16b) {
+    auto use = [&](int r, int kb) {
 #pragma unroll
         for (int i = 0; i < NG; i++) {
             float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -405,32 +303,66 @@ __global__ void __launch_bounds__(TC_WARPS * 32, TC_BLOCKS_SM) qgemv_tc_kernel(Q
     /* the first k-blocks' weights before waiting for the kernel ahead (weights are never written by it: k_gemv.cuh);
      * x after */
 #pragma unroll
-    for (int r = 0; r < RING; r++) fetch_next(r);
+    for (int r = 0; r < TC_RING; r++)
+        if (r < mine) fetch(r, kb0 + TC_WARPS * r);
     pdl_wait();
     pdl_launch_next();
-    int64_t cu = first;
-    int cj = 0, f16a = fr.f16a, f16b = fr.f16b;
-    if (cu < g.units) {
-        const TcRows cr = tc_rows(g, cu, gi, t, QW);
-        f16a = cr.f16a;
-        f16b = cr.f16b;
-    }
-    for (int64_t base = 0; base < items; base += RING) {
+    for (int base = 0; base < mine; base += TC_RING) {
 #pragma unroll
-        for (int r = 0; r < RING; r++) {
-            if (base + r >= items) break;
-            use(r, kb0 + TC_WARPS * cj, f16a, f16b);
-            fetch_next(r);
-            if (++cj == mine) {
-                tc_unit_end(g, cu, acc, red);
-                cj = 0;
-                cu += clusters;
-                if (cu < g.units) {
-                    const TcRows cr = tc_rows(g, cu, gi, t, QW);
-                    f16a = cr.f16a;
-                    f16b = cr.f16b;
-                }
+        for (int r = 0; r < TC_RING; r++) {
+            const int idx = base + r;
+            if (idx >= mine) break;
+            const int kb = kb0 + TC_WARPS * idx;
+            use(r, kb);
+            if (idx + TC_RING < mine) fetch(r, kb + TC_WARPS * TC_RING);
+        }
+    }
+
+    __shared__ float red[TC_WARPS][4][32];
+#pragma unroll
+    for (int e = 0; e < 4; e++) red[warp][e][lane] = acc[e];
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float v = 0.0f;
+            for (int w = 0; w < TC_WARPS; w++) v += red[w][e][lane];
+            acc[e] = v;
+            red[0][e][lane] = v;   /* the block's sums, for block 0 of the cluster */
+        }
+    }
+    if (g.splits > 1) {
+        /* every thread of every block takes part in both cluster barriers: block 0 reads the others' sums after the
+         * first, and they keep their shared memory until the second */
+        namespace cg = cooperative_groups;
+        cg::cluster_group cl = cg::this_cluster();
+        cl.sync();
+        if (split == 0 && warp == 0)
+            for (int z = 1; z < g.splits; z++) {
+                const float *r = cl.map_shared_rank(&red[0][0][0], z);
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[e] += r[e * 32 + lane];
             }
+        cl.sync();
+    }
+    if (warp != 0 || split != 0) return;
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int r = 2 * t + e;   /* activation row */
+        if (r >= g.n) continue;
+        if (glu) {
+            if (okA) st(g.glu, r, rowA, act_fn(g.act, acc[e]) * acc[2 + e]);
+            continue;
+        }
+        if (okA) {
+            float v = acc[e] + (S.bias.p ? ld(S.bias, 0, rowA) : 0.0f);
+            if (g.mul.p) v = act_fn(g.act, v) * ld(g.mul, r, rowA);
+            st(S.out, r, rowA, v);
+        }
+        if (okB) {
+            float v = acc[2 + e] + (S.bias.p ? ld(S.bias, 0, rowB) : 0.0f);
+            if (g.mul.p) v = act_fn(g.act, v) * ld(g.mul, r, rowB);
+            st(S.out, r, rowB, v);
         }
     }
 }
@@ -830,8 +762,7 @@ static cudaError_t qgemv_pick_n(cudaStream_t st, const QArgs &g, int64_t blocks,
 }
 
 /* whether qgemv_tc_kernel takes the job: bf16 x, bf16 or f16 (scale, bias) pairs, one group size, and k a multiple
- * of TC_KB (128 values) with a k-block for every warp of a block; cfk_qjob_ok has checked the rest (4 or 8 bits
- * alike, x rows 16-byte aligned) */
+ * of TC_KB (128 values), at least one k-block a warp; cfk_qjob_ok has checked the rest (4 or 8 bits alike, x rows 16-byte aligned) */
 static bool qjob_tc_ok(const cfk_qjob *j) {
     if (!cfk_cfg.qgemv_tc || j->x.dtype != CF_BF16 || j->x.cols % TC_KB || j->x.cols < TC_KB * TC_WARPS) return false;
     for (int s = 0; s < j->n_seg; s++)
@@ -862,36 +793,24 @@ static cudaError_t qgemv_tc_launch(cudaStream_t st, int group, dim3 grid, unsign
 
 static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
     const bool glu = j->glu_out.data != NULL;
+    /* k split over a cluster while the blocks fall short of 4 an SM and each warp keeps at least 2 k-blocks
+     * (Llama-3-8B at the default of at most 2: q/k/v, o and down 2 blocks a unit, gate/up and the output layer 1);
+     * it depends on the shapes only, not on the activation rows */
     int64_t units = 0, unit0[3] = {0, 0, 0};   /* units in all; the first unit of each product */
     for (int s = 0; s < j->n_seg; s++) {
         unit0[s] = glu ? 0 : units;
         if (!glu || s == 0) units += ceil_div(j->w[s]->rows, glu ? 8 : 16);
     }
-    /* k split over a cluster of `splits` blocks (each block at least TC_WARPS k-blocks a unit) when that spreads the
-     * units' work more evenly over the resident blocks: the smallest split whose last round of units keeps 85% of
-     * the blocks busy, else the most even (Llama-3-8B on 132 SMs: q/k/v and o 2, down 2, gate/up 1). It depends on the
-     * shapes only, not on the activation rows. */
-    const int64_t nkb = j->x.cols / TC_KB, slots = (int64_t)cfk_cfg.n_sm * TC_BLOCKS_SM;
+    const int64_t nkb = j->x.cols / TC_KB;
     int splits = 1;
-    double best = 0.0;
-    for (int s = 1; s <= cfk_cfg.qgemv_tc_splits && nkb >= (int64_t)TC_WARPS * s; s *= 2) {
-        const int64_t work = units * s, rounds = ceil_div(work, slots);
-        const double even = (double)work / (double)(rounds * slots);
-        if (even > best + 1e-9) {
-            best = even;
-            splits = s;
-        }
-        if (even >= 0.85) break;
-    }
-    const int64_t clusters = units < slots / splits ? units : slots / splits;
+    while (splits < cfk_cfg.qgemv_tc_splits && units * splits < (int64_t)cfk_cfg.n_sm * 4 && nkb >= (int64_t)4 * TC_WARPS * splits) splits *= 2;
     for (int64_t r0 = 0; r0 < j->x.rows; r0 += 8) {
         const cfk_qjob jr = qjob_rows(j, r0, (int)(j->x.rows - r0 < 8 ? j->x.rows - r0 : 8));
         QArgs g = qargs(&jr);
         QSeg *segs[3] = {&g.s0, &g.s1, &g.s2};
         for (int s = 0; s < j->n_seg; s++) segs[s]->block0 = unit0[s];
         g.splits = splits;
-        g.units = units;
-        const dim3 grid((unsigned)(clusters * splits));
+        const dim3 grid((unsigned)(units * splits));
         const cudaError_t e = j->w[0]->bits == 4 ? qgemv_tc_launch<4>(st, j->w[0]->group, grid, (unsigned)splits, g)
                                                  : qgemv_tc_launch<8>(st, j->w[0]->group, grid, (unsigned)splits, g);
         if (e != cudaSuccess) return e;
