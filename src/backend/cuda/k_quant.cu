@@ -193,8 +193,8 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
  * rows 8-15), the k-blocks (TC_KB values) of its range dealt to its warps in turn. Each thread loads its own words
  * straight into registers (no shared memory, no barrier): in every group, thread (g, t) takes quarter t of the
  * group's words of rows g and g + 8 (k_quant.cuh's tc_* mapping: a quad's MMA stays inside a group), with the
- * group's (scale, bias) word of both rows, 3 (8 bits: 2) k-blocks in flight a warp; and the same values of x of activation
- * row g through L1 (zeros for g >= n). Each word is two MMAs on 128 + q (8 bits: 128 + lo and 16 (128 + hi)), and an
+ * group's (scale, bias) word of both rows, 3 (8 bits: 2) k-blocks in flight a warp; and the same values of x of
+ * activation row g through L1 (zeros for g >= n). Each word is two MMAs on 128 + q (8 bits: 128 + lo and 16 (128 + hi)), and an
  * all-ones MMA sums x over the same values; tc_group_end applies scale and bias in f32 at each group's end. The
  * warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU, gate).
  * Split k: when the units are too few to keep 4 blocks on every SM (o, down, q/k/v of Llama-3-8B), a cluster of
@@ -225,7 +225,7 @@ __device__ __forceinline__ void ld_words(const uint32_t *p, bool ok, uint32_t *d
 
 template <int BITS, int G>
 __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
-    constexpr int TC_RING = BITS == 4 ? 3 : 2;   /* k-blocks in flight a warp: 2 or 4 KB of weights */
+    constexpr int TC_RING = BITS == 4 ? 3 : 2;   /* k-blocks in flight a warp: 3 or 4 KB of weights */
     constexpr int WKB = TC_KB * BITS / 32;   /* words of a row in a k-block: 16 or 32 */
     constexpr int NG = TC_KB / G;            /* groups in a k-block */
     constexpr int WG = G * BITS / 32;        /* words of a row in a group */
@@ -762,7 +762,8 @@ static cudaError_t qgemv_pick_n(cudaStream_t st, const QArgs &g, int64_t blocks,
 }
 
 /* whether qgemv_tc_kernel takes the job: bf16 x, bf16 or f16 (scale, bias) pairs, one group size, and k a multiple
- * of TC_KB (128 values), at least one k-block a warp; cfk_qjob_ok has checked the rest (4 or 8 bits alike, x rows 16-byte aligned) */
+ * of TC_KB (128 values), at least one k-block a warp; cfk_qjob_ok has checked the rest (4 or 8 bits alike, x rows
+ * 16-byte aligned) */
 static bool qjob_tc_ok(const cfk_qjob *j) {
     if (!cfk_cfg.qgemv_tc || j->x.dtype != CF_BF16 || j->x.cols % TC_KB || j->x.cols < TC_KB * TC_WARPS) return false;
     for (int s = 0; s < j->n_seg; s++)
