@@ -135,7 +135,7 @@ typedef struct cinfer_engine_params {
     /* Lookahead: while the device runs a decode step, the next one is already queued behind it (its inputs are
      * the tokens picked on the device), so the device does not wait for the host between steps. The host reads
      * each step's tokens one step later; a session that stops there has its queued row discarded (one that reaches
-     * max_tokens gets none). A session that joins the batch meanwhile comes with the queued step when its whole
+     * max_tokens, or is cancelled, gets none). A session that joins the batch meanwhile comes with the queued step when its whole
      * prompt fits the step's token budget. Only while every session picks on the device without speculating;
      * otherwise steps run one at a time. Not for models whose sliding-window layers keep their own KV pool (Gemma's,
      * among others).

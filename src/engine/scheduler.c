@@ -829,11 +829,19 @@ static void leave_in_flight(cinfer_engine *e, int n) {
     e->item_s = e->item_s_mem + other;
 }
 
+/* s leaves the batch and settles as cancelled (by its caller or its idle consumer) */
+static void settle_cancelled(cinfer_engine *e, cinfer_session *s) {
+    run_remove(e, s);
+    cf_step_end end = {.outcome = CINFER_OUTCOME_CANCELLED};
+    settle(e, s, &end);
+}
+
 /* A collected step's results: each session's token committed (or its drafts verified). A session whose generation
  * ends settles, unless the step after this one is in flight (follow) with a row of it: then it leaves the batch now
  * and settles when that step is collected, its row there unused (ending). landed: a step that was in flight, whose
- * token a session cancelled meanwhile does not take (its cancellation ends it where it would without lookahead).
- * Returns whether every row was a decode row. */
+ * token a session cancelled meanwhile does not take (its cancellation ends it where it would without lookahead): it
+ * settles now, or, with a row in the step in flight after this one, when that one lands. Returns whether every row
+ * was a decode row. */
 static int take_results(cinfer_engine *e, const cf_batch_item *items, cinfer_session **item_s, int n, int follow, int landed) {
     int decode_only = 1;
     for (int i = 0; i < n; i++) {
@@ -844,7 +852,10 @@ static int take_results(cinfer_engine *e, const cf_batch_item *items, cinfer_ses
             settle(e, s, &s->end);
             continue;
         }
-        if (landed && atomic_load(&s->cancel) != CINFER_CANCEL_NONE) continue;   /* settled by the next turn */
+        if (landed && atomic_load(&s->cancel) != CINFER_CANCEL_NONE) {
+            if (!(follow && s->queued_in == e->n_follow_ups)) settle_cancelled(e, s);
+            continue;
+        }
         if (it->n > 1 && it->logits != CF_LOGITS_ALL) decode_only = 0;
         if (!it->pick && it->logits == CF_LOGITS_NONE) {   /* a prompt chunk short of the end */
             decode_only = 0;
@@ -901,8 +912,8 @@ static int may_queue(cinfer_session *s) {
 }
 
 /* The step after the one in flight, built in e->items when it can be queued now (lookahead): that step's sessions in
- * its order, less those that ended (whose rows in it are not used) and those whose token in flight is their last
- * (left out: they settle when it lands), each picking on the device without speculating and not cancelled; then
+ * its order, less those that ended (whose rows in it are not used), those whose token in flight is their last and
+ * those cancelled (left out: they settle when it lands), each picking on the device without speculating; then
  * every session that joined the batch since (a new prompt, or a preempted session's recomputation), each with the
  * whole of what it has left to evaluate, picking on the device, all within the step's token budget; and room in the
  * KV memory for all of it. Returns its items, 0 when the batch does not go on that way (then the step in flight is
@@ -913,6 +924,7 @@ static int build_follow_up(cinfer_engine *e, int *joining) {
         cinfer_session *s = e->fly_s[i];
         if (s->ending) continue;
         if (k == e->n_run || e->run[k++] != s) return 0;
+        if (atomic_load(&s->cancel) != CINFER_CANCEL_NONE || consumer_idle(s)) continue;   /* settles when its step lands */
         const int rows = e->fly[i].n;
         if (!may_queue(s) || cf_rseq_len(s->rs) + rows + 1 > e->max_ctx) return 0;
         if ((int)s->n_tokens + 1 >= s->plan.output_limit) continue;   /* its last token is in flight */
@@ -989,9 +1001,7 @@ static void iterate(cinfer_engine *e) {
     for (int i = 0; i < e->n_run;) {
         cinfer_session *s = e->run[i];
         if (atomic_load(&s->cancel) != CINFER_CANCEL_NONE || consumer_idle(s)) {
-            run_remove(e, s);
-            cf_step_end end = {.outcome = CINFER_OUTCOME_CANCELLED};
-            settle(e, s, &end);
+            settle_cancelled(e, s);
             continue;
         }
         i++;

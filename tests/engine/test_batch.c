@@ -530,10 +530,11 @@ int main(int argc, char **argv) {
         cinfer_engine_free(e);
     }
     {   /* requests opened while a step is in flight (the gate's session, with tokens to go, holds the engine's thread
-         * while the step after its first is queued) join the step queued behind that one, and give their outputs alone */
-        static const int dev[] = {0, 1, 2, 3, 15};
+         * while the step after its first is queued) join the step queued behind that one, and give their outputs alone;
+         * one (13) is cancelled by its consumer and leaves without stopping the lookahead */
+        static const int dev[] = {0, 1, 2, 3, 13, 15};
         enum { N_DEV = sizeof dev / sizeof dev[0] };
-        e = engine(32, 64, 0);
+        e = engine(32, 128, 0);
         if (!e) return 1;
         const spec g = make_spec(4, 24, 998);
         run_picked(e, sp, alone, dev, N_DEV, &g, "joined behind a step in flight");
