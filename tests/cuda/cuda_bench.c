@@ -9,11 +9,16 @@
  *   copy bandwidth / (weight bytes without the embedding table + KV bytes), as cinfer bench counts.
  * - prefill: 4096 tokens in chunks (256 as the model does, and 4096), FLOPs 2 * params * tokens.
  * - paged attention (attention_paged): decode of 1..128 sequences and prefill, against the contiguous op.
- * Usage: cuda_bench [--quick | --short | --gemv | --paged]  (quick: a 4-layer model and small sweeps, a smoke run;
- * short: the full model, fewer sweep points; gemv: the one-row GEMV table alone; paged: the paged attention table alone) */
+ * - quantized GEMV (--qgemv alone): packed bytes (words, scales and biases) / time of matmul and matmul_glu with
+ *   random 4- and 8-bit weights (group 64, bf16 pairs) of Llama-3-8B's shapes, by activation rows, for the
+ *   tensor-core kernel with k split over at most 1, 2 or 4 blocks and for the CUDA-core kernel.
+ * Usage: cuda_bench [--quick | --short | --gemv | --paged | --qgemv]  (quick: a 4-layer model and small sweeps, a
+ * smoke run; short: the full model, fewer sweep points; gemv: the one-row GEMV table alone; paged: the paged
+ * attention table alone; qgemv: the quantized GEMV table alone) */
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
+#include "base/qweight.h"
 #include "base/status.h"
 
 #include <math.h>
@@ -146,6 +151,92 @@ static void bench_gemv(int quick) {
     cfk_cfg.gemv_unroll = dflt_u;
     cfk_cfg.gemv_warps = dflt_w;
     cfk_cfg.gemv_max_rows = dflt_r;
+}
+
+/* ---- quantized GEMV ---- */
+
+typedef struct qgemv_ctx {
+    cf_tensor x, out, gate, up, w[48], u[48];
+    int nw, glu;
+} qgemv_ctx;
+
+static void qgemv_work(void *c, int i) {
+    qgemv_ctx *g = c;
+    cf_tensor none = {0};
+    if (g->glu) op->matmul_glu(be, g->out, g->x, g->w[i % g->nw], g->u[i % g->nw], CF_ACT_SILU, g->gate, g->up);
+    else op->matmul(be, g->out, g->x, g->w[i % g->nw], none);
+}
+
+/* random weights quantized once on the host (bits, group 64, bf16 pairs) and uploaded n times */
+static void qupload(int64_t d, int64_t k, int bits, int n, cf_tensor *out) {
+    const int64_t wpr = cf_qweight_words_per_row(bits, k), G = k / 64;
+    float *f = malloc((size_t)(d * k) * sizeof *f);
+    uint32_t *q = malloc((size_t)(d * wpr) * 4);
+    uint16_t *sc = malloc((size_t)(d * G) * 2), *bi = malloc((size_t)(d * G) * 2);
+    if (!f || !q || !sc || !bi) {
+        fprintf(stderr, "cuda_bench: out of host memory\n");
+        exit(1);
+    }
+    uint64_t r = 12345;
+    for (int64_t i = 0; i < d * k; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        f[i] = ((float)(r >> 40) / (float)(1 << 24) - 0.5f) * 0.04f;
+    }
+    cf_qweight_quantize(f, d, k, bits, 64, CF_BF16, q, sc, bi);
+    const cf_qweight w = {.q = q, .scales = sc, .biases = bi, .sb_dtype = CF_BF16, .bits = bits, .group = 64, .rows = d, .cols = k};
+    cinfer_error e = {0};
+    for (int i = 0; i < n; i++) ok(op->upload_qweight(be, &w, &out[i], &e), &e, "upload_qweight");
+    free(f);
+    free(q);
+    free(sc);
+    free(bi);
+}
+
+static void bench_qgemv(void) {
+    struct { const char *name; int d, k, glu; } shapes[] = {
+        {"q/o   4096x4096", 4096, 4096, 0}, {"k/v   1024x4096", 1024, 4096, 0}, {"gate+up 2x14336x4096 (GLU)", 14336, 4096, 1},
+        {"down 4096x14336", 4096, 14336, 0}, {"lm_head 128256x4096", 128256, 4096, 0},
+    };
+    const int rows[] = {1, 2, 8}, bits[] = {4, 8};
+    const int dflt_s = cfk_cfg.qgemv_tc_splits, dflt_tc = cfk_cfg.qgemv_tc;
+    printf("\n## quantized GEMV (group 64, bf16 pairs, bf16 x): packed GB/s (words + scales + biases) and %% of copy bandwidth;\n"
+           "## tensor-core kernel with k split over at most 1, 2, 4 blocks, and the CUDA-core kernel\n");
+    printf("| shape | bits | rows | tc 1 | tc 2 | tc 4 | CUDA cores |\n|---|---:|---:|---:|---:|---:|---:|\n");
+    for (size_t b = 0; b < 2; b++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            qgemv_ctx g = {.glu = shapes[s].glu};
+            const int64_t d = shapes[s].d, k = shapes[s].k;
+            const double bytes = (shapes[s].glu ? 2.0 : 1.0) * d * (k * bits[b] / 8.0 + k / 64 * 4.0);
+            g.nw = (int)ceil(768e6 / bytes);
+            if (g.nw < 2) g.nw = 2;
+            if (g.nw > 48) g.nw = 48;
+            qupload(d, k, bits[b], g.nw, g.w);
+            if (g.glu) qupload(d, k, bits[b], g.nw, g.u);
+            for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+                g.x = rnd(rows[r], k, 1.0f, 7);
+                g.out = alloc(CF_F32, rows[r], d);
+                g.gate = alloc(CF_F32, rows[r], d);
+                g.up = alloc(CF_F32, rows[r], d);
+                printf("| %s | %d | %d |", shapes[s].name, bits[b], rows[r]);
+                for (int v = 0; v < 4; v++) {
+                    cfk_cfg.qgemv_tc = v < 3;
+                    cfk_cfg.qgemv_tc_splits = v < 3 ? 1 << v : dflt_s;
+                    const double t = time_graph(qgemv_work, &g, 4 * g.nw), gbs = bytes / t / 1e9;
+                    printf(" %.0f (%.0f%%) |", gbs, 100 * gbs / copy_bw);
+                }
+                printf("\n");
+                op->free_tensor(be, &g.x);
+                op->free_tensor(be, &g.out);
+                op->free_tensor(be, &g.gate);
+                op->free_tensor(be, &g.up);
+            }
+            for (int i = 0; i < g.nw; i++) {
+                op->free_tensor(be, &g.w[i]);
+                if (g.glu) op->free_tensor(be, &g.u[i]);
+            }
+        }
+    cfk_cfg.qgemv_tc_splits = dflt_s;
+    cfk_cfg.qgemv_tc = dflt_tc;
 }
 
 /* ---- attention ---- */
@@ -548,6 +639,7 @@ static void bench_model(int quick, double gemm_tflops) {
 int main(int argc, char **argv) {
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
     const int gemv_only = argc > 1 && !strcmp(argv[1], "--gemv"), paged_only = argc > 1 && !strcmp(argv[1], "--paged");
+    const int qgemv_only = argc > 1 && !strcmp(argv[1], "--qgemv");
     short_run = gemv_only || (argc > 1 && !strcmp(argv[1], "--short"));
     setvbuf(stdout, NULL, _IOLBF, 0);   /* every line out as it is made, should the run be cut short */
     cinfer_error e = {0};
@@ -563,9 +655,10 @@ int main(int argc, char **argv) {
     op = be->ops;
     ok(cf_cuda_memcpy_bandwidth(be, (size_t)4 << 30, 20, &copy_bw, &e), &e, "copy bandwidth");
     printf("# cuda_bench%s\n\ndevice-to-device copy (4 GiB, read + write): %.0f GB/s\n", argc > 1 ? argv[1] : "", copy_bw);
-    if (gemv_only || paged_only) {
+    if (gemv_only || paged_only || qgemv_only) {
         if (gemv_only) bench_gemv(0);
-        else bench_paged(0);
+        else if (paged_only) bench_paged(0);
+        else bench_qgemv();
         cf_backend_destroy(be);
         return 0;
     }
