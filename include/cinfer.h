@@ -183,6 +183,7 @@ typedef struct cinfer_engine_stats {
     int kv_window;               /* positions those layers look back */
     long lookahead_steps;        /* of the steps, those queued behind the one in flight (cinfer_engine_params.lookahead) */
     long lookahead_joins;        /* sessions that joined the batch in such a step rather than waiting for the one in flight */
+    long preemptions;            /* sessions sent back to the queue to free KV memory (they recompute when readmitted) */
 } cinfer_engine_stats;
 void cinfer_engine_get_stats(cinfer_engine *e, cinfer_engine_stats *out);
 

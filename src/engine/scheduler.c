@@ -105,7 +105,7 @@ struct cinfer_engine {
     int step_tokens;              /* tokens committed by the current step */
     /* published under mu at the end of each turn, for cinfer_engine_get_stats */
     int pub_running, pub_blocks_available, pub_blocks_cached, pub_wblocks_available;
-    long pub_steps, pub_follow_ups, pub_joins;
+    long pub_steps, pub_follow_ups, pub_joins, pub_preemptions;
     double turn_s, runner_s, pub_turn_s, pub_runner_s, pub_wait_s;   /* cinfer_engine_stats' *_seconds */
 };
 
@@ -981,6 +981,7 @@ static void land(cinfer_engine *e, double t0) {
     e->fly_n = 0;
     if (st != CINFER_OK) {   /* the runner dropped both steps */
         fail_step(e, ss, n, st, &err);
+        e->turn_s += mono_now() - t0;
         return;
     }
     if (follow) leave_in_flight(e, nf);
@@ -1051,6 +1052,7 @@ static void iterate(cinfer_engine *e) {
     }
     if (st != CINFER_OK) {
         fail_step(e, e->item_s, n, st, &err);
+        e->turn_s += mono_now() - t0;
         return;
     }
     if (left) {   /* its results come with the next turn's land */
@@ -1081,6 +1083,7 @@ static void publish_stats(cinfer_engine *e) {
     e->pub_steps = e->n_steps;
     e->pub_follow_ups = e->n_follow_ups;
     e->pub_joins = e->n_joins;
+    e->pub_preemptions = e->n_preemptions;
     e->pub_turn_s = e->turn_s;
     e->pub_runner_s = e->runner_s;
     e->pub_wait_s = cf_runner_wait_seconds(e->runner);
@@ -1106,7 +1109,8 @@ void cinfer_engine_get_stats(cinfer_engine *e, cinfer_engine_stats *out) {
                                  .kv_window_block_bytes = cf_runner_wblock_bytes(e->runner),
                                  .kv_window = cf_runner_window(e->runner),
                                  .lookahead_steps = e->pub_follow_ups,
-                                 .lookahead_joins = e->pub_joins};
+                                 .lookahead_joins = e->pub_joins,
+                                 .preemptions = e->pub_preemptions};
     pthread_mutex_unlock(&e->mu);
 }
 

@@ -103,6 +103,11 @@ static int counter(cf_buf *out, const char *name, const char *help, uint64_t v) 
     return cf_buf_printf(out, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, (unsigned long long)v);
 }
 
+/* a counter of seconds */
+static int counter_s(cf_buf *out, const char *name, const char *help, double v) {
+    return cf_buf_printf(out, "# HELP %s %s\n# TYPE %s counter\n%s %.9g\n", name, help, name, name, v);
+}
+
 static int gauge(cf_buf *out, const char *name, const char *help, double v) {
     return cf_buf_printf(out, "# HELP %s %s\n# TYPE %s gauge\n%s %.9g\n", name, help, name, name, v);
 }
@@ -153,5 +158,17 @@ int cf_metrics_render(cf_metrics *m, cinfer_engine *e, int model_loaded, cf_buf 
         bad |= gauge(out, "cinfer_kv_window_blocks_used", "Sliding-window KV blocks held by sequences.", es.kv_window_blocks_used);
     }
     bad |= counter(out, "cinfer_engine_steps_total", "Forward steps the engine has run.", (uint64_t)es.steps);
+    bad |= counter(out, "cinfer_engine_lookahead_steps_total", "Steps queued behind the one in flight (lookahead).",
+                   (uint64_t)es.lookahead_steps);
+    bad |= counter(out, "cinfer_engine_lookahead_joins_total", "Sequences that joined the batch in a step queued behind the one in flight.",
+                   (uint64_t)es.lookahead_joins);
+    bad |= counter(out, "cinfer_preemptions_total", "Sequences sent back to the queue to free KV memory (recomputed when readmitted).",
+                   (uint64_t)es.preemptions);
+    bad |= counter_s(out, "cinfer_engine_busy_seconds_total", "The engine thread's turns: building, running and taking its steps.",
+                     es.turn_seconds);
+    bad |= counter_s(out, "cinfer_engine_runner_seconds_total", "Of the turns, the model runner's steps (the forward pass).",
+                     es.runner_seconds);
+    bad |= counter_s(out, "cinfer_engine_device_wait_seconds_total", "Of the runner's steps, the wait for the device's results.",
+                     es.device_wait_seconds);
     return bad ? -1 : 0;
 }

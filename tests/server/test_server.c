@@ -182,13 +182,19 @@ static double wait_closed(int fd, double timeout) {
 }
 
 /* The value of a metric line "name{labels} value" in the exposition, or -1. */
+/* the value of a series in an exposition; -1 when absent */
+static double series_value(const char *body, const char *series) {
+    double v = -1;
+    size_t n = strlen(series);
+    for (const char *p = body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (!strncmp(p, series, n) && p[n] == ' ') v = atof(p + n + 1);
+    return v;
+}
+
 static double metric(int port, const char *series) {
     resp r;
     if (request(port, "GET", "/metrics", NULL, NULL, &r)) return -1;
-    double v = -1;
-    size_t n = strlen(series);
-    for (const char *p = r.body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-        if (!strncmp(p, series, n) && p[n] == ' ') v = atof(p + n + 1);
+    const double v = series_value(r.body, series);
     resp_free(&r);
     return v;
 }
@@ -293,6 +299,17 @@ static void test_metrics(int port) {
     CHECK(metric(port, "cinfer_model_loaded") == 1, "model loaded gauge");
     CHECK(metric(port, "cinfer_kv_blocks_total") > 0, "KV blocks total");
     CHECK(metric(port, "cinfer_time_to_first_token_seconds_bucket{le=\"+Inf\"}") >= 0, "TTFT histogram");
+    CHECK(metric(port, "cinfer_preemptions_total") >= 0 && metric(port, "cinfer_engine_lookahead_steps_total") >= 0 &&
+              metric(port, "cinfer_engine_lookahead_joins_total") >= 0,
+          "preemption and lookahead counters");
+    if (!request(port, "GET", "/metrics", NULL, NULL, &r)) {   /* one exposition: the three counters of one moment */
+        const double busy = series_value(r.body, "cinfer_engine_busy_seconds_total"),
+                     runner = series_value(r.body, "cinfer_engine_runner_seconds_total"),
+                     wait = series_value(r.body, "cinfer_engine_device_wait_seconds_total");
+        CHECK(busy >= runner && runner >= wait && wait >= 0, "the engine's seconds: busy %g >= runner %g >= device wait %g >= 0", busy,
+              runner, wait);
+        resp_free(&r);
+    }
 }
 
 static void test_tokenize(int port) {
