@@ -136,8 +136,9 @@ typedef struct cinfer_engine_params {
      * the tokens picked on the device), so the device does not wait for the host between steps. The host reads
      * each step's tokens one step later; a session that stops there has its queued row discarded (one that reaches
      * max_tokens, or is cancelled, gets none). A session that joins the batch meanwhile comes with the queued step when its whole
-     * prompt fits the step's token budget. Only while every session picks on the device without speculating;
-     * otherwise steps run one at a time. Not for models whose sliding-window layers keep their own KV pool (Gemma's,
+     * prompt fits the step's token budget. Only while every session picks on the device and drafts nothing in the
+     * next step (a session whose speculation the cost policy has paused counts as plain); otherwise steps run one at
+     * a time. Not for models whose sliding-window layers keep their own KV pool (Gemma's,
      * among others).
      * 0 = where the device runs apart from the host (CUDA), 1 = always, -1 = never. */
     int lookahead;

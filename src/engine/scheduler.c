@@ -809,13 +809,33 @@ static void abort_verify(cinfer_engine *e, int n) {
     }
 }
 
+/* Whether s drafts nothing in the next step, whatever its tokens: it has no draft source, or the policy has paused its
+ * speculation (its own pause, or the guard's for everyone) for at least that step. */
+static int spec_idle(const cinfer_engine *e, const cinfer_session *s) {
+    return !s->src || (!e->spec_always && (e->g_off > 0 || s->spec_off > 0));
+}
+
+/* A step queued behind the one in flight counts for the policy's pauses as a step without drafts counts in
+ * draft_phase: the guard's pause, else each speculating session's own, comes one step nearer its end. */
+static void spec_pauses_step(cinfer_engine *e, cinfer_session **ss, int n) {
+    int speculating = 0;
+    for (int i = 0; i < n; i++) speculating |= ss[i]->src != NULL;
+    if (!speculating || e->spec_always) return;
+    if (e->g_off > 0) {
+        e->g_off--;
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        if (ss[i]->src && ss[i]->spec_off > 0 && !--ss[i]->spec_off) ss[i]->spec_probe = 1;
+}
+
 /* Whether the step of n items just submitted may be left in flight: lookahead is on, the runner can queue a step
- * behind it, and no session speculates (the speculation policy times its steps, and build_follow_up would queue nothing
- * behind it). */
+ * behind it, and no session would draft in the next one (drafting needs the token in flight, and the policy times the
+ * steps it drafts in). */
 static int may_leave(const cinfer_engine *e, int n) {
     if (!e->lookahead || !cf_runner_can_follow(e->runner)) return 0;
     for (int i = 0; i < n; i++)
-        if (e->item_s[i]->src) return 0;
+        if (!spec_idle(e, e->item_s[i])) return 0;
     return 1;
 }
 
@@ -905,15 +925,15 @@ static void fail_step(cinfer_engine *e, cinfer_session **item_s, int n, cinfer_s
     }
 }
 
-/* whether s may take a row in a step queued behind the one in flight: it picks on the device, without speculating,
- * and is not cancelled */
-static int may_queue(cinfer_session *s) {
-    return s->device_pick && !s->src && atomic_load(&s->cancel) == CINFER_CANCEL_NONE && !consumer_idle(s);
+/* whether s may take a row in a step queued behind the one in flight: it picks on the device, drafts nothing in that
+ * step, and is not cancelled */
+static int may_queue(const cinfer_engine *e, cinfer_session *s) {
+    return s->device_pick && spec_idle(e, s) && atomic_load(&s->cancel) == CINFER_CANCEL_NONE && !consumer_idle(s);
 }
 
 /* The step after the one in flight, built in e->items when it can be queued now (lookahead): that step's sessions in
  * its order, less those that ended (whose rows in it are not used), those whose token in flight is their last and
- * those cancelled (left out: they settle when it lands), each picking on the device without speculating; then
+ * those cancelled (left out: they settle when it lands), each picking on the device and drafting nothing; then
  * every session that joined the batch since (a new prompt, or a preempted session's recomputation), each with the
  * whole of what it has left to evaluate, picking on the device, all within the step's token budget; and room in the
  * KV memory for all of it. Returns its items, 0 when the batch does not go on that way (then the step in flight is
@@ -926,7 +946,7 @@ static int build_follow_up(cinfer_engine *e, int *joining) {
         if (k == e->n_run || e->run[k++] != s) return 0;
         if (atomic_load(&s->cancel) != CINFER_CANCEL_NONE || consumer_idle(s)) continue;   /* settles when its step lands */
         const int rows = e->fly[i].n;
-        if (!may_queue(s) || cf_rseq_len(s->rs) + rows + 1 > e->max_ctx) return 0;
+        if (!may_queue(e, s) || cf_rseq_len(s->rs) + rows + 1 > e->max_ctx) return 0;
         if ((int)s->n_tokens + 1 >= s->plan.output_limit) continue;   /* its last token is in flight */
         need += cf_rseq_blocks_needed(s->rs, rows + 1);
         e->item_s[n++] = s;
@@ -935,7 +955,7 @@ static int build_follow_up(cinfer_engine *e, int *joining) {
     for (int i = k; i < e->n_run; i++) {   /* joined since: each whole, or the batch waits for the step in flight */
         cinfer_session *s = e->run[i];
         const int len = cf_rseq_len(s->rs), rest = s->n_ids - len;
-        if (rest < 1 || rest > budget || len + rest > e->max_ctx || !may_queue(s)) return 0;
+        if (rest < 1 || rest > budget || len + rest > e->max_ctx || !may_queue(e, s)) return 0;
         need += cf_rseq_blocks_needed(s->rs, rest);
         budget -= rest;
     }
@@ -973,6 +993,7 @@ static void land(cinfer_engine *e, double t0) {
         if (follow) {
             e->n_steps++, e->n_follow_ups++, e->n_joins += joining;
             for (int i = 0; i < nf; i++) e->item_s[i]->queued_in = e->n_follow_ups;
+            spec_pauses_step(e, e->item_s, nf);
         }
     }
     const double tr = mono_now();

@@ -40,6 +40,7 @@ static int THREADS = 2;
 /* engines draft whenever their sources propose (cf_engine_spec_always), so that counts of drafts do not depend on
  * timings; the first greedy checks run with the cost policy as shipped */
 static int SPEC_ALWAYS = 1;
+static int TINY;   /* the tiny model (--tiny) */
 
 /* ---- unit: the n-gram source ---- */
 
@@ -444,6 +445,14 @@ static void check_greedy(void) {
     SPEC_ALWAYS = 0;   /* the shipped policy: whatever it drafts, the output is the same */
     e = engine_with(4, 0, NULL, NULL);
     run_all(e, qs, NQ, 1, policy);
+    {
+        const cf_engine_stats st = cf_engine_get_stats(e);
+        printf("  ngram under the cost policy: %ld of %ld steps queued behind the one in flight (speculation paused)\n", st.lookahead_steps,
+               st.steps);
+        /* the tiny model's random weights accept few drafts: the policy pauses, and its paused sessions' steps are
+         * queued like plain ones */
+        if (TINY) CHECK(st.lookahead_steps > 0, "no step queued ahead while the policy paused speculation (%ld steps)", st.steps);
+    }
     cinfer_engine_free(e);
     SPEC_ALWAYS = 1;
     for (int i = 0; i < NQ; i++) {
@@ -943,6 +952,7 @@ int main(int argc, char **argv) {
         unit_many_and_replay();
     } else {
         const int tiny = argc == 3 && !strcmp(argv[1], "--tiny"), copy = argc == 3 && !strcmp(argv[1], "--copy");
+        TINY = tiny;
         if (!tiny && !copy && argc != 2) {
             fprintf(stderr, "usage: test_spec --unit | MODEL_DIR | --tiny TMP_DIR | --copy MODEL_DIR\n");
             return 2;
