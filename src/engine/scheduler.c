@@ -305,6 +305,9 @@ static int consumer_idle(cinfer_session *s) {
     return idle;
 }
 
+/* whether s is cancelled, by its caller or (now) its idle consumer */
+static int cancelled(cinfer_session *s) { return atomic_load(&s->cancel) != CINFER_CANCEL_NONE || consumer_idle(s); }
+
 /* Commits a picked token: stop ids, the sampler's history, the text, the output limit; a token that does
  * not end generation is the sequence's next input. Returns 1 when generation is over (*end says how). */
 static int commit(cinfer_engine *e, cinfer_session *s, const cf_sample_result *sr, cf_step_end *end) {
@@ -928,7 +931,7 @@ static void fail_step(cinfer_engine *e, cinfer_session **item_s, int n, cinfer_s
 /* whether s may take a row in a step queued behind the one in flight: it picks on the device, drafts nothing in that
  * step, and is not cancelled */
 static int may_queue(const cinfer_engine *e, cinfer_session *s) {
-    return s->device_pick && spec_idle(e, s) && atomic_load(&s->cancel) == CINFER_CANCEL_NONE && !consumer_idle(s);
+    return s->device_pick && spec_idle(e, s) && !cancelled(s);
 }
 
 /* The step after the one in flight, built in e->items when it can be queued now (lookahead): that step's sessions in
@@ -944,7 +947,7 @@ static int build_follow_up(cinfer_engine *e, int *joining) {
         cinfer_session *s = e->fly_s[i];
         if (s->ending) continue;
         if (k == e->n_run || e->run[k++] != s) return 0;
-        if (atomic_load(&s->cancel) != CINFER_CANCEL_NONE || consumer_idle(s)) continue;   /* settles when its step lands */
+        if (cancelled(s)) continue;   /* settles when its step lands */
         const int rows = e->fly[i].n;
         if (!may_queue(e, s) || cf_rseq_len(s->rs) + rows + 1 > e->max_ctx) return 0;
         if ((int)s->n_tokens + 1 >= s->plan.output_limit) continue;   /* its last token is in flight */
@@ -1022,7 +1025,7 @@ static void iterate(cinfer_engine *e) {
     }
     for (int i = 0; i < e->n_run;) {
         cinfer_session *s = e->run[i];
-        if (atomic_load(&s->cancel) != CINFER_CANCEL_NONE || consumer_idle(s)) {
+        if (cancelled(s)) {
             settle_cancelled(e, s);
             continue;
         }
