@@ -78,6 +78,9 @@ cinfer_status cf_engine_add_draft_provider(cinfer_engine *e, const char *name, c
 /* Tests: on = every speculating session drafts whenever its source proposes (the cost rule's threshold is 0, so it
  * never pauses), making the drafts independent of step timings. Call it before opening sessions. */
 void cf_engine_spec_always(cinfer_engine *e, int on);
+/* Tests: the guard pauses speculation for everyone for the next `steps` steps (as when steps with drafts measured
+ * slower), independent of step timings. Call it before opening sessions. */
+void cf_engine_spec_pause(cinfer_engine *e, int steps);
 
 /* How a session's generation ended (the scheduler's). */
 typedef struct cf_step_end {

@@ -1378,6 +1378,10 @@ void cf_engine_spec_always(cinfer_engine *e, int on) {
     e->spec_always = on;
 }
 
+void cf_engine_spec_pause(cinfer_engine *e, int steps) {
+    e->g_off = steps;
+}
+
 void cinfer_engine_free(cinfer_engine *e) {
     if (!e) return;
     pthread_mutex_lock(&e->mu);
