@@ -606,6 +606,14 @@ static int guard_allows(cinfer_engine *e) {
     return 0;
 }
 
+/* A step without drafts for s while its speculation is paused: one step nearer the pause's end, after which it
+ * probes. Returns whether it was paused. */
+static int spec_pause_tick(cinfer_session *s) {
+    if (s->spec_off <= 0) return 0;
+    if (!--s->spec_off) s->spec_probe = 1;
+    return 1;
+}
+
 /* The measured acceptance per draft (the averages start from an optimistic prior, spec_open). */
 static double spec_alpha(const cinfer_session *s) {
     return s->acc_try > 0 ? s->acc_hit / s->acc_try : 0;
@@ -613,10 +621,7 @@ static double spec_alpha(const cinfer_session *s) {
 
 /* How many drafts s asks for this step (0: none), within *rows_left and *logits_left, which it reduces. */
 static int spec_want(cinfer_engine *e, cinfer_session *s, double theta, int *rows_left, int *logits_left) {
-    if (s->spec_off > 0) {
-        if (!--s->spec_off) s->spec_probe = 1;
-        return 0;
-    }
+    if (spec_pause_tick(s)) return 0;
     const int limit = s->req.draft_max ? s->req.draft_max : CF_DRAFT_MAX;
     int k = s->spec_k < limit ? s->spec_k : limit;
     const int out_left = s->plan.output_limit - (int)s->n_tokens - 1;  /* the step commits up to k + 1 */
@@ -829,7 +834,7 @@ static void spec_pauses_step(cinfer_engine *e, cinfer_session **ss, int n) {
         return;
     }
     for (int i = 0; i < n; i++)
-        if (ss[i]->src && ss[i]->spec_off > 0 && !--ss[i]->spec_off) ss[i]->spec_probe = 1;
+        if (ss[i]->src) spec_pause_tick(ss[i]);
 }
 
 /* Whether the step of n items just submitted may be left in flight: lookahead is on, the runner can queue a step

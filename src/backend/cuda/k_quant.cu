@@ -37,18 +37,10 @@ struct QArgs {
     int64_t poff0, poff1, poff2;
 };
 
-/* a (scale, bias) pair word of dtype t, BF16 or F16 (the scale in the low half), as floats */
-__device__ __forceinline__ float2 sb_word(uint32_t u, int t) {
-    if (t == CF_BF16) return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-    __half2 h;
-    memcpy(&h, &u, 4);
-    return __half22float2(h);
-}
-
 /* (scale, bias) pair i of a row-major pair array of dtype t */
 __device__ __forceinline__ float2 ld_sb(const void *sb, int t, int64_t i) {
     if (t == CF_F32) return __ldg((const float2 *)sb + i);
-    return sb_word(__ldg((const unsigned int *)sb + i), t);
+    return tc_sb(__ldg((const unsigned int *)sb + i), t == CF_F16);
 }
 
 /* V values of x (f32 or bf16) as floats */
@@ -194,8 +186,8 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
  * straight into registers (no shared memory, no barrier): in every group, thread (g, t) takes quarter t of the
  * group's words of rows g and g + 8 (k_quant.cuh's tc_* mapping: a quad's MMA stays inside a group), with the
  * group's (scale, bias) word of both rows, 3 (8 bits: 2) k-blocks in flight a warp; and the same values of x of
- * activation row g through L1 (zeros for g >= n). Each word is two MMAs on 128 + q (8 bits: 128 + lo and 16 (128 + hi)), and an
- * all-ones MMA sums x over the same values; tc_group_end applies scale and bias in f32 at each group's end. The
+ * activation row g through L1 (zeros for g >= n). Each word is two MMAs on 128 + q (8 bits: 128 + lo and
+ * 16 (128 + hi)), and an all-ones MMA sums x over the same values; tc_group_end applies scale and bias in f32 at each group's end. The
  * warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU, gate).
  * Split k: when the units are too few to keep 4 blocks on every SM (o, down, q/k/v of Llama-3-8B), a cluster of
  * g.splits blocks shares a unit, block z taking k-blocks [z nkb / splits, (z + 1) nkb / splits); their sums meet in
@@ -232,7 +224,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
     constexpr int QW = WG / 4;               /* a thread's words of a row in a group */
     constexpr int VPW = 32 / BITS;           /* values a word */
     constexpr float OFF = BITS == 4 ? 128.0f : 2176.0f;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gi = lane >> 2, t = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
     const bool glu = g.glu.p != nullptr;
     const int64_t cu = (int64_t)(blockIdx.x / (unsigned)g.splits);   /* the unit over all products */
     const int si = glu ? 0 : (g.nseg > 2 && cu >= g.s2.block0) ? 2 : (g.nseg > 1 && cu >= g.s1.block0) ? 1 : 0;
@@ -438,7 +430,7 @@ __device__ __forceinline__ void cp4z(void *dst, const void *src, bool ok) {
 /* (scale, bias) pair i of a stage's pairs of dtype t in shared memory, as floats */
 __device__ __forceinline__ float2 qa_pair(const unsigned char *p, int t, int i) {
     if (t == CF_F32) return reinterpret_cast<const float2 *>(p)[i];
-    return sb_word(reinterpret_cast<const uint32_t *>(p)[i], t);
+    return tc_sb(reinterpret_cast<const uint32_t *>(p)[i], t == CF_F16);
 }
 
 /* byte t of w (4 bits, sel = qa_sel(t)) as the bf16 pair scale * q + bias: one bf16x2 FMA on the exact q, from the

@@ -158,7 +158,7 @@ __host__ __device__ __forceinline__ void tc_frags(const uint32_t (&pa)[4], const
     b[1] = xp[2 * s + 1];
 }
 
-/* (scale, bias) from a bf16 or f16 pair word */
+/* (scale, bias) from a bf16 or f16 pair word (the scale in the low half) */
 __host__ __device__ __forceinline__ float2 tc_sb(uint32_t u, int f16) {
     if (!f16) return make_float2(q_as_float(u << 16), q_as_float(u & 0xffff0000u));
 #ifdef __CUDA_ARCH__
