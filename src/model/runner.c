@@ -48,7 +48,9 @@ struct cf_runner {
         int slot;                /* deferred: the read slot of its picks */
     } pend[2];
     int n_pend, next_slot;
-    int *follow_src;             /* [max_seqs]: a follow-up's item i takes its input from picks row follow_src[i] (-1: joining) */
+    int *follow_src;             /* [max_seqs]: a follow-up's item i takes its input from picks row follow_src[i] (-1: joining,
+                                  * -2: the next piece of a prompt whose piece in flight picks nothing) */
+    int *prow;                   /* [2][max_seqs]: by read slot, a deferred step's item i's picks row (-1: it picks nothing) */
     int n_leased;                /* write leases held in leases[]: the pending steps' sequences */
     unsigned keep_mark;          /* keep_leases_of's generation (cf_rseq.keep) */
     cf_graph *graph[N_BUCKETS];  /* decode steps of 2^i sequences */
@@ -119,6 +121,7 @@ void cf_runner_free(cf_runner *r) {
     free(r->leases);
     free(r->out_first);
     free(r->follow_src);
+    free(r->prow);
     free(r->h_hidden);
     free(r->h_tapped);
     free(r);
@@ -251,7 +254,8 @@ cinfer_status cf_runner_create(cf_model *m, const cf_runner_params *pp, cf_runne
         r->leases = malloc((size_t)2 * S * sizeof *r->leases);   /* a step's, and those of sequences joining behind it */
         r->out_first = malloc((size_t)S * sizeof *r->out_first);
         r->follow_src = malloc((size_t)S * sizeof *r->follow_src);
-        if (!r->follow_src || !r->h_pos || !r->h_meta || !r->h_ids || !r->h_u || !r->h_picks || !r->h_tokens ||
+        r->prow = malloc((size_t)2 * S * sizeof *r->prow);
+        if (!r->follow_src || !r->prow || !r->h_pos || !r->h_meta || !r->h_ids || !r->h_u || !r->h_picks || !r->h_tokens ||
             !r->h_logits || !r->copies || !r->wcopies || !r->lease_rq || !r->leases || !r->out_first)
             st = cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for the runner's host buffers");
     }
@@ -549,13 +553,16 @@ static cinfer_status run_decode_graph(cf_runner *r, int n_seqs, cinfer_error *er
 /* Whether item b picks every row (a greedy verification); an item's picks go to the picks rows of its logits rows. */
 static int picks_all(const cf_batch_item *b) { return b->pick && b->logits == CF_LOGITS_ALL; }
 
-/* Whether a step of these items can leave its picks to cf_runner_collect: every item picks one token on the device and
- * asks for nothing else (so item i's pick is picks row i). */
+/* Whether a step of these items can leave its picks to cf_runner_collect: no item asks for logits, and each picks one
+ * token on the device or nothing (a piece of a prompt short of its end), at least one picking. */
 static int deferrable(const cf_runner *r, const cf_batch_item *it, int n_items) {
     if (r->taps.hidden || !r->m->be->ops->read_begin || !r->m->be->ops->read_end || n_items > CF_READ_SLOT_VALUES) return 0;
-    for (int i = 0; i < n_items; i++)
-        if (!it[i].pick || it[i].logits != CF_LOGITS_NONE) return 0;
-    return 1;
+    int picks = 0;
+    for (int i = 0; i < n_items; i++) {
+        if (it[i].logits != CF_LOGITS_NONE) return 0;
+        picks += it[i].pick != NULL;
+    }
+    return picks > 0;
 }
 
 /* Gives back the blocks a reserve_all took beyond the items' lengths and what is in flight. */
@@ -705,7 +712,9 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, int foll
             else op->sample(be, id, lg, cf_rows(r->u, i, j - i), it[i].pick);
         }
         if (deferred) {
-            op->read_begin(be, cf_rows(r->picks, 0, n_items), r->next_slot);
+            int *prow = r->prow + (size_t)r->next_slot * r->p.max_seqs;
+            for (int i = 0; i < n_items; i++) prow[i] = it[i].pick ? r->out_first[i] : -1;
+            op->read_begin(be, cf_rows(r->picks, 0, pick_end), r->next_slot);
             for (int i = 0; i < n_items; i++) it[i].seq->ahead += it[i].n;
             return CINFER_OK;
         }
@@ -754,11 +763,13 @@ static cinfer_status step(cf_runner *r, cf_batch_item *it, int n_items, int foll
 int cf_runner_can_follow(const cf_runner *r) { return r->n_pend == 1 && r->pend[0].deferred && !r->kv->wblocks; }
 
 /* A follow-up of the step in flight (cf_runner_submit): some of its sequences in its order, one row each whose input
- * is the token picked before it (ids NULL; follow_src), and sequences joining (not in flight: ids given, as any step's);
- * every item picks on the device and asks for no logits. *n_joining = the joining items. */
+ * is the token picked before it (ids NULL; follow_src), sequences joining (not in flight: ids given, as any step's),
+ * and sequences whose item in flight is a piece of their prompt that picks nothing, with the next piece (ids given);
+ * no item asks for logits, and each picks on the device or is a prompt piece that picks nothing. *n_joining = the
+ * joining items. */
 static cinfer_status check_follow_up(cf_runner *r, const cf_batch_item *it, int n_items, int *n_joining, cinfer_error *err) {
     const cf_batch_item *prev = r->pend[0].it;
-    const int n_prev = r->pend[0].n;
+    const int n_prev = r->pend[0].n, *prev_prow = r->prow + (size_t)r->pend[0].slot * r->p.max_seqs;
     if (r->kv->wblocks)
         return cf_fail(err, CINFER_E_UNSUPPORTED, "a step cannot follow one in flight on a model with sliding-window KV blocks");
     if (!cf_runner_can_follow(r))
@@ -769,26 +780,34 @@ static cinfer_status check_follow_up(cf_runner *r, const cf_batch_item *it, int 
     *n_joining = 0;
     for (int i = 0, j = 0; i < n_items; i++) {
         const cf_batch_item *b = &it[i];
-        if (!b->pick || b->logits != CF_LOGITS_NONE)
-            return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "item %d: a following step's items pick on the device and ask for no logits", i);
-        if (b->ids) {   /* joining: checked as in any step, and not in flight */
+        if (b->logits != CF_LOGITS_NONE || (!b->pick && !b->ids))
+            return cf_fail(err, CINFER_E_INVALID_ARGUMENT,
+                           "item %d: a following step's items ask for no logits, and pick on the device or are pieces of a prompt", i);
+        if (b->ids) {   /* joining, or the next piece of a prompt in flight: checked as in any step */
+            int in_flight = -1;
             for (int k = 0; k < n_prev; k++)
-                if (prev[k].seq == b->seq)
-                    return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "item %d: a sequence in flight takes its input from the device (ids NULL)", i);
+                if (prev[k].seq == b->seq) in_flight = k;
+            if (in_flight >= 0 && prev[in_flight].pick)
+                return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "item %d: a sequence whose token is in flight takes its input from the device (ids NULL)", i);
             for (int k = 0; k < i; k++)
                 if (it[k].seq == b->seq) return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "items %d and %d are the same sequence", k, i);
             cinfer_status st = check_items(r, b, 1, err);
             if (st != CINFER_OK) return cf_wrap(err, st, "item %d", i);
-            r->follow_src[i] = -1;
+            if ((int64_t)b->seq->t.n_tokens + b->seq->ahead + b->n > r->p.max_ctx)
+                return cf_fail(err, CINFER_E_CONTEXT_OVERFLOW, "item %d: %d tokens after %d would exceed the context of %d", i, b->n,
+                               b->seq->t.n_tokens + b->seq->ahead, r->p.max_ctx);
+            r->follow_src[i] = in_flight >= 0 ? -2 : -1;
             rows += b->n;
-            (*n_joining)++;
+            *n_joining += in_flight < 0;
             continue;
         }
         while (j < n_prev && prev[j].seq != b->seq) j++;
         if (j == n_prev)
             return cf_fail(err, CINFER_E_INVALID_ARGUMENT,
                            "item %d: a following step takes sequences of the step in flight, in its order, each once", i);
-        r->follow_src[i] = j++;
+        if (!prev[j].pick)
+            return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "item %d: its sequence's item in flight picks no token to take as input", i);
+        r->follow_src[i] = prev_prow[j++];
         if (b->n != 1)
             return cf_fail(err, CINFER_E_INVALID_ARGUMENT, "item %d: a following step's item of a sequence in flight is one row", i);
         CF_TRY(cf_model_check_pick(r->m, b->pick, b->u, err));
@@ -830,7 +849,7 @@ cinfer_status cf_runner_submit(cf_runner *r, cf_batch_item *it, int n_items, cin
         int nj = 0;
         CF_TRY(check_follow_up(r, it, n_items, &nj, err));
         for (int i = 0, k = 0; i < n_items; i++)
-            if (it[i].ids) r->lease_rq[k++] = (cf_lease_request){r->kv->blocks, &it[i].seq->t, &it[i].seq->ls, CF_LEASE_WRITE, "a sequence joining"};
+            if (r->follow_src[i] == -1) r->lease_rq[k++] = (cf_lease_request){r->kv->blocks, &it[i].seq->t, &it[i].seq->ls, CF_LEASE_WRITE, "a sequence joining"};
         if (nj) CF_TRY(cf_kv_lease_acquire_all(r->lease_rq, nj, r->leases + r->n_leased, err));
         r->n_leased += nj;
         joining = nj;
@@ -868,9 +887,10 @@ static cinfer_status collect_picks(cf_runner *r, cf_batch_item *it, int n_items,
     r->wait_s += cf_monotonic_seconds() - t;
     if (st != CINFER_OK) return st;
     const int32_t V = r->m->hp.vocab;
+    const int *prow = r->prow + (size_t)slot * r->p.max_seqs;
     for (int i = 0; i < n_items; i++) {
         cf_rseq *s = it[i].seq;
-        const float id = r->h_picks[i];
+        const float id = prow[i] >= 0 ? r->h_picks[prow[i]] : -1.0f;
         it[i].token = id >= 0 && id < (float)V ? (int32_t)id : -1;
         it[i].tokens = NULL;
         it[i].out = NULL;

@@ -123,17 +123,19 @@ cinfer_status cf_runner_step(cf_runner *r, cf_batch_item *items, int n_items, ci
 
 /* ---- steps in flight ----
  * cf_runner_submit starts a step and cf_runner_collect finishes the oldest one submitted: cf_runner_step is the
- * two at once. A step whose every item picks one token on the device and asks for nothing else (no logits, no
- * taps) is left in flight by submit: its picks are read back, its items' results filled in and its rows committed
- * by collect, so the host can prepare and submit the next step while the device runs this one.
+ * two at once. A step whose items ask for no logits (and no taps), each picking one token on the device or nothing (a
+ * piece of a prompt short of its end; token -1), at least one picking, is left in flight by submit: its picks are read
+ * back, its items' results filled in and its rows committed by collect, so the host can prepare and submit the next
+ * step while the device runs this one.
  *
  * A second step may be submitted while one is in flight (then no more until a collect): its follow-up, whose items
  * are sequences of the step in flight (all or some, in its order), each one row with ids NULL and a pick: its input
  * is the token the step in flight picks for that sequence, copied on the device (the rows go one position past those
  * in flight). A sequence the step in flight ends (an end token) is left out of the follow-up, or its row there is
- * simply not used. Sequences not in flight may join in the follow-up, anywhere among its items, as items of any
- * step (ids given) that pick on the device and ask for no logits (a new session's whole prompt). Not on a runner
- * with a window pool (CINFER_E_UNSUPPORTED).
+ * simply not used. A sequence whose item in flight picks nothing takes the next piece of its prompt (ids given,
+ * anywhere among the items). Sequences not in flight may join in the follow-up, anywhere among its items, as items of
+ * any step (ids given) that ask for no logits and pick on the device or nothing (a new session's prompt, whole or its
+ * first piece). Not on a runner with a window pool (CINFER_E_UNSUPPORTED).
  *
  * The items and their sequences stay the caller's and must stay alive and unchanged until collected; the sequences
  * are leased meanwhile (no truncate or fork; free one only after the collect of its last step in flight). Errors of

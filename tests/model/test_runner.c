@@ -492,9 +492,10 @@ static void check_joining(cf_model *m) {
     CHECK(cf_runner_submit(r, items[0], NS, &err) == CINFER_OK, "step 0: %s", err.message);
     CHECK(cf_runner_submit(r, items[1], NS + 1, &err) == CINFER_E_TOKEN_OUT_OF_RANGE && cf_runner_in_flight(r) == 1, "a joiner's bad token: %s",
           err.message);
-    items[1][0] = (cf_batch_item){.seq = fly[NS], .ids = jids, .n = JL};
+    items[1][0] = (cf_batch_item){.seq = fly[NS], .ids = jids, .n = JL, .logits = CF_LOGITS_LAST};
     CHECK(cf_runner_submit(r, items[1], NS + 1, &err) == CINFER_E_INVALID_ARGUMENT && cf_runner_in_flight(r) == 1,
-          "a joiner that does not pick: %s", err.message);
+          "a joiner that asks for logits: %s", err.message);
+    items[1][0].logits = CF_LOGITS_NONE;
     CHECK(cf_rseq_truncate(fly[NS], 0, &err) == CINFER_OK && cf_rseq_len(fly[NS]) == 0, "a joiner refused is not leased: %s", err.message);
     items[1][0].pick = &greedy;
     for (int s = 1; s <= STEPS; s++) {
@@ -511,6 +512,88 @@ static void check_joining(cf_model *m) {
         CHECK(cf_rseq_len(fly[i]) == cf_rseq_len(one[i]) &&
                   !memcmp(cf_rseq_tokens(fly[i]), cf_rseq_tokens(one[i]), (size_t)cf_rseq_len(fly[i]) * sizeof(int32_t)),
               "sequence %d joined in flight: %d tokens, %d alone", i, cf_rseq_len(fly[i]), cf_rseq_len(one[i]));
+    for (int i = 0; i <= NS; i++) {
+        cf_rseq_free(one[i]);
+        cf_rseq_free(fly[i]);
+    }
+    CHECK(cf_runner_blocks_available(r) == cf_runner_blocks_total(r), "%d of %d blocks back", cf_runner_blocks_available(r),
+          cf_runner_blocks_total(r));
+    cf_runner_free(r);
+}
+
+/* A prompt joining behind a step in flight in two pieces: the first picks nothing (the step it joins is still left in
+ * flight, its picks rows not its item numbers), the second follows it with ids given while the first is in flight and
+ * picks; then the sequence decodes from its own picks. Every sequence decodes the tokens it decodes alone, and the
+ * follow-ups that mistake a piece's input are refused and change nothing. */
+static void check_joining_in_pieces(cf_model *m) {
+    enum { NS = 2, STEPS = 7, P1 = 3, JL = 7 };
+    static const cf_sample_args greedy = {.temperature = 0, .top_p = 1};
+    cinfer_error err = {0};
+    cf_runner *r = small_runner_on(m);
+    if (!r) return;
+    int32_t ids[NS][4], jids[JL], last[NS + 1], want[NS + 1][STEPS] = {{0}}, got[NS + 1][STEPS] = {{0}};
+    cf_rseq *one[NS + 1], *fly[NS + 1];
+    cf_batch_item a[NS + 1], items[STEPS][NS + 1];
+    for (int i = 0; i <= NS; i++)
+        CHECK(cf_rseq_create(r, &one[i], &err) == CINFER_OK && cf_rseq_create(r, &fly[i], &err) == CINFER_OK, "create: %s", err.message);
+    for (int i = 0; i < NS; i++) fill_ids(ids[i], 4, 800u + (unsigned)i);
+    fill_ids(jids, JL, 888u);
+    /* alone: the NS sequences prefilled then STEPS decode steps; the joiner's whole prompt picked, then STEPS - 3 steps */
+    for (int i = 0; i < NS; i++) {
+        a[i] = (cf_batch_item){.seq = one[i], .ids = ids[i], .n = 3};
+        items[0][i] = (cf_batch_item){.seq = fly[i], .ids = ids[i], .n = 3};
+    }
+    CHECK(cf_runner_step(r, a, NS, &err) == CINFER_OK && cf_runner_step(r, items[0], NS, &err) == CINFER_OK, "prefill: %s", err.message);
+    for (int i = 0; i < NS; i++) last[i] = ids[i][3];
+    for (int t = 0; t < STEPS; t++) {
+        for (int i = 0; i < NS; i++) a[i] = (cf_batch_item){.seq = one[i], .ids = &last[i], .n = 1, .pick = &greedy};
+        CHECK(cf_runner_step(r, a, NS, &err) == CINFER_OK, "step %d: %s", t, err.message);
+        for (int i = 0; i < NS; i++) last[i] = want[i][t] = a[i].token;
+    }
+    a[0] = (cf_batch_item){.seq = one[NS], .ids = jids, .n = JL, .pick = &greedy};
+    for (int t = 0; t < STEPS - 2; t++) {
+        CHECK(cf_runner_step(r, a, 1, &err) == CINFER_OK, "joiner alone, step %d: %s", t, err.message);
+        last[NS] = want[NS][t] = a[0].token;
+        a[0] = (cf_batch_item){.seq = one[NS], .ids = &last[NS], .n = 1, .pick = &greedy};
+    }
+    /* in flight: step 0 of the NS sequences; the joiner first in every later step: piece 1 in step 1, piece 2 in
+     * step 2, its picks from step 3 */
+    for (int i = 0; i < NS; i++) {
+        last[i] = ids[i][3];
+        items[0][i] = (cf_batch_item){.seq = fly[i], .ids = &last[i], .n = 1, .pick = &greedy};
+    }
+    for (int s = 1; s < STEPS; s++)
+        for (int i = 0; i <= NS; i++) items[s][i] = (cf_batch_item){.seq = fly[(i + NS) % (NS + 1)], .n = 1, .pick = &greedy};
+    items[1][0] = (cf_batch_item){.seq = fly[NS], .ids = jids, .n = P1};
+    items[2][0] = (cf_batch_item){.seq = fly[NS], .ids = jids + P1, .n = JL - P1, .pick = &greedy};
+    CHECK(cf_runner_submit(r, items[0], NS, &err) == CINFER_OK, "step 0: %s", err.message);
+    for (int s = 1; s <= STEPS; s++) {
+        if (s == 2) {   /* the joiner's input taken from the device, where its piece in flight picked nothing */
+            cf_batch_item bad[NS + 1];
+            memcpy(bad, items[2], sizeof bad);
+            bad[0] = (cf_batch_item){.seq = fly[NS], .n = 1, .pick = &greedy};
+            CHECK(cf_runner_submit(r, bad, NS + 1, &err) == CINFER_E_INVALID_ARGUMENT && cf_runner_in_flight(r) == 1,
+                  "a piece's sequence fed from the device: %s", err.message);
+        }
+        if (s == 3) {   /* and the other way round: ids given where the item in flight picks */
+            cf_batch_item bad[NS + 1];
+            memcpy(bad, items[3], sizeof bad);
+            bad[0] = (cf_batch_item){.seq = fly[NS], .ids = jids, .n = 1, .pick = &greedy};
+            CHECK(cf_runner_submit(r, bad, NS + 1, &err) == CINFER_E_INVALID_ARGUMENT && cf_runner_in_flight(r) == 1,
+                  "ids for a sequence whose token is in flight: %s", err.message);
+        }
+        if (s < STEPS)
+            CHECK(cf_runner_submit(r, items[s], NS + 1, &err) == CINFER_OK && cf_runner_in_flight(r) == 2, "step %d: %s", s, err.message);
+        CHECK(cf_runner_collect(r, &err) == CINFER_OK, "collect %d: %s", s - 1, err.message);
+        for (int i = 0; i < NS; i++) got[i][s - 1] = items[s - 1][s > 1 ? i + 1 : i].token;
+        if (s == 2) CHECK(items[1][0].token == -1, "a piece that picks nothing gives token %d", items[1][0].token);
+        if (s > 2) got[NS][s - 3] = items[s - 1][0].token;
+    }
+    CHECK(!memcmp(got, want, sizeof want), "a prompt joining in pieces behind a step in flight, or the sequences in flight, decode other tokens");
+    for (int i = 0; i <= NS; i++)
+        CHECK(cf_rseq_len(fly[i]) == cf_rseq_len(one[i]) &&
+                  !memcmp(cf_rseq_tokens(fly[i]), cf_rseq_tokens(one[i]), (size_t)cf_rseq_len(fly[i]) * sizeof(int32_t)),
+              "sequence %d joined in pieces: %d tokens, %d alone", i, cf_rseq_len(fly[i]), cf_rseq_len(one[i]));
     for (int i = 0; i <= NS; i++) {
         cf_rseq_free(one[i]);
         cf_rseq_free(fly[i]);
@@ -552,6 +635,7 @@ int main(int argc, char **argv) {
     check_limits(m);
     check_in_flight(m);
     check_joining(m);
+    check_joining_in_pieces(m);
     if (mp.backend.device == CF_DEVICE_CPU) {
         /* again with graph ops that behave as CUDA's: decode steps are recorded per bucket (padded with rows
          * on the scratch block) and replayed */
@@ -559,6 +643,7 @@ int main(int argc, char **argv) {
         check_batch_runner(m, 16);
         check_in_flight(m);
         check_joining(m);
+        check_joining_in_pieces(m);
         CHECK(m->hp.n_experts || (n_recorded > 0 && n_launched > n_recorded), "%d recordings, %d replays", n_recorded, n_launched);
         CHECK(!misuse && n_live == 0, "%d transfers while recording, %d recordings not freed", misuse, n_live);
         printf("recorder: %d recordings, %d replays\n", n_recorded, n_launched);
