@@ -939,47 +939,58 @@ static int may_queue(const cinfer_engine *e, cinfer_session *s) {
     return s->device_pick && spec_idle(e, s) && !cancelled(s);
 }
 
-/* The step after the one in flight, built in e->items when it can be queued now (lookahead): that step's sessions in
- * its order, less those that ended (whose rows in it are not used), those whose token in flight is their last and
- * those cancelled (left out: they settle when it lands), each picking on the device and drafting nothing; then
- * every session that joined the batch since (a new prompt, or a preempted session's recomputation), each with the
- * whole of what it has left to evaluate, picking on the device, all within the step's token budget; and room in the
- * KV memory for all of it. Returns its items, 0 when the batch does not go on that way (then the step in flight is
+/* The step after the one in flight, built in e->items when it can be queued now (lookahead), its sessions in the order
+ * of the batch (so the step in flight's are always the batch's first): that step's sessions less those that ended
+ * (whose rows in it are not used), those whose token in flight is their last and those cancelled (left out: they settle
+ * when it lands), each picking on the device and drafting nothing, or, where their row in flight is a piece of their
+ * prompt short of its end, with the next piece; then the sessions that joined the batch since (a new prompt, or a
+ * preempted session's recomputation), each with what it has left to evaluate, picking on the device, or its first
+ * piece; the pieces within the step's token budget after one row for each session decoding, and room in the KV
+ * memory for all of it. Returns its items, 0 when the batch does not go on that way (then the step in flight is
  * collected first and the next one built as usual); *joining: the sessions joining. */
 static int build_follow_up(cinfer_engine *e, int *joining) {
-    int need = 0, k = 0, n = 0;
-    for (int i = 0; i < e->fly_n; i++) {
+    int need = 0, k = 0, n = 0, picks = 0, budget = e->budget;
+    for (int i = 0; i < e->fly_n; i++) {   /* who goes on, and the rows the decoding ones take */
         cinfer_session *s = e->fly_s[i];
         if (s->ending) continue;
         if (k == e->n_run || e->run[k++] != s) return 0;
         if (cancelled(s)) continue;   /* settles when its step lands */
-        const int rows = e->fly[i].n;
-        if (!may_queue(e, s) || cf_rseq_len(s->rs) + rows + 1 > e->max_ctx) return 0;
-        if ((int)s->n_tokens + 1 >= s->plan.output_limit) continue;   /* its last token is in flight */
-        need += cf_rseq_blocks_needed(s->rs, rows + 1);
+        if (!may_queue(e, s)) return 0;
+        if (e->fly[i].pick && (int)s->n_tokens + 1 >= s->plan.output_limit) continue;   /* its last token is in flight */
         e->item_s[n++] = s;
+        budget -= e->fly[i].pick != NULL;
     }
-    int budget = e->budget - n;
-    for (int i = k; i < e->n_run; i++) {   /* joined since: each whole, or the batch waits for the step in flight */
-        cinfer_session *s = e->run[i];
-        const int len = cf_rseq_len(s->rs), rest = s->n_ids - len;
-        if (rest < 1 || rest > budget || len + rest > e->max_ctx || !may_queue(e, s)) return 0;
-        need += cf_rseq_blocks_needed(s->rs, rest);
-        budget -= rest;
-    }
-    if (n + e->n_run - k == 0 || need > cf_runner_blocks_available(e->runner)) return 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0, f = 0; i < n; i++) {
         cinfer_session *s = e->item_s[i];
-        /* its draw comes one token after the one in flight */
-        e->items[i] = (cf_batch_item){.seq = s->rs, .n = 1, .logits = CF_LOGITS_NONE, .pick = &s->pick_args,
-                                      .u = cf_sampler_uniform_ahead(s->smp, 1)};
+        while (e->fly_s[f] != s) f++;
+        const int len = cf_rseq_len(s->rs), rows = e->fly[f].n;
+        if (e->fly[f].pick) {   /* its draw comes one token after the one in flight */
+            if (len + rows + 1 > e->max_ctx) return 0;
+            need += cf_rseq_blocks_needed(s->rs, rows + 1);
+            e->items[i] = (cf_batch_item){.seq = s->rs, .n = 1, .logits = CF_LOGITS_NONE, .pick = &s->pick_args,
+                                          .u = cf_sampler_uniform_ahead(s->smp, 1)};
+            picks++;
+            continue;
+        }
+        const int rest = s->n_ids - len - rows, c = rest < budget ? rest : budget;
+        if (c < 1) return 0;
+        need += cf_rseq_blocks_needed(s->rs, rows + c);
+        budget -= c;
+        add_item(e, i, s, len + rows, c);
+        picks += e->items[i].pick != NULL;
     }
-    for (int i = k; i < e->n_run; i++) {
+    *joining = 0;
+    for (int i = k; i < e->n_run && budget > 0; i++) {   /* joined since, in order, each whole or its first piece */
         cinfer_session *s = e->run[i];
-        const int len = cf_rseq_len(s->rs);
-        add_item(e, n++, s, len, s->n_ids - len);
+        const int len = cf_rseq_len(s->rs), rest = s->n_ids - len, c = rest < budget ? rest : budget;
+        if (rest < 1 || len + rest > e->max_ctx || !may_queue(e, s)) return 0;   /* it waits for no lookahead */
+        need += cf_rseq_blocks_needed(s->rs, c);
+        budget -= c;
+        add_item(e, n, s, len, c);
+        picks += e->items[n++].pick != NULL;
+        (*joining)++;
     }
-    *joining = e->n_run - k;
+    if (!picks || need > cf_runner_blocks_available(e->runner)) return 0;
     return n;
 }
 
