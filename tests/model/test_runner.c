@@ -444,81 +444,106 @@ static void check_in_flight(cf_model *m) {
     cf_runner_free(r);
 }
 
+/* ---- sequences joining behind a step in flight ---- */
+
+enum { JNS = 2, JSTEPS = 7 };
+static const cf_sample_args greedy_args = {.temperature = 0, .top_p = 1};
+
+/* A joining scenario: JNS sequences of 3 prompt tokens (their 4th the first input) and a joiner of jl, each once alone
+ * (one[]) and once in flight (fly[]); want: the tokens of JNS sequences alone over steps decode steps, and the joiner's
+ * jsteps picks alone (its prompt's, then decode steps). On return the fly[] sequences hold their prompts. */
+typedef struct joining {
+    cf_runner *r;
+    cf_rseq *one[JNS + 1], *fly[JNS + 1];
+    int32_t ids[JNS][4], last[JNS + 1], want[JNS + 1][JSTEPS], got[JNS + 1][JSTEPS];
+} joining;
+
+static int joining_open(cf_model *m, joining *j, unsigned seed, const int32_t *jids, int jl, int steps, int jsteps) {
+    cinfer_error err = {0};
+    memset(j, 0, sizeof *j);
+    j->r = small_runner_on(m);
+    if (!j->r) return 0;
+    cf_batch_item a[JNS + 1], b[JNS];
+    for (int i = 0; i <= JNS; i++)
+        CHECK(cf_rseq_create(j->r, &j->one[i], &err) == CINFER_OK && cf_rseq_create(j->r, &j->fly[i], &err) == CINFER_OK, "create: %s",
+              err.message);
+    for (int i = 0; i < JNS; i++) {
+        fill_ids(j->ids[i], 4, seed + (unsigned)i);
+        a[i] = (cf_batch_item){.seq = j->one[i], .ids = j->ids[i], .n = 3};
+        b[i] = (cf_batch_item){.seq = j->fly[i], .ids = j->ids[i], .n = 3};
+    }
+    CHECK(cf_runner_step(j->r, a, JNS, &err) == CINFER_OK && cf_runner_step(j->r, b, JNS, &err) == CINFER_OK, "prefill: %s", err.message);
+    for (int i = 0; i < JNS; i++) j->last[i] = j->ids[i][3];
+    for (int t = 0; t < steps; t++) {
+        for (int i = 0; i < JNS; i++) a[i] = (cf_batch_item){.seq = j->one[i], .ids = &j->last[i], .n = 1, .pick = &greedy_args};
+        CHECK(cf_runner_step(j->r, a, JNS, &err) == CINFER_OK, "step %d: %s", t, err.message);
+        for (int i = 0; i < JNS; i++) j->last[i] = j->want[i][t] = a[i].token;
+    }
+    a[0] = (cf_batch_item){.seq = j->one[JNS], .ids = jids, .n = jl, .pick = &greedy_args};
+    for (int t = 0; t < jsteps; t++) {
+        CHECK(cf_runner_step(j->r, a, 1, &err) == CINFER_OK, "joiner alone, step %d: %s", t, err.message);
+        j->last[JNS] = j->want[JNS][t] = a[0].token;
+        a[0] = (cf_batch_item){.seq = j->one[JNS], .ids = &j->last[JNS], .n = 1, .pick = &greedy_args};
+    }
+    for (int i = 0; i < JNS; i++) j->last[i] = j->ids[i][3];
+    return 1;
+}
+
+/* got against want, every sequence in flight against the same one alone, and everything freed */
+static void joining_close(joining *j, const char *what) {
+    CHECK(!memcmp(j->got, j->want, sizeof j->want), "%s: the sequences decode other tokens than alone", what);
+    for (int i = 0; i <= JNS; i++)
+        CHECK(cf_rseq_len(j->fly[i]) == cf_rseq_len(j->one[i]) &&
+                  !memcmp(cf_rseq_tokens(j->fly[i]), cf_rseq_tokens(j->one[i]), (size_t)cf_rseq_len(j->fly[i]) * sizeof(int32_t)),
+              "%s: sequence %d has %d tokens, %d alone", what, i, cf_rseq_len(j->fly[i]), cf_rseq_len(j->one[i]));
+    for (int i = 0; i <= JNS; i++) {
+        cf_rseq_free(j->one[i]);
+        cf_rseq_free(j->fly[i]);
+    }
+    CHECK(cf_runner_blocks_available(j->r) == cf_runner_blocks_total(j->r), "%s: %d of %d blocks back", what,
+          cf_runner_blocks_available(j->r), cf_runner_blocks_total(j->r));
+    cf_runner_free(j->r);
+}
+
 /* A sequence joining behind a step in flight (its whole prompt in the follow-up, picked on the device, then queued
  * like the others) decodes the tokens it decodes alone, and so do the sequences in flight; a joining item that fails
  * its checks changes nothing (the step in flight stays, the sequence is not leased). */
 static void check_joining(cf_model *m) {
-    enum { NS = 2, STEPS = 6, JL = 5 };
-    static const cf_sample_args greedy = {.temperature = 0, .top_p = 1};
+    enum { STEPS = 6, JL = 5 };
     cinfer_error err = {0};
-    cf_runner *r = small_runner_on(m);
-    if (!r) return;
-    int32_t ids[NS][4], jids[JL], jbad[JL], last[NS + 1], want[NS + 1][STEPS] = {{0}}, got[NS + 1][STEPS] = {{0}};
-    cf_rseq *one[NS + 1], *fly[NS + 1];
-    cf_batch_item a[NS + 1], items[STEPS][NS + 1];
-    for (int i = 0; i <= NS; i++)
-        CHECK(cf_rseq_create(r, &one[i], &err) == CINFER_OK && cf_rseq_create(r, &fly[i], &err) == CINFER_OK, "create: %s", err.message);
-    for (int i = 0; i < NS; i++) fill_ids(ids[i], 4, 700u + (unsigned)i);
+    int32_t jids[JL], jbad[JL];
     fill_ids(jids, JL, 777u);
     memcpy(jbad, jids, sizeof jids);
     jbad[2] = V;
-    /* alone: the NS sequences prefilled then STEPS decode steps; the joiner's prompt picked, then STEPS - 2 steps */
-    for (int i = 0; i < NS; i++) {
-        a[i] = (cf_batch_item){.seq = one[i], .ids = ids[i], .n = 3};
-        items[0][i] = (cf_batch_item){.seq = fly[i], .ids = ids[i], .n = 3};
-    }
-    CHECK(cf_runner_step(r, a, NS, &err) == CINFER_OK && cf_runner_step(r, items[0], NS, &err) == CINFER_OK, "prefill: %s", err.message);
-    for (int i = 0; i < NS; i++) last[i] = ids[i][3];
-    for (int t = 0; t < STEPS; t++) {
-        for (int i = 0; i < NS; i++) a[i] = (cf_batch_item){.seq = one[i], .ids = &last[i], .n = 1, .pick = &greedy};
-        CHECK(cf_runner_step(r, a, NS, &err) == CINFER_OK, "step %d: %s", t, err.message);
-        for (int i = 0; i < NS; i++) last[i] = want[i][t] = a[i].token;
-    }
-    a[0] = (cf_batch_item){.seq = one[NS], .ids = jids, .n = JL, .pick = &greedy};
-    for (int t = 0; t < STEPS - 1; t++) {
-        CHECK(cf_runner_step(r, a, 1, &err) == CINFER_OK, "joiner alone, step %d: %s", t, err.message);
-        last[NS] = want[NS][t] = a[0].token;
-        a[0] = (cf_batch_item){.seq = one[NS], .ids = &last[NS], .n = 1, .pick = &greedy};
-    }
-    /* in flight: step 0 of the NS sequences; the joiner comes first in step 1 (so the others' rows are not their
+    joining j;
+    if (!joining_open(m, &j, 700u, jids, JL, STEPS, STEPS - 1)) return;
+    cf_runner *r = j.r;
+    cf_batch_item items[STEPS][JNS + 1];
+    /* in flight: step 0 of the JNS sequences; the joiner comes first in step 1 (so the others' rows are not their
      * item numbers); every step queued behind the one before */
-    for (int i = 0; i < NS; i++) {
-        last[i] = ids[i][3];
-        items[0][i] = (cf_batch_item){.seq = fly[i], .ids = &last[i], .n = 1, .pick = &greedy};
-    }
+    for (int i = 0; i < JNS; i++) items[0][i] = (cf_batch_item){.seq = j.fly[i], .ids = &j.last[i], .n = 1, .pick = &greedy_args};
     for (int s = 1; s < STEPS; s++)
-        for (int i = 0; i <= NS; i++) items[s][i] = (cf_batch_item){.seq = fly[(i + NS) % (NS + 1)], .n = 1, .pick = &greedy};
-    items[1][0] = (cf_batch_item){.seq = fly[NS], .ids = jbad, .n = JL, .pick = &greedy};
-    CHECK(cf_runner_submit(r, items[0], NS, &err) == CINFER_OK, "step 0: %s", err.message);
-    CHECK(cf_runner_submit(r, items[1], NS + 1, &err) == CINFER_E_TOKEN_OUT_OF_RANGE && cf_runner_in_flight(r) == 1, "a joiner's bad token: %s",
-          err.message);
-    items[1][0] = (cf_batch_item){.seq = fly[NS], .ids = jids, .n = JL, .logits = CF_LOGITS_LAST};
-    CHECK(cf_runner_submit(r, items[1], NS + 1, &err) == CINFER_E_INVALID_ARGUMENT && cf_runner_in_flight(r) == 1,
+        for (int i = 0; i <= JNS; i++) items[s][i] = (cf_batch_item){.seq = j.fly[(i + JNS) % (JNS + 1)], .n = 1, .pick = &greedy_args};
+    items[1][0] = (cf_batch_item){.seq = j.fly[JNS], .ids = jbad, .n = JL, .pick = &greedy_args};
+    CHECK(cf_runner_submit(r, items[0], JNS, &err) == CINFER_OK, "step 0: %s", err.message);
+    CHECK(cf_runner_submit(r, items[1], JNS + 1, &err) == CINFER_E_TOKEN_OUT_OF_RANGE && cf_runner_in_flight(r) == 1,
+          "a joiner's bad token: %s", err.message);
+    items[1][0] = (cf_batch_item){.seq = j.fly[JNS], .ids = jids, .n = JL, .logits = CF_LOGITS_LAST};
+    CHECK(cf_runner_submit(r, items[1], JNS + 1, &err) == CINFER_E_INVALID_ARGUMENT && cf_runner_in_flight(r) == 1,
           "a joiner that asks for logits: %s", err.message);
-    items[1][0].logits = CF_LOGITS_NONE;
-    CHECK(cf_rseq_truncate(fly[NS], 0, &err) == CINFER_OK && cf_rseq_len(fly[NS]) == 0, "a joiner refused is not leased: %s", err.message);
-    items[1][0].pick = &greedy;
+    CHECK(cf_rseq_truncate(j.fly[JNS], 0, &err) == CINFER_OK && cf_rseq_len(j.fly[JNS]) == 0, "a joiner refused is not leased: %s",
+          err.message);
+    items[1][0] = (cf_batch_item){.seq = j.fly[JNS], .ids = jids, .n = JL, .pick = &greedy_args};
     for (int s = 1; s <= STEPS; s++) {
         if (s < STEPS) {
-            CHECK(cf_runner_submit(r, items[s], NS + 1, &err) == CINFER_OK && cf_runner_in_flight(r) == 2, "step %d: %s", s, err.message);
-            if (s == 1) CHECK(cf_rseq_truncate(fly[NS], 0, &err) == CINFER_E_BUSY, "a joiner in flight is leased");
+            CHECK(cf_runner_submit(r, items[s], JNS + 1, &err) == CINFER_OK && cf_runner_in_flight(r) == 2, "step %d: %s", s, err.message);
+            if (s == 1) CHECK(cf_rseq_truncate(j.fly[JNS], 0, &err) == CINFER_E_BUSY, "a joiner in flight is leased");
         }
         CHECK(cf_runner_collect(r, &err) == CINFER_OK, "collect %d: %s", s - 1, err.message);
-        for (int i = 0; i < NS; i++) got[i][s - 1] = items[s - 1][s > 1 ? i + 1 : i].token;
-        if (s > 1) got[NS][s - 2] = items[s - 1][0].token;
+        for (int i = 0; i < JNS; i++) j.got[i][s - 1] = items[s - 1][s > 1 ? i + 1 : i].token;
+        if (s > 1) j.got[JNS][s - 2] = items[s - 1][0].token;
     }
-    CHECK(!memcmp(got, want, sizeof want), "a sequence joining behind a step in flight, or those in flight, decode other tokens");
-    for (int i = 0; i <= NS; i++)
-        CHECK(cf_rseq_len(fly[i]) == cf_rseq_len(one[i]) &&
-                  !memcmp(cf_rseq_tokens(fly[i]), cf_rseq_tokens(one[i]), (size_t)cf_rseq_len(fly[i]) * sizeof(int32_t)),
-              "sequence %d joined in flight: %d tokens, %d alone", i, cf_rseq_len(fly[i]), cf_rseq_len(one[i]));
-    for (int i = 0; i <= NS; i++) {
-        cf_rseq_free(one[i]);
-        cf_rseq_free(fly[i]);
-    }
-    CHECK(cf_runner_blocks_available(r) == cf_runner_blocks_total(r), "%d of %d blocks back", cf_runner_blocks_available(r),
-          cf_runner_blocks_total(r));
-    cf_runner_free(r);
+    joining_close(&j, "a prompt joining behind a step in flight");
 }
 
 /* A prompt joining behind a step in flight in two pieces: the first picks nothing (the step it joins is still left in
@@ -526,81 +551,39 @@ static void check_joining(cf_model *m) {
  * picks; then the sequence decodes from its own picks. Every sequence decodes the tokens it decodes alone, and the
  * follow-ups that mistake a piece's input are refused and change nothing. */
 static void check_joining_in_pieces(cf_model *m) {
-    enum { NS = 2, STEPS = 7, P1 = 3, JL = 7 };
-    static const cf_sample_args greedy = {.temperature = 0, .top_p = 1};
+    enum { STEPS = 7, P1 = 3, JL = 7 };
     cinfer_error err = {0};
-    cf_runner *r = small_runner_on(m);
-    if (!r) return;
-    int32_t ids[NS][4], jids[JL], last[NS + 1], want[NS + 1][STEPS] = {{0}}, got[NS + 1][STEPS] = {{0}};
-    cf_rseq *one[NS + 1], *fly[NS + 1];
-    cf_batch_item a[NS + 1], items[STEPS][NS + 1];
-    for (int i = 0; i <= NS; i++)
-        CHECK(cf_rseq_create(r, &one[i], &err) == CINFER_OK && cf_rseq_create(r, &fly[i], &err) == CINFER_OK, "create: %s", err.message);
-    for (int i = 0; i < NS; i++) fill_ids(ids[i], 4, 800u + (unsigned)i);
+    int32_t jids[JL];
     fill_ids(jids, JL, 888u);
-    /* alone: the NS sequences prefilled then STEPS decode steps; the joiner's whole prompt picked, then STEPS - 3 steps */
-    for (int i = 0; i < NS; i++) {
-        a[i] = (cf_batch_item){.seq = one[i], .ids = ids[i], .n = 3};
-        items[0][i] = (cf_batch_item){.seq = fly[i], .ids = ids[i], .n = 3};
-    }
-    CHECK(cf_runner_step(r, a, NS, &err) == CINFER_OK && cf_runner_step(r, items[0], NS, &err) == CINFER_OK, "prefill: %s", err.message);
-    for (int i = 0; i < NS; i++) last[i] = ids[i][3];
-    for (int t = 0; t < STEPS; t++) {
-        for (int i = 0; i < NS; i++) a[i] = (cf_batch_item){.seq = one[i], .ids = &last[i], .n = 1, .pick = &greedy};
-        CHECK(cf_runner_step(r, a, NS, &err) == CINFER_OK, "step %d: %s", t, err.message);
-        for (int i = 0; i < NS; i++) last[i] = want[i][t] = a[i].token;
-    }
-    a[0] = (cf_batch_item){.seq = one[NS], .ids = jids, .n = JL, .pick = &greedy};
-    for (int t = 0; t < STEPS - 2; t++) {
-        CHECK(cf_runner_step(r, a, 1, &err) == CINFER_OK, "joiner alone, step %d: %s", t, err.message);
-        last[NS] = want[NS][t] = a[0].token;
-        a[0] = (cf_batch_item){.seq = one[NS], .ids = &last[NS], .n = 1, .pick = &greedy};
-    }
-    /* in flight: step 0 of the NS sequences; the joiner first in every later step: piece 1 in step 1, piece 2 in
+    joining j;
+    if (!joining_open(m, &j, 800u, jids, JL, STEPS, STEPS - 2)) return;
+    cf_runner *r = j.r;
+    cf_batch_item items[STEPS][JNS + 1];
+    /* in flight: step 0 of the JNS sequences; the joiner first in every later step: piece 1 in step 1, piece 2 in
      * step 2, its picks from step 3 */
-    for (int i = 0; i < NS; i++) {
-        last[i] = ids[i][3];
-        items[0][i] = (cf_batch_item){.seq = fly[i], .ids = &last[i], .n = 1, .pick = &greedy};
-    }
+    for (int i = 0; i < JNS; i++) items[0][i] = (cf_batch_item){.seq = j.fly[i], .ids = &j.last[i], .n = 1, .pick = &greedy_args};
     for (int s = 1; s < STEPS; s++)
-        for (int i = 0; i <= NS; i++) items[s][i] = (cf_batch_item){.seq = fly[(i + NS) % (NS + 1)], .n = 1, .pick = &greedy};
-    items[1][0] = (cf_batch_item){.seq = fly[NS], .ids = jids, .n = P1};
-    items[2][0] = (cf_batch_item){.seq = fly[NS], .ids = jids + P1, .n = JL - P1, .pick = &greedy};
-    CHECK(cf_runner_submit(r, items[0], NS, &err) == CINFER_OK, "step 0: %s", err.message);
+        for (int i = 0; i <= JNS; i++) items[s][i] = (cf_batch_item){.seq = j.fly[(i + JNS) % (JNS + 1)], .n = 1, .pick = &greedy_args};
+    items[1][0] = (cf_batch_item){.seq = j.fly[JNS], .ids = jids, .n = P1};
+    items[2][0] = (cf_batch_item){.seq = j.fly[JNS], .ids = jids + P1, .n = JL - P1, .pick = &greedy_args};
+    CHECK(cf_runner_submit(r, items[0], JNS, &err) == CINFER_OK, "step 0: %s", err.message);
     for (int s = 1; s <= STEPS; s++) {
-        if (s == 2) {   /* the joiner's input taken from the device, where its piece in flight picked nothing */
-            cf_batch_item bad[NS + 1];
-            memcpy(bad, items[2], sizeof bad);
-            bad[0] = (cf_batch_item){.seq = fly[NS], .n = 1, .pick = &greedy};
-            CHECK(cf_runner_submit(r, bad, NS + 1, &err) == CINFER_E_INVALID_ARGUMENT && cf_runner_in_flight(r) == 1,
-                  "a piece's sequence fed from the device: %s", err.message);
-        }
-        if (s == 3) {   /* and the other way round: ids given where the item in flight picks */
-            cf_batch_item bad[NS + 1];
-            memcpy(bad, items[3], sizeof bad);
-            bad[0] = (cf_batch_item){.seq = fly[NS], .ids = jids, .n = 1, .pick = &greedy};
-            CHECK(cf_runner_submit(r, bad, NS + 1, &err) == CINFER_E_INVALID_ARGUMENT && cf_runner_in_flight(r) == 1,
-                  "ids for a sequence whose token is in flight: %s", err.message);
+        if (s == 2 || s == 3) {   /* the joiner fed from the device where its piece in flight picks nothing; ids where it picks */
+            cf_batch_item bad[JNS + 1];
+            memcpy(bad, items[s], sizeof bad);
+            bad[0] = s == 2 ? (cf_batch_item){.seq = j.fly[JNS], .n = 1, .pick = &greedy_args}
+                            : (cf_batch_item){.seq = j.fly[JNS], .ids = jids, .n = 1, .pick = &greedy_args};
+            CHECK(cf_runner_submit(r, bad, JNS + 1, &err) == CINFER_E_INVALID_ARGUMENT && cf_runner_in_flight(r) == 1,
+                  "step %d with the joiner's input mistaken: %s", s, err.message);
         }
         if (s < STEPS)
-            CHECK(cf_runner_submit(r, items[s], NS + 1, &err) == CINFER_OK && cf_runner_in_flight(r) == 2, "step %d: %s", s, err.message);
+            CHECK(cf_runner_submit(r, items[s], JNS + 1, &err) == CINFER_OK && cf_runner_in_flight(r) == 2, "step %d: %s", s, err.message);
         CHECK(cf_runner_collect(r, &err) == CINFER_OK, "collect %d: %s", s - 1, err.message);
-        for (int i = 0; i < NS; i++) got[i][s - 1] = items[s - 1][s > 1 ? i + 1 : i].token;
+        for (int i = 0; i < JNS; i++) j.got[i][s - 1] = items[s - 1][s > 1 ? i + 1 : i].token;
         if (s == 2) CHECK(items[1][0].token == -1, "a piece that picks nothing gives token %d", items[1][0].token);
-        if (s > 2) got[NS][s - 3] = items[s - 1][0].token;
+        if (s > 2) j.got[JNS][s - 3] = items[s - 1][0].token;
     }
-    CHECK(!memcmp(got, want, sizeof want), "a prompt joining in pieces behind a step in flight, or the sequences in flight, decode other tokens");
-    for (int i = 0; i <= NS; i++)
-        CHECK(cf_rseq_len(fly[i]) == cf_rseq_len(one[i]) &&
-                  !memcmp(cf_rseq_tokens(fly[i]), cf_rseq_tokens(one[i]), (size_t)cf_rseq_len(fly[i]) * sizeof(int32_t)),
-              "sequence %d joined in pieces: %d tokens, %d alone", i, cf_rseq_len(fly[i]), cf_rseq_len(one[i]));
-    for (int i = 0; i <= NS; i++) {
-        cf_rseq_free(one[i]);
-        cf_rseq_free(fly[i]);
-    }
-    CHECK(cf_runner_blocks_available(r) == cf_runner_blocks_total(r), "%d of %d blocks back", cf_runner_blocks_available(r),
-          cf_runner_blocks_total(r));
-    cf_runner_free(r);
+    joining_close(&j, "a prompt joining in pieces behind a step in flight");
 }
 
 int main(int argc, char **argv) {
