@@ -181,18 +181,21 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
 
 /* ---- tensor-core GEMV: 4- or 8-bit weights, bf16 x, at most 8 activation rows ---- */
 
-/* A block of TC_WARPS warps takes a unit of 16 weight rows (GLU: 8 gate rows as MMA rows 0-7 and the same up rows as
- * rows 8-15), the k-blocks (TC_KB values) of its range dealt to its warps in turn. Each thread loads its own words
- * straight into registers (no shared memory, no barrier): in every group, thread (g, t) takes quarter t of the
- * group's words of rows g and g + 8 (k_quant.cuh's tc_* mapping: a quad's MMA stays inside a group), with the
- * group's (scale, bias) word of both rows, 3 (8 bits: 2) k-blocks in flight a warp; and the same values of x of
- * activation row g through L1 (zeros for g >= n). Each word is two MMAs on 128 + q (8 bits: 128 + lo and
- * 16 (128 + hi)), and an all-ones MMA sums x over the same values; tc_group_end applies scale and bias in f32 at each group's end. The
- * warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU, gate).
+/* A block of TC_WARPS warps takes a unit of TC_ROWS = 15 weight rows as MMA rows 0-14 (GLU: TC_GLU_ROWS = 7 gate rows
+ * as MMA rows 0-6 and the same up rows as rows 8-14; row 7 idle), MMA row 15 being the sum row (k_quant.cuh), the
+ * k-blocks (TC_KB values) of its range dealt to its warps in turn. Each thread loads its own words straight into
+ * registers (no shared memory, no barrier): in every group, thread (g, t) takes quarter t of the group's words of MMA
+ * rows g and g + 8 (k_quant.cuh's tc_* mapping: a quad's MMA stays inside a group), with the group's (scale, bias)
+ * word of both rows, 3 (8 bits: 2) k-blocks in flight a warp; and the same values of x of activation row g through L1
+ * (zeros for g >= n). Each word is two MMAs on 128 + q (8 bits: 128 + lo and 16 (128 + hi)); at each group's end the
+ * sum row's results (lanes 28-31) are shuffled to every quad and tc_group_end applies scale and bias in f32. The sum
+ * row costs a sixteenth of the MMAs where an all-ones MMA beside each one cost half (measured: the tensor pipe, not
+ * the bytes, bounded the kernel). The warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU,
+ * gate).
  * Split k: when the units are too few to keep 4 blocks on every SM (o, down, q/k/v of Llama-3-8B), a cluster of
  * g.splits blocks shares a unit, block z taking k-blocks [z nkb / splits, (z + 1) nkb / splits); their sums meet in
  * block 0's shared memory in block order (the result does not depend on timing), and block 0 finishes. */
-constexpr int TC_WARPS = 4, TC_KB = 128;
+constexpr int TC_WARPS = 4, TC_KB = 128, TC_ROWS = 15, TC_GLU_ROWS = 7;
 
 /* N consecutive 32-bit words of a stream read once (N * 4-byte aligned), or zeros */
 template <int N>
@@ -232,9 +235,11 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
     const QSeg B = glu ? g.s1 : S;   /* MMA rows 8-15 */
     const int split = (int)(blockIdx.x % (unsigned)g.splits);
     const int64_t unit = cu - S.block0;
-    /* weight rows of MMA rows g (side A, product S) and g + 8 (side B) */
-    const int64_t rowA = glu ? unit * 8 + gi : unit * 16 + gi, rowB = glu ? unit * 8 + gi : unit * 16 + 8 + gi;
-    const bool okA = rowA < S.d, okB = rowB < B.d;
+    /* weight rows of MMA rows g (side A, product S) and g + 8 (side B); MMA row 15 (and the GLU's row 7) none */
+    const int64_t rowA = glu ? unit * TC_GLU_ROWS + gi : unit * TC_ROWS + gi;
+    const int64_t rowB = glu ? unit * TC_GLU_ROWS + gi : unit * TC_ROWS + 8 + gi;
+    const bool okA = gi < (glu ? 7 : 8) && rowA < S.d, okB = gi < 7 && rowB < B.d;
+    const uint32_t hiB = gi < 7 ? TC_HI8 : 0u;   /* the sum row's second MMA adds nothing */
     const int nkb = (int)(g.k / TC_KB), kb0 = (int)((int64_t)split * nkb / g.splits) + warp;
     const int kb_end = (int)((int64_t)(split + 1) * nkb / g.splits);
     const int mine = kb_end > kb0 ? (kb_end - kb0 + TC_WARPS - 1) / TC_WARPS : 0;   /* this warp's k-blocks */
@@ -254,13 +259,12 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
 
     const bool xon = gi < g.n;
     const __nv_bfloat16 *xr = (const __nv_bfloat16 *)g.x + (xon ? gi : 0) * g.xstride + t * (G / 4);
-    const uint32_t ones[4] = {0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u};
     const int f16a = S.sbt == CF_F16, f16b = B.sbt == CF_F16;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     auto use = [&](int r, int kb) {
 #pragma unroll
         for (int i = 0; i < NG; i++) {
-            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int j = 0; j < QW; j++) {
                 const __nv_bfloat16 *xp = xr + (int64_t)kb * TC_KB + i * G + j * VPW;
@@ -274,21 +278,20 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
                     for (int s = 0; s < 2; s++) {
                         tc_frags(pa, pb, xq, s, a, bx);
                         mma_bf16(c, a, bx[0], bx[1]);
-                        mma_bf16(xs, ones, bx[0], bx[1]);
                     }
                 } else {
                     const uint2 xv = xon ? __ldg(reinterpret_cast<const uint2 *>(xp)) : make_uint2(0, 0);
-                    tc_wpairs8(wa[r][i * QW + j], pa);
-                    tc_wpairs8(wb[r][i * QW + j], pb);
+                    tc_wpairs8(wa[r][i * QW + j], pa, TC_HI8);
+                    tc_wpairs8(wb[r][i * QW + j], pb, hiB);
                     tc_xpairs8(xv, xq);
                     tc_frags(pa, pb, xq, 0, a, bx);
                     mma_bf16(c, a, bx[0], bx[1]);
-                    mma_bf16(xs, ones, bx[0], bx[1]);
                     tc_frags(pa, pb, xq, 1, a, bx);
                     mma_bf16(c, a, bx[0], bx[1]);
                 }
             }
-            tc_group_end(acc, c, xs, tc_sb(sa[r][i], f16a), tc_sb(sb[r][i], f16b), OFF);
+            const float s0 = __shfl_sync(0xffffffffu, c[2], 28 + t), s1 = __shfl_sync(0xffffffffu, c[3], 28 + t);
+            tc_group_end(acc, c, s0, s1, tc_sb(sa[r][i], f16a), tc_sb(sb[r][i], f16b), OFF);
         }
     };
 
@@ -792,7 +795,7 @@ static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
     int64_t units = 0, unit0[3] = {0, 0, 0};   /* units in all; the first unit of each product */
     for (int s = 0; s < j->n_seg; s++) {
         unit0[s] = glu ? 0 : units;
-        if (!glu || s == 0) units += ceil_div(j->w[s]->rows, glu ? 8 : 16);
+        if (!glu || s == 0) units += ceil_div(j->w[s]->rows, glu ? TC_GLU_ROWS : TC_ROWS);
     }
     const int64_t nkb = j->x.cols / TC_KB;
     int splits = 1;

@@ -90,14 +90,17 @@ __host__ __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
     return u;
 }
 
-/* ---- the tensor-core GEMV (bf16 x): one m16n8k16 MMA covers 16 weight rows x 16 values of k x 8 activation rows.
- * Thread (g, t) = (lane / 4, lane % 4) of a warp holds a 32-bit word of packed values of weight rows g and g + 8 and
+/* ---- the tensor-core GEMV (bf16 x): one m16n8k16 MMA covers 16 MMA rows x 16 values of k x 8 activation rows.
+ * Thread (g, t) = (lane / 4, lane % 4) of a warp holds a 32-bit word of packed values of MMA rows g and g + 8 and
  * the same values of x of activation row g. The four threads of a quad hold words of one group, so each MMA stays
  * inside one group. The MMA's k slots 2t, 2t + 1, 2t + 8, 2t + 9 of thread (g, t) hold, in k16 step s:
  * - 4 bits (8 values a word, two steps): values 2s, 2s + 4, 2s + 1, 2s + 5 of the word;
  * - 8 bits (4 values a word, one step of two MMAs): values 0, 2, 1, 3 of the word, whose low nibbles go into the first
  *   MMA as 128 + lo and whose high nibbles into the second as 16 (128 + hi), into the same sums.
- * The same permutation of k on both sides, so each product is still a dot product. */
+ * The same permutation of k on both sides, so each product is still a dot product.
+ * MMA row 15 is the sum row: its words are zero, so its pairs are (128, 128) in the first MMA of a word and (0, 0) in
+ * the second at 8 bits (tc_wpairs8's hi = 0), and its sums are 128 sum(x) over the group, exact powers of two times
+ * the sums of x that the offsets and biases need (tc_group_end); rows 0-14 are weight rows. */
 
 /* (a & m) | c in one instruction: with m and c in registers nvcc emits one lop3, where with two immediates it emits
  * two */
@@ -129,11 +132,12 @@ __host__ __device__ __forceinline__ void tc_xpairs(uint4 x, uint32_t (&p)[4]) {
     p[3] = q_byte_perm(x.y, x.w, 0x7632);
 }
 
-/* 8 bits: p[0] = (128 + lo v0, 128 + lo v2), p[1] = (128 + lo v1, 128 + lo v3), p[2], p[3] the same with 16 (128 +
- * hi) (bf16 0x4500 | hi = 2048 + 16 hi, exact): 16 hi + lo = q, so the two MMAs on p[0, 1] and p[2, 3] with the same x
- * sum x (q + 2176) */
-__host__ __device__ __forceinline__ void tc_wpairs8(uint32_t w, uint32_t (&p)[4]) {
-    const uint32_t m = 0x000F000Fu, lo = 0x43004300u, hi = 0x45004500u;
+/* 8 bits: p[0] = (128 + lo v0, 128 + lo v2), p[1] = (128 + lo v1, 128 + lo v3), p[2], p[3] the same with hi | hi
+ * nibble: with hi = TC_HI8 (bf16 0x4500 | hi = 2048 + 16 hi, exact), 16 hi + lo = q, so the two MMAs on p[0, 1] and
+ * p[2, 3] with the same x sum x (q + 2176); the sum row passes hi = 0 (and zero words) */
+constexpr uint32_t TC_HI8 = 0x45004500u;
+__host__ __device__ __forceinline__ void tc_wpairs8(uint32_t w, uint32_t (&p)[4], uint32_t hi) {
+    const uint32_t m = 0x000F000Fu, lo = 0x43004300u;
     p[0] = q_and_or(w, m, lo);
     p[1] = q_and_or(w >> 8, m, lo);
     p[2] = q_and_or(w >> 4, m, hi);
@@ -173,15 +177,16 @@ __host__ __device__ __forceinline__ float2 tc_sb(uint32_t u, int f16) {
 #endif
 }
 
-/* a group's end: acc += scale * sum((off + q) x) + (bias - off scale) * sum(x), for the thread's four (row, activation
- * row) sums: c[0, 1] row g, c[2, 3] row g + 8; xs: the sums of x of the same positions; off: 128 (4 bits) or 2176 */
-__host__ __device__ __forceinline__ void tc_group_end(float (&acc)[4], const float (&c)[4], const float (&xs)[4], float2 sa, float2 sb,
+/* a group's end: acc += scale * sum((off + q) x) + (bias - off scale) * sum(x), for the thread's four (weight row,
+ * activation row) sums: c[0, 1] MMA row g, c[2, 3] row g + 8, activation rows 2t, 2t + 1; s0, s1: the sum row's
+ * results for activation rows 2t, 2t + 1 (128 sum(x)); off: 128 (4 bits) or 2176 */
+__host__ __device__ __forceinline__ void tc_group_end(float (&acc)[4], const float (&c)[4], float s0, float s1, float2 sa, float2 sb,
                                                       float off) {
-    const float ba = fmaf(-off, sa.x, sa.y), bb = fmaf(-off, sb.x, sb.y);
-    acc[0] = fmaf(sa.x, c[0], fmaf(ba, xs[0], acc[0]));
-    acc[1] = fmaf(sa.x, c[1], fmaf(ba, xs[1], acc[1]));
-    acc[2] = fmaf(sb.x, c[2], fmaf(bb, xs[2], acc[2]));
-    acc[3] = fmaf(sb.x, c[3], fmaf(bb, xs[3], acc[3]));
+    const float ba = fmaf(-off, sa.x, sa.y) * (1.0f / 128.0f), bb = fmaf(-off, sb.x, sb.y) * (1.0f / 128.0f);
+    acc[0] = fmaf(sa.x, c[0], fmaf(ba, s0, acc[0]));
+    acc[1] = fmaf(sa.x, c[1], fmaf(ba, s1, acc[1]));
+    acc[2] = fmaf(sb.x, c[2], fmaf(bb, s0, acc[2]));
+    acc[3] = fmaf(sb.x, c[3], fmaf(bb, s1, acc[3]));
 }
 
 /* ---- the tensor-core GEMM's B fragments (qmma_async_kernel): thread (g, t) of an m16n8k16 MMA takes values 2t,
