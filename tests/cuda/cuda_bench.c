@@ -11,7 +11,8 @@
  * - paged attention (attention_paged): decode of 1..128 sequences and prefill, against the contiguous op.
  * - quantized GEMV (--qgemv alone): packed bytes (words, scales and biases) / time of matmul and matmul_glu with
  *   random 4- and 8-bit weights (group 64, bf16 pairs) of Llama-3-8B's shapes, by activation rows, for the
- *   tensor-core kernel with k split over at most 1, 2 or 4 blocks and for the CUDA-core kernel.
+ *   tensor-core kernel with k split over at most 1, 2 or 4 blocks and for the CUDA-core kernel; then the batched
+ *   decode products (16 and 64 rows: the quantized GEMM) against bf16 weights of the same shapes.
  * Usage: cuda_bench [--quick | --short | --gemv | --paged | --qgemv]  (quick: a 4-layer model and small sweeps, a
  * smoke run; short: the full model, fewer sweep points; gemv: the one-row GEMV table alone; paged: the paged
  * attention table alone; qgemv: the quantized GEMV table alone) */
@@ -237,6 +238,51 @@ static void bench_qgemv(void) {
         }
     cfk_cfg.qgemv_tc_splits = dflt_s;
     cfk_cfg.qgemv_tc = dflt_tc;
+
+    /* batched decode: the quantized GEMM against the bf16 matmul (cuBLAS) of the same shape, microseconds a product */
+    printf("\n## batched decode: microseconds a product (TFLOP/s) for 4-bit, 8-bit and bf16 weights of the same shape\n");
+    printf("| shape | rows | q4 | q8 | bf16 |\n|---|---:|---:|---:|---:|\n");
+    const int brows[] = {16, 64};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t d = shapes[s].d, k = shapes[s].k, mats = shapes[s].glu ? 2 : 1;
+        const int nw = (int)fmax(2.0, fmin(48.0, ceil(768e6 / (2.0 * mats * d * k))));
+        qgemv_ctx q4 = {.glu = shapes[s].glu, .nw = nw}, q8 = q4, bf = q4;
+        qupload(d, k, 4, nw, q4.w);
+        qupload(d, k, 8, nw, q8.w);
+        for (int i = 0; i < nw; i++) bf.w[i] = rnd(d, k, 0.02f, 100 + i);
+        if (shapes[s].glu) {
+            qupload(d, k, 4, nw, q4.u);
+            qupload(d, k, 8, nw, q8.u);
+            for (int i = 0; i < nw; i++) bf.u[i] = rnd(d, k, 0.02f, 200 + i);
+        }
+        for (size_t r = 0; r < sizeof brows / sizeof brows[0]; r++) {
+            const cf_tensor x = rnd(brows[r], k, 1.0f, 7), out = alloc(CF_BF16, brows[r], d);
+            const cf_tensor gate = alloc(CF_BF16, brows[r], d), up = alloc(CF_BF16, brows[r], d);
+            printf("| %s | %d |", shapes[s].name, brows[r]);
+            qgemv_ctx *c[3] = {&q4, &q8, &bf};
+            for (int v = 0; v < 3; v++) {
+                c[v]->x = x;
+                c[v]->out = out;
+                c[v]->gate = gate;
+                c[v]->up = up;
+                const double t = time_graph(qgemv_work, c[v], 4 * nw);
+                printf(" %.1f (%.0f) |", t * 1e6, 2.0 * mats * d * k * brows[r] / t / 1e12);
+            }
+            printf("\n");
+            cf_tensor f[4] = {x, out, gate, up};
+            for (int i = 0; i < 4; i++) op->free_tensor(be, &f[i]);
+        }
+        for (int i = 0; i < nw; i++) {
+            op->free_tensor(be, &q4.w[i]);
+            op->free_tensor(be, &q8.w[i]);
+            op->free_tensor(be, &bf.w[i]);
+            if (shapes[s].glu) {
+                op->free_tensor(be, &q4.u[i]);
+                op->free_tensor(be, &q8.u[i]);
+                op->free_tensor(be, &bf.u[i]);
+            }
+        }
+    }
 }
 
 /* ---- attention ---- */
