@@ -189,8 +189,7 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
  * word of both rows, 3 (8 bits: 2) k-blocks in flight a warp; and the same values of x of activation row g through L1
  * (zeros for g >= n). Each word is two MMAs on 128 + q (8 bits: 128 + lo and 16 (128 + hi)); at each group's end the
  * sum row's results (lanes 28-31) are shuffled to every quad and tc_group_end applies scale and bias in f32. The sum
- * row costs a sixteenth of the MMAs where an all-ones MMA beside each one cost half (measured: the tensor pipe, not
- * the bytes, bounded the kernel). The warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU,
+ * row costs a sixteenth of the MMAs where an all-ones MMA beside each one cost half. The warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU,
  * gate).
  * Split k: when the units are too few to keep 4 blocks on every SM (o, down, q/k/v of Llama-3-8B), a cluster of
  * g.splits blocks shares a unit, block z taking k-blocks [z nkb / splits, (z + 1) nkb / splits); their sums meet in
@@ -238,8 +237,9 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
     /* weight rows of MMA rows g (side A, product S) and g + 8 (side B); MMA row 15 (and the GLU's row 7) none */
     const int64_t rowA = glu ? unit * TC_GLU_ROWS + gi : unit * TC_ROWS + gi;
     const int64_t rowB = glu ? unit * TC_GLU_ROWS + gi : unit * TC_ROWS + 8 + gi;
-    const bool okA = gi < (glu ? 7 : 8) && rowA < S.d, okB = gi < 7 && rowB < B.d;
-    const uint32_t hiB = gi < 7 ? TC_HI8 : 0u;   /* the sum row's second MMA adds nothing */
+    const bool sum_row = gi == TC_ROWS - 8;   /* this thread's side-B row is MMA row 15 */
+    const bool okA = gi < (glu ? TC_GLU_ROWS : 8) && rowA < S.d, okB = !sum_row && rowB < B.d;
+    const uint32_t hiB = sum_row ? 0u : TC_HI8;   /* the sum row's second MMA adds nothing */
     const int nkb = (int)(g.k / TC_KB), kb0 = (int)((int64_t)split * nkb / g.splits) + warp;
     const int kb_end = (int)((int64_t)(split + 1) * nkb / g.splits);
     const int mine = kb_end > kb0 ? (kb_end - kb0 + TC_WARPS - 1) / TC_WARPS : 0;   /* this warp's k-blocks */
