@@ -103,14 +103,12 @@ static int counter(cf_buf *out, const char *name, const char *help, uint64_t v) 
     return cf_buf_printf(out, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, (unsigned long long)v);
 }
 
-/* a counter of seconds */
-static int counter_s(cf_buf *out, const char *name, const char *help, double v) {
-    return cf_buf_printf(out, "# HELP %s %s\n# TYPE %s counter\n%s %.9g\n", name, help, name, name, v);
+/* a series of one real value; type: "gauge", or "counter" for seconds */
+static int real(cf_buf *out, const char *type, const char *name, const char *help, double v) {
+    return cf_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n%s %.9g\n", name, help, name, type, name, v);
 }
-
-static int gauge(cf_buf *out, const char *name, const char *help, double v) {
-    return cf_buf_printf(out, "# HELP %s %s\n# TYPE %s gauge\n%s %.9g\n", name, help, name, name, v);
-}
+static int gauge(cf_buf *out, const char *name, const char *help, double v) { return real(out, "gauge", name, help, v); }
+static int counter_s(cf_buf *out, const char *name, const char *help, double v) { return real(out, "counter", name, help, v); }
 
 int cf_metrics_render(cf_metrics *m, cinfer_engine *e, int model_loaded, cf_buf *out) {
     cinfer_engine_stats es = {0};
