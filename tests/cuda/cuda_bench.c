@@ -98,6 +98,12 @@ static double time_graph(work_fn fn, void *ctx, int n) {
 
 /* ---- GEMV ---- */
 
+/* copies of a weight of `bytes` to rotate through so that none is served from the 60 MB L2: 768 MB in all, 2 to max */
+static int rotation(double bytes, int max) {
+    const int n = (int)ceil(768e6 / bytes);
+    return n < 2 ? 2 : n > max ? max : n;
+}
+
 typedef struct gemv_ctx {
     cf_tensor x, out, w[64];
     int nw;
@@ -125,9 +131,7 @@ static void bench_gemv(int quick) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         gemv_ctx g;
         const double bytes = 2.0 * shapes[s].d * shapes[s].k;
-        g.nw = (int)ceil(768e6 / bytes);
-        if (g.nw < 2) g.nw = 2;
-        if (g.nw > 64) g.nw = 64;
+        g.nw = rotation(bytes, 64);
         if (quick && g.nw > 4) g.nw = 4;
         for (int i = 0; i < g.nw; i++) g.w[i] = rnd(shapes[s].d, shapes[s].k, 0.02f, 100 + i);
         for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
@@ -193,24 +197,24 @@ static void qupload(int64_t d, int64_t k, int bits, int n, cf_tensor *out) {
     free(bi);
 }
 
+/* Llama-3-8B's products, for the quantized tables */
+static const struct { const char *name; int d, k, glu; } qshapes[] = {
+    {"q/o   4096x4096", 4096, 4096, 0}, {"k/v   1024x4096", 1024, 4096, 0}, {"gate+up 2x14336x4096 (GLU)", 14336, 4096, 1},
+    {"down 4096x14336", 4096, 14336, 0}, {"lm_head 128256x4096", 128256, 4096, 0},
+};
+
 static void bench_qgemv(void) {
-    struct { const char *name; int d, k, glu; } shapes[] = {
-        {"q/o   4096x4096", 4096, 4096, 0}, {"k/v   1024x4096", 1024, 4096, 0}, {"gate+up 2x14336x4096 (GLU)", 14336, 4096, 1},
-        {"down 4096x14336", 4096, 14336, 0}, {"lm_head 128256x4096", 128256, 4096, 0},
-    };
     const int rows[] = {1, 2, 8}, bits[] = {4, 8};
     const int dflt_s = cfk_cfg.qgemv_tc_splits, dflt_tc = cfk_cfg.qgemv_tc;
     printf("\n## quantized GEMV (group 64, bf16 pairs, bf16 x): packed GB/s (words + scales + biases) and %% of copy bandwidth;\n"
            "## tensor-core kernel with k split over at most 1, 2, 4 blocks, and the CUDA-core kernel\n");
     printf("| shape | bits | rows | tc 1 | tc 2 | tc 4 | CUDA cores |\n|---|---:|---:|---:|---:|---:|---:|\n");
     for (size_t b = 0; b < 2; b++)
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-            qgemv_ctx g = {.glu = shapes[s].glu};
-            const int64_t d = shapes[s].d, k = shapes[s].k;
-            const double bytes = (shapes[s].glu ? 2.0 : 1.0) * d * (k * bits[b] / 8.0 + k / 64 * 4.0);
-            g.nw = (int)ceil(768e6 / bytes);
-            if (g.nw < 2) g.nw = 2;
-            if (g.nw > 48) g.nw = 48;
+        for (size_t s = 0; s < sizeof qshapes / sizeof qshapes[0]; s++) {
+            qgemv_ctx g = {.glu = qshapes[s].glu};
+            const int64_t d = qshapes[s].d, k = qshapes[s].k;
+            const double bytes = (qshapes[s].glu ? 2.0 : 1.0) * d * (k * bits[b] / 8.0 + k / 64 * 4.0);
+            g.nw = rotation(bytes, 48);
             qupload(d, k, bits[b], g.nw, g.w);
             if (g.glu) qupload(d, k, bits[b], g.nw, g.u);
             for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
@@ -218,7 +222,7 @@ static void bench_qgemv(void) {
                 g.out = alloc(CF_F32, rows[r], d);
                 g.gate = alloc(CF_F32, rows[r], d);
                 g.up = alloc(CF_F32, rows[r], d);
-                printf("| %s | %d | %d |", shapes[s].name, bits[b], rows[r]);
+                printf("| %s | %d | %d |", qshapes[s].name, bits[b], rows[r]);
                 for (int v = 0; v < 4; v++) {
                     cfk_cfg.qgemv_tc = v < 3;
                     cfk_cfg.qgemv_tc_splits = v < 3 ? 1 << v : dflt_s;
@@ -238,19 +242,21 @@ static void bench_qgemv(void) {
         }
     cfk_cfg.qgemv_tc_splits = dflt_s;
     cfk_cfg.qgemv_tc = dflt_tc;
+}
 
-    /* batched decode: the quantized GEMM against the bf16 matmul (cuBLAS) of the same shape, microseconds a product */
+/* batched decode: the quantized GEMM against the bf16 matmul (cuBLAS) of the same shape, microseconds a product */
+static void bench_qgemm(void) {
     printf("\n## batched decode: microseconds a product (TFLOP/s) for 4-bit, 8-bit and bf16 weights of the same shape\n");
     printf("| shape | rows | q4 | q8 | bf16 |\n|---|---:|---:|---:|---:|\n");
     const int brows[] = {16, 64};
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        const int64_t d = shapes[s].d, k = shapes[s].k, mats = shapes[s].glu ? 2 : 1;
-        const int nw = (int)fmax(2.0, fmin(48.0, ceil(768e6 / (2.0 * mats * d * k))));
-        qgemv_ctx q4 = {.glu = shapes[s].glu, .nw = nw}, q8 = q4, bf = q4;
+    for (size_t s = 0; s < sizeof qshapes / sizeof qshapes[0]; s++) {
+        const int64_t d = qshapes[s].d, k = qshapes[s].k, mats = qshapes[s].glu ? 2 : 1;
+        const int nw = rotation(2.0 * mats * d * k, 48);
+        qgemv_ctx q4 = {.glu = qshapes[s].glu, .nw = nw}, q8 = q4, bf = q4;
         qupload(d, k, 4, nw, q4.w);
         qupload(d, k, 8, nw, q8.w);
         for (int i = 0; i < nw; i++) bf.w[i] = rnd(d, k, 0.02f, 100 + i);
-        if (shapes[s].glu) {
+        if (qshapes[s].glu) {
             qupload(d, k, 4, nw, q4.u);
             qupload(d, k, 8, nw, q8.u);
             for (int i = 0; i < nw; i++) bf.u[i] = rnd(d, k, 0.02f, 200 + i);
@@ -258,7 +264,7 @@ static void bench_qgemv(void) {
         for (size_t r = 0; r < sizeof brows / sizeof brows[0]; r++) {
             const cf_tensor x = rnd(brows[r], k, 1.0f, 7), out = alloc(CF_BF16, brows[r], d);
             const cf_tensor gate = alloc(CF_BF16, brows[r], d), up = alloc(CF_BF16, brows[r], d);
-            printf("| %s | %d |", shapes[s].name, brows[r]);
+            printf("| %s | %d |", qshapes[s].name, brows[r]);
             qgemv_ctx *c[3] = {&q4, &q8, &bf};
             for (int v = 0; v < 3; v++) {
                 c[v]->x = x;
@@ -276,7 +282,7 @@ static void bench_qgemv(void) {
             op->free_tensor(be, &q4.w[i]);
             op->free_tensor(be, &q8.w[i]);
             op->free_tensor(be, &bf.w[i]);
-            if (shapes[s].glu) {
+            if (qshapes[s].glu) {
                 op->free_tensor(be, &q4.u[i]);
                 op->free_tensor(be, &q8.u[i]);
                 op->free_tensor(be, &bf.u[i]);
@@ -704,7 +710,10 @@ int main(int argc, char **argv) {
     if (gemv_only || paged_only || qgemv_only) {
         if (gemv_only) bench_gemv(0);
         else if (paged_only) bench_paged(0);
-        else bench_qgemv();
+        else {
+            bench_qgemv();
+            bench_qgemm();
+        }
         cf_backend_destroy(be);
         return 0;
     }
