@@ -135,8 +135,8 @@ typedef struct cinfer_engine_params {
     /* Lookahead: while the device runs a decode step, the next one is already queued behind it (its inputs are
      * the tokens picked on the device), so the device does not wait for the host between steps. The host reads
      * each step's tokens one step later; a session that stops there has its queued row discarded (one that reaches
-     * max_tokens, or is cancelled, gets none). A session that joins the batch meanwhile comes with the queued step when its whole
-     * prompt fits the step's token budget. Only while every session picks on the device and drafts nothing in the
+     * max_tokens, or is cancelled, gets none). A session that joins the batch meanwhile comes with the queued step, its
+     * prompt whole or in pieces within the step's token budget (a prompt in pieces goes on in the steps queued after). Only while every session picks on the device and drafts nothing in the
      * next step (a session whose speculation the cost policy has paused counts as plain); otherwise steps run one at
      * a time. Not for models whose sliding-window layers keep their own KV pool (Gemma's,
      * among others).

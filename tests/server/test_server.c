@@ -181,8 +181,7 @@ static double wait_closed(int fd, double timeout) {
     return -1;
 }
 
-/* The value of a metric line "name{labels} value" in the exposition, or -1. */
-/* the value of a series in an exposition; -1 when absent */
+/* The value of a metric line "name{labels} value" in an exposition, or -1. */
 static double series_value(const char *body, const char *series) {
     double v = -1;
     size_t n = strlen(series);
@@ -191,6 +190,7 @@ static double series_value(const char *body, const char *series) {
     return v;
 }
 
+/* the same, fetched from the server's /metrics */
 static double metric(int port, const char *series) {
     resp r;
     if (request(port, "GET", "/metrics", NULL, NULL, &r)) return -1;
