@@ -108,8 +108,15 @@ static void account(cf_gen *g, const cinfer_result *res) {
 
 /* ---- life ---- */
 
+/* Unlinked first, under the server's lock: cf_server_stop walks the list under it and cancels what it finds,
+ * so nothing of g may be freed while g can still be found there. */
 static void gen_free(cf_gen *g) {
     cf_server *s = g->srv;
+    pthread_mutex_lock(&s->mu);
+    if (g->prev) g->prev->next = g->next;
+    else s->gens = g->next;
+    if (g->next) g->next->prev = g->prev;
+    pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < g->n_ch; i++) {
         if (g->ch[i].s && !g->ch[i].closed) cf_metrics_generation(&s->metrics, CF_GEN_CANCELLED, 0, 0);
         cinfer_session_free(g->ch[i].s);
@@ -122,13 +129,10 @@ static void gen_free(cf_gen *g) {
     free(g->ch);
     free(g->model_name);
     pthread_mutex_destroy(&g->mu);
+    free(g);
     pthread_mutex_lock(&s->mu);
-    if (g->prev) g->prev->next = g->next;
-    else s->gens = g->next;
-    if (g->next) g->next->prev = g->prev;
     s->n_gens--;
     pthread_cond_broadcast(&s->cv);
-    free(g);
     pthread_mutex_unlock(&s->mu);
 }
 
