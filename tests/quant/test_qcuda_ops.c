@@ -5,7 +5,8 @@
  * bit widths, which run apart); embed of a quantized table; a decode matmul recorded in a graph. Each runs under
  * three settings of CINFER_QMMA_MAX_ROWS (tuning.qmma_max_rows): 128 (the default: rows 9..128 on the tensor-core
  * kernel, 300 dequantized + cuBLAS), 4096 (every row count above 8 on the tensor-core kernel) and 0 (above 8 through
- * cuBLAS).
+ * cuBLAS); the last also with the decode GEMV's k split over clusters of up to 4 blocks (tuning.qgemv_tc_splits; the
+ * default is none).
  *
  * Bounds. The GEMV (at most 8 rows) computes in f32 sum(scale * sum(x q) + bias * sum(x)) per chunk: within
  * 4 k 2^-24 (sum |x| (|w| + 2 |bias of the group|)) of the exact product. The other paths multiply bf16 operands
@@ -72,6 +73,7 @@ static cf_backend *make(int qmma_max_rows, int *skip) {
     p.device = CF_DEVICE_CUDA;
     p.pool_bytes = (size_t)1 << 30;
     p.tuning.qmma_max_rows = qmma_max_rows;
+    if (qmma_max_rows == 0) p.tuning.qgemv_tc_splits = 4;
     qmma_setting = qmma_max_rows;
     cf_backend *be = NULL;
     cinfer_error e = {0};

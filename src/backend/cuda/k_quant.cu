@@ -789,9 +789,9 @@ static cudaError_t qgemv_tc_launch(cudaStream_t st, int group, dim3 grid, unsign
 
 static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
     const bool glu = j->glu_out.data != NULL;
-    /* k split over a cluster while the blocks fall short of 4 an SM and each warp keeps at least 2 k-blocks
-     * (Llama-3-8B at the default of at most 2: q/k/v, o and down 2 blocks a unit, gate/up and the output layer 1);
-     * it depends on the shapes only, not on the activation rows */
+    /* k split over a cluster (up to cfk_cfg.qgemv_tc_splits blocks; by default none) while the blocks fall short of 4
+     * an SM and each warp keeps at least 2 k-blocks (Llama-3-8B at most 2: q/k/v, o and down 2 blocks a unit, gate/up
+     * and the output layer 1); it depends on the shapes only, not on the activation rows */
     int64_t units = 0, unit0[3] = {0, 0, 0};   /* units in all; the first unit of each product */
     for (int s = 0; s < j->n_seg; s++) {
         unit0[s] = glu ? 0 : units;
