@@ -13,9 +13,10 @@
  *   random 4- and 8-bit weights (group 64, bf16 pairs) of Llama-3-8B's shapes, by activation rows, for the
  *   tensor-core kernel with k split over at most 1, 2 or 4 blocks and for the CUDA-core kernel; then the batched
  *   decode products (16 and 64 rows: the quantized GEMM) against bf16 weights of the same shapes.
- * Usage: cuda_bench [--quick | --short | --gemv | --paged | --qgemv]  (quick: a 4-layer model and small sweeps, a
- * smoke run; short: the full model, fewer sweep points; gemv: the one-row GEMV table alone; paged: the paged
- * attention table alone; qgemv: the quantized GEMV table alone) */
+ * Usage: cuda_bench [--quick | --short | --gemv | --paged | --qgemv | --qprofile]  (quick: a 4-layer model and
+ * small sweeps, a smoke run; short: the full model, fewer sweep points; gemv: the one-row GEMV table alone; paged:
+ * the paged attention table alone; qgemv: the quantized GEMV table alone; qprofile: each one-row product of the
+ * quantized table and its bf16 twin launched twice, untimed, for ncu) */
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
@@ -242,6 +243,35 @@ static void bench_qgemv(void) {
         }
     cfk_cfg.qgemv_tc_splits = dflt_s;
     cfk_cfg.qgemv_tc = dflt_tc;
+}
+
+/* For a profiler (bench/quant_gpu_profile.sh): each of Llama-3-8B's products at one activation row, twice (the first
+ * a warm-up), with 4-bit, 8-bit and bf16 weights, one launch each, no timing and no graphs */
+static void qprofile(void) {
+    const int bits[] = {4, 8, 16};
+    for (size_t b = 0; b < 3; b++)
+        for (size_t s = 0; s < sizeof qshapes / sizeof qshapes[0]; s++) {
+            const int64_t d = qshapes[s].d, k = qshapes[s].k;
+            qgemv_ctx g = {.glu = qshapes[s].glu, .nw = 1};
+            if (bits[b] == 16) {
+                g.w[0] = rnd(d, k, 0.02f, 11);
+                if (g.glu) g.u[0] = rnd(d, k, 0.02f, 12);
+            } else {
+                qupload(d, k, bits[b], 1, g.w);
+                if (g.glu) qupload(d, k, bits[b], 1, g.u);
+            }
+            g.x = rnd(1, k, 1.0f, 7);
+            g.out = alloc(CF_F32, 1, d);
+            g.gate = alloc(CF_F32, 1, d);
+            g.up = alloc(CF_F32, 1, d);
+            qgemv_work(&g, 0);
+            qgemv_work(&g, 0);
+            sync_();
+            printf("%s, %d bits: 2 launches\n", qshapes[s].name, bits[b]);
+            cf_tensor f[6] = {g.x, g.out, g.gate, g.up, g.w[0], g.u[0]};
+            for (int i = 0; i < 6; i++)
+                if (f[i].data) op->free_tensor(be, &f[i]);
+        }
 }
 
 /* batched decode: the quantized GEMM against the bf16 matmul (cuBLAS) of the same shape, microseconds a product */
@@ -691,7 +721,7 @@ static void bench_model(int quick, double gemm_tflops) {
 int main(int argc, char **argv) {
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
     const int gemv_only = argc > 1 && !strcmp(argv[1], "--gemv"), paged_only = argc > 1 && !strcmp(argv[1], "--paged");
-    const int qgemv_only = argc > 1 && !strcmp(argv[1], "--qgemv");
+    const int qgemv_only = argc > 1 && !strcmp(argv[1], "--qgemv"), qprofile_only = argc > 1 && !strcmp(argv[1], "--qprofile");
     short_run = gemv_only || (argc > 1 && !strcmp(argv[1], "--short"));
     setvbuf(stdout, NULL, _IOLBF, 0);   /* every line out as it is made, should the run be cut short */
     cinfer_error e = {0};
@@ -707,9 +737,10 @@ int main(int argc, char **argv) {
     op = be->ops;
     ok(cf_cuda_memcpy_bandwidth(be, (size_t)4 << 30, 20, &copy_bw, &e), &e, "copy bandwidth");
     printf("# cuda_bench%s\n\ndevice-to-device copy (4 GiB, read + write): %.0f GB/s\n", argc > 1 ? argv[1] : "", copy_bw);
-    if (gemv_only || paged_only || qgemv_only) {
+    if (gemv_only || paged_only || qgemv_only || qprofile_only) {
         if (gemv_only) bench_gemv(0);
         else if (paged_only) bench_paged(0);
+        else if (qprofile_only) qprofile();
         else {
             bench_qgemv();
             bench_qgemm();
