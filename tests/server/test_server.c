@@ -634,6 +634,9 @@ static void test_log(int log_prompts) {
     char path[] = "/tmp/cinfer_test_server_logXXXXXX";
     int lfd = mkstemp(path);
     if (lfd < 0) return;
+    /* should the process die while stderr goes to the file, its report (ASan's, say) is there */
+    printf("test_log: stderr to %s while a server logs\n", path);
+    fflush(stdout);
     fflush(stderr);
     int saved = dup(2);
     dup2(lfd, 2);
