@@ -120,6 +120,11 @@ static cinfer_status load_vocab(tk_bpe *b, const char *p, const char *end, cinfe
     for (int pass = 0; pass < 2; pass++) {
         const char *q = tk_json_ws(p + 1, end);
         if (pass == 1) {
+            /* the tables are indexed by id: a few ids far past the entries would make them huge */
+            if ((size_t)b->max_id > 2 * count + 65536) {
+                tk_buf_free(&key);
+                return cf_fail(err, CINFER_E_FORMAT, "BPE vocab ids are too sparse: id %d among %zu entries", (int)b->max_id, count);
+            }
             size_t ids = (size_t)b->max_id + 1;
             b->tok_off = malloc((ids ? ids : 1) * sizeof *b->tok_off);
             b->tok_len = malloc((ids ? ids : 1) * sizeof *b->tok_len);

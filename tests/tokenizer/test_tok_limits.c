@@ -1,6 +1,7 @@
 /* test_tok_limits.c: work bounds of encoding hostile tokenizers (issue 17): a chain of Replace
  * normalizers that grows the text, and a catastrophic pre-tokenizer regex, fail with a
- * CINFER_E_TOKENIZER status naming the cause; real tokenizers' patterns still encode long runs. */
+ * CINFER_E_TOKENIZER status naming the cause; real tokenizers' patterns still encode long runs. Loading:
+ * a BPE vocab with an id far past its entries is refused, not allocated for. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,7 +107,21 @@ static void long_runs(void) {
     cf_tokenizer_free(tok);
 }
 
+/* the fuzzer's find: one id of about a billion among 4 entries asked 8 GB of id tables */
+static void sparse_ids(void) {
+    static const char *json = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \" \": 2, \"1\": 1000000000}, \"merges\": []}}";
+    cf_tokenizer *tok = NULL;
+    cinfer_error err = {0};
+    cinfer_status st = cf_tokenizer_load_json(json, strlen(json), &tok, &err);
+    CHECK(st == CINFER_E_FORMAT && strstr(err.message, "too sparse") && !tok, "sparse ids: %d %s", (int)st, err.message);
+    cf_tokenizer_free(tok);
+    static const char *dense = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \" \": 2, \"1\": 60000}, \"merges\": []}}";
+    tok = load(dense);
+    cf_tokenizer_free(tok);
+}
+
 int main(void) {
+    sparse_ids();
     replace_growth();
     catastrophic_regex();
     long_runs();
