@@ -275,6 +275,9 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *   gemv_max_rows     CINFER_GEMV_MAX_ROWS      1: bf16/f16 matmuls with at most this many rows (up to 8; f32 activations: 8) use the GEMV kernel,
  *                                               more cuBLAS (H200: cuBLAS streams 87-102% of the copy rate from 2 rows on,
  *                                               where the GEMV's cost grows with the rows: bench/results/README.md)
+ *   gemv_tc_max_rows  CINFER_GEMV_TC_MAX_ROWS   0: bf16 matmuls with bf16 activations, more rows than gemv_max_rows and at most
+ *                                               this many (up to 16) run the tensor-core GEMV (k a multiple of 64, fused as
+ *                                               the GEMV); 0: cuBLAS (16 pays on an H100, not yet on the H200: cuda_backend.c)
  *   gemv_warps        CINFER_GEMV_WARPS         8: warps per SM a GEMV aims to keep busy
  *   gemv_block_warps  CINFER_GEMV_BLOCK_WARPS   4: warps per GEMV block (2, 4 or 8)
  *   attn_bc           CINFER_ATTN_BC            32: keys per tile of the prefill attention kernel (head size 128)
@@ -300,7 +303,7 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
 typedef struct cf_tuning {
     int fused_ops, decode_graphs, device_sampling;
     int cuda_direct_alloc, cuda_f32_act, pdl;
-    int gemv_unroll, gemv_max_rows, gemv_warps, gemv_block_warps;
+    int gemv_unroll, gemv_max_rows, gemv_tc_max_rows, gemv_warps, gemv_block_warps;
     int attn_bc, attn_hpb, attn_group, attn_group_splits;
     int paged_mma_group, paged_sm_blocks, attn_paged_d512;
     int qmma_max_rows, qgemv_max_rows, qgemv_warps, qgemv_tc, qgemv_tc_splits;

@@ -116,19 +116,20 @@ static void gemv_work(void *c, int i) {
     op->matmul(be, g->out, g->x, g->w[i % g->nw], none);
 }
 
-/* Weight GB/s by activation rows: the GEMV kernel (forced up to 8 rows) by 16-byte chunks of each row per batch and
- * lane and the warps per SM a launch aims for before splitting rows over warps, and the default (the GEMV for 1 row,
- * cuBLAS from 2). */
+/* Weight GB/s by activation rows: the vector GEMV kernel (forced up to 8 rows) by 16-byte chunks of each row per batch
+ * and lane and the warps per SM a launch aims for before splitting rows over warps; the tensor-core GEMV (from 1 row);
+ * cuBLAS (from 2 rows); and the default (gemv_max_rows and gemv_tc_max_rows as the backend set them). */
 static void bench_gemv(int quick) {
     struct { const char *name; int d, k; } shapes[] = {
         {"q/o   4096x4096", 4096, 4096}, {"k/v   1024x4096", 1024, 4096}, {"gate 14336x4096", 14336, 4096},
         {"down 4096x14336", 4096, 14336}, {"lm_head 128256x4096", 128256, 4096},
     };
-    int rows[] = {1, 2, 4, 8, 16}, unrolls[] = {2, 1, 2, 0}, warps[] = {8, 8, 32, 8}, max_rows[] = {8, 8, 8, 1};
-    const int dflt_u = cfk_cfg.gemv_unroll, dflt_w = cfk_cfg.gemv_warps, dflt_r = cfk_cfg.gemv_max_rows;
-    printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth by activation rows: the GEMV kernel\n"
-           "## (chunks a batch, warps an SM) and the default (GEMV for 1 row, cuBLAS from 2)\n");
-    printf("| shape | rows | GEMV 2, 8 | GEMV 1, 8 | GEMV 2, 32 | default |\n|---|---:|---:|---:|---:|---:|\n");
+    const int dflt_u = cfk_cfg.gemv_unroll, dflt_w = cfk_cfg.gemv_warps, dflt_r = cfk_cfg.gemv_max_rows, dflt_tc = cfk_cfg.gemv_tc_max_rows;
+    int rows[] = {1, 2, 4, 8, 9, 16}, unrolls[] = {2, 1, 2, 0, 0, dflt_u}, warps[] = {8, 8, 32, 8, 8, dflt_w},
+        max_rows[] = {8, 8, 8, 0, 1, dflt_r}, tc_rows[] = {0, 0, 0, 16, 0, dflt_tc};
+    printf("\n## GEMV (matmul, bf16 weights, bf16 x): weight GB/s and %% of copy bandwidth by activation rows: the vector GEMV\n"
+           "## (chunks a batch, warps an SM; up to 8 rows), the tensor-core GEMV, cuBLAS (from 2 rows), the default\n");
+    printf("| shape | rows | GEMV 2, 8 | GEMV 1, 8 | GEMV 2, 32 | tensor-core GEMV | cuBLAS | default |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         gemv_ctx g;
         const double bytes = 2.0 * shapes[s].d * shapes[s].k;
@@ -140,10 +141,15 @@ static void bench_gemv(int quick) {
             g.x = rnd(rows[r], shapes[s].k, 1.0f, 7);
             g.out = alloc(CF_BF16, rows[r], shapes[s].d);
             printf("| %s | %d |", shapes[s].name, rows[r]);
-            for (size_t u = 0; u < 4; u++) {
+            for (size_t u = 0; u < sizeof unrolls / sizeof unrolls[0]; u++) {
                 cfk_cfg.gemv_unroll = unrolls[u];
                 cfk_cfg.gemv_warps = warps[u];
                 cfk_cfg.gemv_max_rows = max_rows[u];
+                cfk_cfg.gemv_tc_max_rows = tc_rows[u];
+                if ((u < 3 && rows[r] > 8) || (u == 4 && rows[r] == 1)) {   /* not that kernel */
+                    printf(" - |");
+                    continue;
+                }
                 double t = time_graph(gemv_work, &g, quick ? 8 : 4 * g.nw);
                 double gbs = bytes / t / 1e9;
                 printf(" %.0f (%.0f%%) |", gbs, 100 * gbs / copy_bw);
@@ -157,6 +163,7 @@ static void bench_gemv(int quick) {
     cfk_cfg.gemv_unroll = dflt_u;
     cfk_cfg.gemv_warps = dflt_w;
     cfk_cfg.gemv_max_rows = dflt_r;
+    cfk_cfg.gemv_tc_max_rows = dflt_tc;
 }
 
 /* ---- quantized GEMV ---- */

@@ -25,7 +25,13 @@
 static cf_backend *cpu, *gpu;
 static int failures, checks;
 static int quick;   /* --quick: smaller cases, for runs under compute-sanitizer */
-static int gemv_rows = 1;   /* the GPU backend's tuning.gemv_max_rows: more rows go to cuBLAS */
+static int gemv_rows = 1;   /* the GPU backend's tuning.gemv_max_rows: more rows go to the tensor-core GEMV or cuBLAS */
+static int tc_rows = 0;     /* its tuning.gemv_tc_max_rows */
+
+/* whether the tensor-core GEMV takes n rows of x (dtype xdt, k columns) times bf16 weights */
+static int tc_takes(int n, cf_dtype xdt, int k) {
+    return n > gemv_rows && n <= tc_rows && xdt == CF_BF16 && k % 64 == 0;
+}
 static uint64_t rng = 0x243f6a8885a308d3ull;
 
 static float urand(void) {
@@ -305,8 +311,9 @@ static void test_matmul(void) {
         {1, 4096, 4096, CF_BF16, CF_BF16, 0, 4e-3},  {1, 4096, 1000, CF_BF16, CF_F32, 1, 3e-5},
         {2, 4096, 1024, CF_F32, CF_F32, 0, 3e-5},    {3, 14336, 512, CF_BF16, CF_F32, 0, 3e-5},
         {5, 4096, 333, CF_F32, CF_BF16, 1, 4e-3},    {8, 1024, 2048, CF_BF16, CF_BF16, 0, 4e-3},
-        {4, 100, 77, CF_BF16, CF_F32, 1, 3e-5},      /* k % 8 != 0: the scalar kernel */
-        {9, 512, 384, CF_BF16, CF_BF16, 0, 4e-3},    /* cuBLAS from here */
+        {4, 100, 77, CF_BF16, CF_F32, 1, 3e-5},      /* k % 8 != 0: the scalar kernel or cuBLAS */
+        {9, 512, 384, CF_BF16, CF_BF16, 0, 4e-3},    {16, 1024, 1000, CF_BF16, CF_F32, 1, 3e-5},
+        {13, 200, 40, CF_BF16, CF_F32, 0, 3e-5},     /* k % 64 != 0: cuBLAS (from 2 rows) */
         {64, 4096, 1024, CF_F32, CF_F32, 1, 1e-2},   {300, 512, 384, CF_BF16, CF_F32, 0, 1e-4},
         {256, 1024, 4096, CF_BF16, CF_BF16, 1, 1e-2},
     };
@@ -320,10 +327,10 @@ static void test_matmul(void) {
         char name[96];
         snprintf(name, sizeof name, "matmul n %d k %d d %d, x %s -> %s%s", cs[i].n, cs[i].k, cs[i].d, cf_dtype_name(cs[i].xdt),
                  cf_dtype_name(cs[i].odt), cs[i].bias ? " + bias" : "");
-        /* cuBLAS (more than gemv_rows rows; f32 x: more than 8): bf16 x accumulated on the tensor cores, f32 x
-         * converted to bf16 first */
-        const int blas = cs[i].n > gemv_rows && !(cs[i].xdt == CF_F32 && cs[i].n <= 8);
-        const double tol = blas ? fmax(cs[i].tol, cs[i].xdt == CF_F32 ? 1e-2 : 1e-4) : cs[i].tol;
+        /* the tensor-core GEMV or cuBLAS (more than gemv_rows rows; f32 x: more than 8): bf16 x accumulated on the
+         * tensor cores; cuBLAS converts f32 x to bf16 first */
+        const int tc = tc_takes(cs[i].n, cs[i].xdt, cs[i].k), blas = !tc && cs[i].n > gemv_rows && !(cs[i].xdt == CF_F32 && cs[i].n <= 8);
+        const double tol = blas || tc ? fmax(cs[i].tol, cs[i].xdt == CF_F32 ? 1e-2 : 1e-4) : cs[i].tol;
         cmp(name, o, tol);
         drop(&x);
         drop(&o);
@@ -719,9 +726,10 @@ static void test_qkv_rope(void) {
 }
 
 /* The fused ops as the model asks for them (qkv with a bias, RoPE and the KV stores by slot; matmul_glu; matmul_gated)
- * at 1 to 17 activation rows against the CPU backend: the GEMV with everything folded up to gemv_max_rows (1 by
- * default, 8 in the second pass), then cuBLAS with the RoPE, stores and GLU as launches of their own. Outputs bf16 on
- * the GPU, so 4e-3 of max |ref|. */
+ * at 1 to 17 activation rows against the CPU backend: the vector GEMV with everything folded up to gemv_max_rows (1
+ * by default), the tensor-core GEMV likewise up to gemv_tc_max_rows (none by default), then cuBLAS with the RoPE,
+ * stores and GLU as launches of their own (main's passes move the bounds). Outputs bf16 on the GPU, so 4e-3 of max
+ * |ref|. */
 static void test_fused_rows(void) {
     const int D = 1024, H = 6, KVH = 2, HD = 64, F = 1000, cap = 40;
     const cf_dtype a = gpu->act_dtype;
@@ -752,7 +760,7 @@ static void test_fused_rows(void) {
         }
         /* more than gemv_rows rows: cuBLAS, whose products are rounded to bf16 before RoPE, the stores and the GLU
          * (the GEMV keeps them in f32): a few roundings of 2^-9 of the largest value; at most 0.72% measured on the H100 */
-        const double tol = n > gemv_rows && a == CF_BF16 ? 1.2e-2 : 4e-3;
+        const double tol = n > gemv_rows && !tc_takes(n, a, D) && a == CF_BF16 ? 1.2e-2 : 4e-3;
         const char *parts[] = {"q (biased, rotated)", "k cache", "v cache", "matmul_glu", "matmul_gated"};
         pair *got[] = {&q, &kc, &vc, &glu, &gated};
         for (int i = 0; i < 5; i++) {
@@ -1094,18 +1102,23 @@ int main(int argc, char **argv) {
     test_fused_rows();
     test_sampling();
     test_graph();
-    {   /* the GEMV kernel for up to 8 rows (tuning gemv_max_rows 8; the default takes cuBLAS from 2 rows) */
+    /* the same with other bounds between the kernels: the vector GEMV up to 8 rows, then the tensor-core GEMV; the
+     * tensor-core GEMV from 1 row; from 2 rows */
+    const struct { int gemv, tc; const char *name; } passes[] = {
+        {8, 16, "gemv_max_rows 8, gemv_tc_max_rows 16"}, {0, 16, "gemv_max_rows 0, gemv_tc_max_rows 16"}, {1, 16, "gemv_tc_max_rows 16"}};
+    for (size_t i = 0; i < sizeof passes / sizeof passes[0]; i++) {
         cf_backend *dflt = gpu;
         p.device = CF_DEVICE_CUDA;
-        p.tuning.gemv_max_rows = gemv_rows = 8;
-        if (cf_backend_create(&p, &gpu, &e)) die("cuda backend, gemv_max_rows 8", &e);
-        printf("gemv_max_rows 8\n");
+        p.tuning.gemv_max_rows = gemv_rows = passes[i].gemv;
+        p.tuning.gemv_tc_max_rows = tc_rows = passes[i].tc;
+        if (cf_backend_create(&p, &gpu, &e)) die(passes[i].name, &e);
+        printf("%s\n", passes[i].name);
         test_matmul();
         test_layer();
         test_qkv_rope();
         test_fused_rows();
         if (gpu->ops->sync(gpu, &e)) {
-            printf("FAIL backend error (gemv_max_rows 8): %s\n", e.message);
+            printf("FAIL backend error (%s): %s\n", passes[i].name, e.message);
             failures++;
         }
         cf_backend_destroy(gpu);

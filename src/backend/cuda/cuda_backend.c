@@ -22,7 +22,7 @@
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
-cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 1, .gemv_warps = 8, .gemv_block_warps = 4,
+cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 1, .gemv_tc_max_rows = 0, .gemv_warps = 8, .gemv_block_warps = 4,
                       .attn_bc = 32, .attn_hpb = 2, .attn_group = 1, .attn_group_splits = 64,
                       .paged_mma_group = 0, .paged_sm_blocks = 3, .qmma_max_rows = 128, .qgemv_max_rows = 8, .qgemv_warps = 24, .qgemv_tc = 1, .qgemv_tc_splits = 1, .n_sm = 132};
 
@@ -465,14 +465,16 @@ static void gemm(cuda_backend *b, cf_tensor out, cf_tensor x, cf_tensor w, cf_te
     if (bias.data) check(b, cfk_elementwise(b->stream, CFK_ADD, out, out, bias, 0), "matmul (bias)");
 }
 
-/* whether the GEMV takes x's rows: up to gemv_max_rows, and f32 x up to 8 rows (cuBLAS would round it to bf16 first) */
-static int gemv_rows(cf_tensor x) {
-    return x.rows <= cfk_cfg.gemv_max_rows || (x.dtype == CF_F32 && x.rows <= 8);
+/* whether a GEMV takes x's rows: the vector kernel up to gemv_max_rows, and f32 x up to 8 rows (cuBLAS would round it
+ * to bf16 first); the tensor-core kernel up to gemv_tc_max_rows where it takes x and w; else cuBLAS */
+static int gemv_rows(cf_tensor x, cf_tensor w) {
+    if (x.rows <= cfk_cfg.gemv_max_rows || (x.dtype == CF_F32 && x.rows <= 8)) return 1;
+    return x.rows <= cfk_cfg.gemv_tc_max_rows && cfk_gemv_tc_ok(x, w);
 }
 
-/* whether a GEMV (few rows, the vector kernel) takes x . w^T */
+/* whether a GEMV (few rows: cfk_gemv) takes x . w^T */
 static int gemv_ok(cf_tensor x, cf_tensor w) {
-    return gemv_rows(x) && cfk_gemv_vec_ok(x, w);
+    return gemv_rows(x, w) && cfk_gemv_vec_ok(x, w);
 }
 
 static void qjob_run(cuda_backend *b, const cfk_qjob *j, cf_tensor gate, cf_tensor up, const char *what);
@@ -486,7 +488,7 @@ static void cuda_matmul(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w,
         qjob_run(b, &j, none, none, "matmul (quantized)");
         return;
     }
-    if (!gemv_rows(x) && (w.dtype == CF_BF16 || w.dtype == CF_F16)) {
+    if (!gemv_rows(x, w) && (w.dtype == CF_BF16 || w.dtype == CF_F16)) {
         gemm(b, out, x, w, bias);
         return;
     }
@@ -970,6 +972,11 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
      * from 2 rows against 588 (13.6 ms) with the GEMV up to 8 rows; the GEMV's cost grows with its rows (one load of x
      * and 16 FMAs a row per 16 bytes of weight: 22-27% of the copy rate at 8 rows) where cuBLAS's does not */
     cfk_cfg.gemv_max_rows = t->gemv_max_rows < 8 ? t->gemv_max_rows : 8;
+    /* gemv_tc_max_rows 0 (cuBLAS from 2 rows) until the tensor-core GEMV pays on the H200. Llama-3-8B on an H100
+     * (bench/results/run26) with 16: the k = 8 verify step 1.148x a plain step against 1.247x, 8 sequences through
+     * the engine 1,288 tokens/s against 1,146, 16: 2,228 against 2,208. On the H200 an earlier variant (8 warps a
+     * block, chunks t and 4 + t) lost: 1.336x against 1.284x, 16 sequences 2,486 against 2,868 */
+    cfk_cfg.gemv_tc_max_rows = t->gemv_tc_max_rows < 16 ? t->gemv_tc_max_rows : 16;
     /* gemv_warps 8: every Llama-3-8B GEMV one warp a unit (its step on the H200: 239.2 tokens/s against 236.6
      * with 16, one chunk a batch; one-row units earlier: 224.2-224.7 against 217.7-218.0 with 16, 215.9-216.3
      * with 32) */

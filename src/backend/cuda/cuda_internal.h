@@ -20,6 +20,7 @@ typedef struct cfk_config {
     int pdl;            /* launch with programmatic dependent launch (overlaps a kernel's start with the previous one's end) */
     int gemv_unroll;    /* 16-byte chunks of each of a unit's two rows per batch and lane in the GEMV kernel (two batches in flight): 1, 2, or 0: by row length */
     int gemv_max_rows;  /* bf16/f16 matmuls with at most this many activation rows (<= 8) use the GEMV kernel, the rest cuBLAS */
+    int gemv_tc_max_rows;   /* bf16 matmuls with bf16 x and more rows than that, up to this many (<= 16): the tensor-core GEMV */
     int gemv_warps;     /* warps per SM a GEMV aims to keep busy: fewer weight rows than that are split over warps */
     int gemv_block_warps;   /* warps per GEMV block (2, 4 or 8): smaller blocks leave a shorter tail at the end of a launch */
     int attn_bc;        /* keys per tile of the prefill attention kernel for head size 128: 32 (faster on the H200) or 64 */
@@ -102,6 +103,9 @@ typedef struct cfk_gemv_job {
 } cfk_gemv_job;
 /* whether x and w suit the vectorized kernel (the only one that fuses) */
 int cfk_gemv_vec_ok(cf_tensor x, cf_tensor w);
+/* whether the tensor-core GEMV takes x . w^T (bf16 both, k a multiple of 64, 16-byte aligned rows; it fuses as the
+ * vectorized kernel does) */
+int cfk_gemv_tc_ok(cf_tensor x, cf_tensor w);
 cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *job);
 
 /* Quantized weights kept packed on the device (k_quant.cu; MLX affine, 4 and 8 bits, groups 32, 64, 128). A CF_Q

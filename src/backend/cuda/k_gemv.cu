@@ -1,5 +1,6 @@
-/* k_gemv.cu: the GEMV entry point (the kernels are in k_gemv.cuh): how many warps per weight row, how
- * the products of a job map to block ranges, and the scalar fallback; bf16-weight instantiations. */
+/* k_gemv.cu: the GEMV entry point (the kernels are in k_gemv.cuh and k_gemv_tc.cu): which kernel takes a job, how
+ * many warps per weight row, how the products of a job map to block ranges, and the scalar fallback; bf16-weight
+ * instantiations. */
 #include "backend/cuda/k_gemv.cuh"
 
 cudaError_t gemv_launch_bf16(cudaStream_t st, const GemvArgs &g, int64_t blocks, cf_dtype xdt) {
@@ -26,6 +27,11 @@ static bool aligned16(const void *p, int64_t stride_bytes) { return ((uintptr_t)
 extern "C" int cfk_gemv_vec_ok(cf_tensor x, cf_tensor w) {
     return (w.dtype == CF_BF16 || w.dtype == CF_F16) && (x.dtype == CF_F32 || x.dtype == CF_BF16) && x.cols % 8 == 0 &&
            aligned16(w.data, w.stride * 2) && aligned16(x.data, x.stride * (int64_t)(x.dtype == CF_F32 ? 4 : 2));
+}
+
+extern "C" int cfk_gemv_tc_ok(cf_tensor x, cf_tensor w) {
+    return w.dtype == CF_BF16 && x.dtype == CF_BF16 && x.cols % GEMV_TC_KSTEP == 0 && aligned16(w.data, w.stride * 2) &&
+           aligned16(x.data, x.stride * 2);
 }
 
 static Seg seg_of(const cfk_gemv_job *j, int s, int64_t r0, int n, int64_t block0) {
@@ -70,9 +76,14 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
     bool fold = !glu && !j->mul.data;
     for (int s = 0; s < j->n_seg; s++)
         if (j->rope[s]) fold = fold && j->head_dim % 2 == 0 && j->w[s].rows % j->head_dim == 0;
-    int64_t units[CFK_MAX_SEG], n_units = 0;   /* a warp's work: two rows (see k_gemv.cuh) */
+    /* more rows than the vector kernel takes (the backend asks for at most 16 then): the tensor-core GEMV, a block a
+     * unit of 16 weight rows (8 row pairs of the GLU or of RoPE) */
+    bool tc = x.rows > cfk_cfg.gemv_max_rows;
+    for (int s = 0; s < j->n_seg; s++) tc = tc && cfk_gemv_tc_ok(x, j->w[s]);
+    int64_t units[CFK_MAX_SEG], n_units = 0;   /* a warp's work: two rows (see k_gemv.cuh); tc: a block's */
     for (int s = 0; s < j->n_seg; s++) {
-        units[s] = glu ? j->w[s].rows : fold && j->rope[s] ? j->w[s].rows / 2 : ceil_div(j->w[s].rows, 2);
+        if (tc) units[s] = glu ? ceil_div(j->w[s].rows, 8) : fold && j->rope[s] ? ceil_div(j->w[s].rows / 2, 8) : ceil_div(j->w[s].rows, 16);
+        else units[s] = glu ? j->w[s].rows : fold && j->rope[s] ? j->w[s].rows / 2 : ceil_div(j->w[s].rows, 2);
         n_units += glu && s ? 0 : units[s];
     }
     int wpr = 1;
@@ -81,9 +92,10 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
      * against 81% with 2 on the H200), but inside the decode step one warp a unit is faster. */
     const int64_t warps = (int64_t)cfk_cfg.n_sm * cfk_cfg.gemv_warps * (k >= 8192 ? 4 : 1);
     while (wpr < 8 && n_units * wpr * 2 <= warps && k / 8 >= (int64_t)wpr * 64) wpr *= 2;
-    const int bw = cfk_cfg.gemv_block_warps > wpr ? cfk_cfg.gemv_block_warps : wpr, rpb = bw / wpr;
-    for (int64_t r0 = 0; r0 < x.rows; r0 += 8) {
-        const int n = (int)(x.rows - r0 < 8 ? x.rows - r0 : 8);
+    const int bw = cfk_cfg.gemv_block_warps > wpr ? cfk_cfg.gemv_block_warps : wpr, rpb = tc ? 1 : bw / wpr;
+    const int piece = tc ? 16 : 8;   /* activation rows a launch */
+    for (int64_t r0 = 0; r0 < x.rows; r0 += piece) {
+        const int n = (int)(x.rows - r0 < piece ? x.rows - r0 : piece);
         cf_tensor xs = cf_rows(x, r0, n);
         GemvArgs g = {};
         g.x = xs.data;
@@ -115,7 +127,8 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
             g.pos0 = j->store_pos0 + (int)r0;
             g.cap = j->cap;
         }
-        cudaError_t e = w.dtype == CF_BF16 ? gemv_launch_bf16(st, g, blocks, x.dtype) : gemv_launch_f16(st, g, blocks, x.dtype);
+        cudaError_t e = tc ? gemv_tc_launch(st, g, blocks)
+                           : w.dtype == CF_BF16 ? gemv_launch_bf16(st, g, blocks, x.dtype) : gemv_launch_f16(st, g, blocks, x.dtype);
         if (e != cudaSuccess) return e;
     }
     return fold ? cudaSuccess : rope_and_store(st, j);

@@ -89,44 +89,37 @@ __device__ __forceinline__ float act_fn(int act, float g) {
     return 0.5f * g * (1.0f + tanhf(k0 * (g + 0.044715f * g * g * g)));
 }
 
-/* The end of a two-row unit (rows j, j2 of segment S, sums a0, a1 without bias): the bias, then the GLU,
- * the gate, or RoPE and the KV cache stores. */
-template <int NX>
-__device__ __forceinline__ void finish_pair(const GemvArgs &g, const Seg &S, int si, bool glu, int64_t j, int64_t j2, bool row2_ok,
-                                            const float (&a0)[NX], const float (&a1)[NX]) {
-    const float b0 = S.bias.p ? ld(S.bias, 0, j) : 0.0f;
+/* The end of a two-row unit for activation row r (rows j, j2 of segment S, sums v0, v1 without bias): the bias,
+ * then the GLU, the gate, or RoPE and the KV cache stores. */
+__device__ __forceinline__ void finish_row(const GemvArgs &g, const Seg &S, bool glu, int64_t j, int64_t j2, bool row2_ok, int r,
+                                           float v0, float v1) {
     const TV bias1 = glu ? g.s1.bias : S.bias;
-    const float b1 = bias1.p && row2_ok ? ld(bias1, 0, j2) : 0.0f;
-    const float f = S.rope ? g.inv_freq[j % (2 * g.half)] : 0.0f;
-#pragma unroll
-    for (int r = 0; r < NX; r++) {
-        if (r >= g.n) break;
-        float v0 = a0[r] + b0, v1 = a1[r] + b1;
-        if (glu) {
-            if (S.out.p) st(S.out, r, j, v0);
-            if (g.s1.out.p) st(g.s1.out, r, j, v1);
-            st(g.glu, r, j, act_fn(g.act, v0) * v1);
-            continue;
-        }
-        if (g.mul.p) {
-            st(S.out, r, j, act_fn(g.act, v0) * ld(g.mul, r, j));
-            if (row2_ok) st(S.out, r, j2, act_fn(g.act, v1) * ld(g.mul, r, j2));
-            continue;
-        }
-        if (S.rope) {   /* (x_j, x_j2) turned by pos * inv_freq */
-            float sn, cs;
-            sincosf((float)((const int32_t *)g.pos.p)[r * g.pos.stride] * f, &sn, &cs);
-            const float u = v0;
-            v0 = u * cs - v1 * sn;
-            v1 = v1 * cs + u * sn;
-        }
-        st(S.out, r, j, v0);
-        if (row2_ok) st(S.out, r, j2, v1);
-        if (S.cache.p) {   /* the rounded values, as a store reading out would see them */
-            const int64_t slot = store_slot(g, r);
-            st(S.cache, slot, j, ld(S.out, r, j));
-            if (row2_ok) st(S.cache, slot, j2, ld(S.out, r, j2));
-        }
+    v0 += S.bias.p ? ld(S.bias, 0, j) : 0.0f;
+    v1 += bias1.p && row2_ok ? ld(bias1, 0, j2) : 0.0f;
+    if (glu) {
+        if (S.out.p) st(S.out, r, j, v0);
+        if (g.s1.out.p) st(g.s1.out, r, j, v1);
+        st(g.glu, r, j, act_fn(g.act, v0) * v1);
+        return;
+    }
+    if (g.mul.p) {
+        st(S.out, r, j, act_fn(g.act, v0) * ld(g.mul, r, j));
+        if (row2_ok) st(S.out, r, j2, act_fn(g.act, v1) * ld(g.mul, r, j2));
+        return;
+    }
+    if (S.rope) {   /* (x_j, x_j2) turned by pos * inv_freq */
+        float sn, cs;
+        sincosf((float)((const int32_t *)g.pos.p)[r * g.pos.stride] * g.inv_freq[j % (2 * g.half)], &sn, &cs);
+        const float u = v0;
+        v0 = u * cs - v1 * sn;
+        v1 = v1 * cs + u * sn;
+    }
+    st(S.out, r, j, v0);
+    if (row2_ok) st(S.out, r, j2, v1);
+    if (S.cache.p) {   /* the rounded values, as a store reading out would see them */
+        const int64_t slot = store_slot(g, r);
+        st(S.cache, slot, j, ld(S.out, r, j));
+        if (row2_ok) st(S.cache, slot, j2, ld(S.out, r, j2));
     }
 }
 
@@ -224,7 +217,9 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
             }
     }
     if (sub != 0 || lane != 0 || !row_ok) return;   /* the lane that finishes the unit */
-    finish_pair<NX>(g, S, si, glu, j, j2, row2_ok, a0, a1);
+#pragma unroll
+    for (int r = 0; r < NX; r++)
+        if (r < g.n) finish_row(g, S, glu, j, j2, row2_ok, r, a0[r], a1[r]);
 }
 
 /* Chunks a row per batch (two batches in flight per lane): cfk_cfg.gemv_unroll 1 or 2, or 0 (the default):
@@ -255,5 +250,8 @@ static cudaError_t gemv_launch(cudaStream_t st, const GemvArgs &g, int64_t block
 
 cudaError_t gemv_launch_bf16(cudaStream_t st, const GemvArgs &g, int64_t blocks, cf_dtype xdt);
 cudaError_t gemv_launch_f16(cudaStream_t st, const GemvArgs &g, int64_t blocks, cf_dtype xdt);
+/* the tensor-core GEMV (k_gemv_tc.cu): bf16 weights and x, 1 to 16 rows, k a multiple of 64; `blocks` units */
+constexpr int GEMV_TC_KSTEP = 64;
+cudaError_t gemv_tc_launch(cudaStream_t st, const GemvArgs &g, int64_t blocks);
 
 #endif
