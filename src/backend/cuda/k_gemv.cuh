@@ -89,13 +89,10 @@ __device__ __forceinline__ float act_fn(int act, float g) {
     return 0.5f * g * (1.0f + tanhf(k0 * (g + 0.044715f * g * g * g)));
 }
 
-/* The end of a two-row unit for activation row r (rows j, j2 of segment S, sums v0, v1 without bias): the bias,
- * then the GLU, the gate, or RoPE and the KV cache stores. */
+/* The end of a two-row unit for activation row r (rows j, j2 of segment S, sums v0, v1 with their bias; f: the
+ * unit's RoPE frequency): the GLU, the gate, or RoPE and the KV cache stores. */
 __device__ __forceinline__ void finish_row(const GemvArgs &g, const Seg &S, bool glu, int64_t j, int64_t j2, bool row2_ok, int r,
-                                           float v0, float v1) {
-    const TV bias1 = glu ? g.s1.bias : S.bias;
-    v0 += S.bias.p ? ld(S.bias, 0, j) : 0.0f;
-    v1 += bias1.p && row2_ok ? ld(bias1, 0, j2) : 0.0f;
+                                           float v0, float v1, float f) {
     if (glu) {
         if (S.out.p) st(S.out, r, j, v0);
         if (g.s1.out.p) st(g.s1.out, r, j, v1);
@@ -109,7 +106,7 @@ __device__ __forceinline__ void finish_row(const GemvArgs &g, const Seg &S, bool
     }
     if (S.rope) {   /* (x_j, x_j2) turned by pos * inv_freq */
         float sn, cs;
-        sincosf((float)((const int32_t *)g.pos.p)[r * g.pos.stride] * g.inv_freq[j % (2 * g.half)], &sn, &cs);
+        sincosf((float)((const int32_t *)g.pos.p)[r * g.pos.stride] * f, &sn, &cs);
         const float u = v0;
         v0 = u * cs - v1 * sn;
         v1 = v1 * cs + u * sn;
@@ -120,6 +117,21 @@ __device__ __forceinline__ void finish_row(const GemvArgs &g, const Seg &S, bool
         const int64_t slot = store_slot(g, r);
         st(S.cache, slot, j, ld(S.out, r, j));
         if (row2_ok) st(S.cache, slot, j2, ld(S.out, r, j2));
+    }
+}
+
+/* The end of a two-row unit (rows j, j2 of segment S, sums a0, a1 of activation rows 0..n without bias) */
+template <int NX>
+__device__ __forceinline__ void finish_pair(const GemvArgs &g, const Seg &S, bool glu, int64_t j, int64_t j2, bool row2_ok,
+                                            const float (&a0)[NX], const float (&a1)[NX]) {
+    const float b0 = S.bias.p ? ld(S.bias, 0, j) : 0.0f;
+    const TV bias1 = glu ? g.s1.bias : S.bias;
+    const float b1 = bias1.p && row2_ok ? ld(bias1, 0, j2) : 0.0f;
+    const float f = S.rope ? g.inv_freq[j % (2 * g.half)] : 0.0f;
+#pragma unroll
+    for (int r = 0; r < NX; r++) {
+        if (r >= g.n) break;
+        finish_row(g, S, glu, j, j2, row2_ok, r, a0[r] + b0, a1[r] + b1, f);
     }
 }
 
@@ -217,9 +229,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
             }
     }
     if (sub != 0 || lane != 0 || !row_ok) return;   /* the lane that finishes the unit */
-#pragma unroll
-    for (int r = 0; r < NX; r++)
-        if (r < g.n) finish_row(g, S, glu, j, j2, row2_ok, r, a0[r], a1[r]);
+    finish_pair<NX>(g, S, glu, j, j2, row2_ok, a0, a1);
 }
 
 /* Chunks a row per batch (two batches in flight per lane): cfk_cfg.gemv_unroll 1 or 2, or 0 (the default):

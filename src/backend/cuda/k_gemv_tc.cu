@@ -116,6 +116,10 @@ __global__ void __launch_bounds__(W * 32) gemv_tc_kernel(GemvArgs g) {
         for (int e = 0; e < 4; e++) red[warp][nt * 4 + e][lane] = c[nt][e];
     __syncthreads();
     if (warp != 0 || !okA) return;
+    const float b0 = S.bias.p ? ld(S.bias, 0, jA) : 0.0f;
+    const TV bias1 = glu ? g.s1.bias : S.bias;
+    const float b1 = bias1.p && okB ? ld(bias1, 0, jB) : 0.0f;
+    const float f = S.rope ? g.inv_freq[jA % (2 * g.half)] : 0.0f;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -127,7 +131,7 @@ __global__ void __launch_bounds__(W * 32) gemv_tc_kernel(GemvArgs g) {
                 v0 += red[w][nt * 4 + e][lane];
                 v1 += red[w][nt * 4 + 2 + e][lane];
             }
-            finish_row(g, S, glu, jA, jB, okB, r, v0, v1);
+            finish_row(g, S, glu, jA, jB, okB, r, v0 + b0, v1 + b1, f);
         }
 }
 
