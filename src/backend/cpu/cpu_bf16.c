@@ -288,10 +288,13 @@ CF_DEFINE_DRIVER(BF512, tiles_avx512, 2, uint16_t, t16_4x4, t16_4x4s, 4, 4, t16_
 /* Prefill (PANEL_MIN_ROWS rows of x or more): per panel of up to PANEL_X rows of x, block of PANEL_W weight
  * rows and step of PANEL_K columns, the block's columns (read in place, the next step's prefetched)
  * are swept by register tiles of 4 weight rows x CF_T512_NR rows of x, whose accumulators wait in a stack
- * buffer (as cf_t512_acc_at) between steps; the last step writes the sums. Stack: about 104 KiB. */
+ * buffer (as cf_t512_acc_at) between steps; the last step writes the sums. Stack: about 210 KiB. PANEL_W 32: the
+ * x panel is streamed from L2 once per block, half as often as with 16 (bench_cpu_matmul --threads 2 --n 128, medians of
+ * 7 alternated rounds: 2048x2048 601 GFLOP/s against 576, 8192x2048 589 against 578, 2048x8192 514 against 482; 64
+ * no better). */
 #define PANEL_MIN_ROWS 24
 #define PANEL_X 96
-#define PANEL_W 16
+#define PANEL_W 32
 #define PANEL_K 2048
 
 /* 4 weight rows wr[0..3] x NR rows of x (x + i * xs), columns i0 .. i0 + kl of k; acc, first, out as cf_t512_tile */
