@@ -89,6 +89,11 @@ __device__ __forceinline__ float act_fn(int act, float g) {
     return 0.5f * g * (1.0f + tanhf(k0 * (g + 0.044715f * g * g * g)));
 }
 
+/* the product this block works on: the segment whose block range holds it (the GLU: 0, the gate) */
+__device__ __forceinline__ int block_seg(const GemvArgs &g, bool glu) {
+    return glu ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
+}
+
 /* The end of a two-row unit for activation row r (rows j, j2 of segment S, sums v0, v1 with their bias; f: the
  * unit's RoPE frequency): the GLU, the gate, or RoPE and the KV cache stores. */
 __device__ __forceinline__ void finish_row(const GemvArgs &g, const Seg &S, bool glu, int64_t j, int64_t j2, bool row2_ok, int r,
@@ -139,7 +144,7 @@ template <int NX, int U, typename WT, typename XT>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rpb = g.block_warps / g.wpr;
     const bool glu = g.glu.p;
-    const int si = glu ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
+    const int si = block_seg(g, glu);
     const Seg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
     const int t = warp / g.wpr, sub = warp % g.wpr;
     /* the warp's unit and its rows j, j2 (see the top of the file) */

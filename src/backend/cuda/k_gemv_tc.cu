@@ -20,7 +20,7 @@ template <int NT, int RING, int W>
 __global__ void __launch_bounds__(W * 32) gemv_tc_kernel(GemvArgs g) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
     const bool glu = g.glu.p != nullptr;
-    const int si = glu ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
+    const int si = block_seg(g, glu);
     const Seg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
     const Seg &B = glu ? g.s1 : S;   /* the product of MMA rows 8-15 */
     const int64_t unit = (int64_t)blockIdx.x - S.block0;
