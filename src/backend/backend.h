@@ -7,9 +7,10 @@
  *   row stride in elements (stride == cols when contiguous). Views are plain values; only tensors
  *   returned by alloc are freed (with free_tensor).
  * - Weights: upload_weight keeps or converts a host weight into the backend's weight storage
- *   (CPU: the mmapped bf16/f16/f32 data as is, so the mapping must outlive the backend; CUDA: bf16/f16
- *   in device memory). Weight tensors belong to the backend and are released when it is destroyed;
- *   callers free_tensor only what alloc returned.
+ *   (CPU: the mmapped bf16/f16/f32 data as is, so the mapping must outlive the backend, or a
+ *   64-byte aligned copy of a matrix that is not aligned; CUDA: bf16/f16 in device memory). Weight
+ *   tensors belong to the backend and are released when it is destroyed; callers free_tensor only what
+ *   alloc returned.
  * - Quantized weights (MLX affine, base/qweight.h) go through upload_qweight. The CPU keeps the packed
  *   values, scales and biases in place (mmapped, like its other weights) and returns a tensor of dtype CF_Q
  *   whose data points to a backend-owned cf_qweight (rows, cols as the logical matrix; stride = cols). Only

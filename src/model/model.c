@@ -43,7 +43,7 @@ static uint64_t splitmix(uint64_t *s) {
 static cinfer_status bind_random(binder *b, const char *name, int64_t rows, int64_t cols, int is_norm, cf_tensor *out, cinfer_error *err) {
     cf_model *m = b->m;
     size_t n = (size_t)(rows * cols);
-    uint16_t *buf = malloc(n * sizeof *buf);
+    uint16_t *buf = aligned_alloc(64, (n * sizeof *buf + 63) & ~(size_t)63);   /* used in place on the CPU: cache-line aligned */
     void **nb = realloc(m->host_bufs, (size_t)(m->n_host_bufs + 1) * sizeof *nb);
     if (!buf || !nb) { free(buf); if (nb) m->host_bufs = nb; return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for random weight %s", name); }
     m->host_bufs = nb;
