@@ -276,9 +276,9 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *   gemv_max_rows     CINFER_GEMV_MAX_ROWS      1: bf16/f16 matmuls with at most this many rows (up to 8; f32 activations: 8) use the GEMV kernel,
  *                                               more cuBLAS (H200: cuBLAS streams 87-102% of the copy rate from 2 rows on,
  *                                               where the GEMV's cost grows with the rows: bench/results/README.md)
- *   gemv_tc_max_rows  CINFER_GEMV_TC_MAX_ROWS   0: bf16 matmuls with bf16 activations, more rows than gemv_max_rows and at most
+ *   gemv_tc_max_rows  CINFER_GEMV_TC_MAX_ROWS   16: bf16 matmuls with bf16 activations, more rows than gemv_max_rows and at most
  *                                               this many (up to 16) run the tensor-core GEMV (k a multiple of 64, fused as
- *                                               the GEMV); 0: cuBLAS (16 pays on an H100, not yet on the H200: cuda_backend.c)
+ *                                               the GEMV; measured: cuda_backend.c); 0: cuBLAS from gemv_max_rows + 1
  *   gemv_warps        CINFER_GEMV_WARPS         8: warps per SM a GEMV aims to keep busy
  *   gemv_block_warps  CINFER_GEMV_BLOCK_WARPS   4: warps per GEMV block (2, 4 or 8)
  *   attn_bc           CINFER_ATTN_BC            32: keys per tile of the prefill attention kernel (head size 128)

@@ -22,7 +22,7 @@
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
-cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 1, .gemv_tc_max_rows = 0, .gemv_warps = 8, .gemv_block_warps = 4,
+cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 1, .gemv_tc_max_rows = 16, .gemv_warps = 8, .gemv_block_warps = 4,
                       .attn_bc = 32, .attn_hpb = 2, .attn_group = 1, .attn_group_splits = 64,
                       .paged_mma_group = 0, .paged_sm_blocks = 3, .qmma_max_rows = 128, .qgemv_max_rows = 8, .qgemv_warps = 24, .qgemv_tc = 1, .qgemv_tc_splits = 1, .n_sm = 132};
 
@@ -972,10 +972,11 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
      * from 2 rows against 588 (13.6 ms) with the GEMV up to 8 rows; the GEMV's cost grows with its rows (one load of x
      * and 16 FMAs a row per 16 bytes of weight: 22-27% of the copy rate at 8 rows) where cuBLAS's does not */
     cfk_cfg.gemv_max_rows = t->gemv_max_rows < 8 ? t->gemv_max_rows : 8;
-    /* gemv_tc_max_rows 0 (cuBLAS from 2 rows) until the tensor-core GEMV pays on the H200. Llama-3-8B on an H100
-     * (bench/results/run26) with 16: the k = 8 verify step 1.148x a plain step against 1.247x, 8 sequences through
-     * the engine 1,288 tokens/s against 1,146, 16: 2,228 against 2,208. On the H200 an earlier variant (8 warps a
-     * block, chunks t and 4 + t) lost: 1.336x against 1.284x, 16 sequences 2,486 against 2,868 */
+    /* gemv_tc_max_rows 16: the tensor-core GEMV, not cuBLAS, for 2-16 rows. Llama-3-8B on an H100 (bench/results/run27,
+     * bench/gemv_tc_ab.sh, two alternated rounds): the k = 8 verify step 1.126x / 1.124x a plain step against 1.248x /
+     * 1.242x, 8 sequences through the engine 1,305 tokens/s against 1,179-1,180, 16: 2,340-2,343 against 2,197-2,209,
+     * 1 the same. On the H200 an earlier variant (8 warps a block, chunks t and 4 + t) lost (1.336x against 1.284x,
+     * 16 sequences 2,486 against 2,868); this one has not run there */
     cfk_cfg.gemv_tc_max_rows = t->gemv_tc_max_rows < 16 ? t->gemv_tc_max_rows : 16;
     /* gemv_warps 8: every Llama-3-8B GEMV one warp a unit (its step on the H200: 239.2 tokens/s against 236.6
      * with 16, one chunk a batch; one-row units earlier: 224.2-224.7 against 217.7-218.0 with 16, 215.9-216.3
