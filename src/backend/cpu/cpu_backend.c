@@ -1,10 +1,12 @@
 /* cpu_backend.c: the reference backend. Float32 activations, weights used in place from the mmapped
- * files (f32, bf16, f16, and MLX affine-quantized: matmul through cf_cpu_qgemm), its worker pool (cpu_workers.h)
+ * files (f32, bf16, f16, and MLX affine-quantized: matmul through cf_cpu_qgemm; a float matrix off a 64-byte
+ * boundary is copied to one), its worker pool (cpu_workers.h)
  * over output rows. Every operation but attention (cpu_attention.c) is written out plainly: this file is
  * the definition of what each op in backend.h computes. Its memory is host memory, so the *_pos ops read
  * their positions directly and sample runs the host sampler (sample/sampler.h); there are no graph ops.
  * The only op that can fail is sample: its failure is kept and reported (then forgotten) by the next
  * read or sync. */
+#define _DEFAULT_SOURCE   /* madvise */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_kernels.h"
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* A quantized weight as uploaded: the descriptor (first, so a CF_Q tensor's data reads as a cf_qweight) and,
@@ -133,6 +136,13 @@ static cinfer_status cpu_upload_weight(cf_backend *be, const void *host, cf_dtyp
     if (!p) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "cannot allocate %zu bytes of host memory for an aligned weight copy", bytes);
     memcpy(p, host, bytes);
     b->copies[b->n_copies++] = p;
+#ifdef MADV_COLD
+    /* the source's whole pages are now read only by whoever else maps them: first in line for reclaim (a hint;
+     * their contents stay), so a model does not hold its file pages and its copy both */
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)host + pg - 1) & ~(pg - 1),
+                    e = ((uintptr_t)host + bytes) & ~(pg - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_COLD);
+#endif
     out->data = p;
     return CINFER_OK;
 }
