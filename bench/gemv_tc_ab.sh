@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# gemv_tc_ab.sh: whether the tensor-core GEMV for 2-16 bf16 rows (k_gemv_tc.cu, tuning gemv_tc_max_rows) pays on this
-# GPU, against cuBLAS from 2 rows (the default), on the GPU machine after `bash scripts/gpu-build.sh`: the ops test with
-# it forced, the GEMV alone by rows (cuda_bench --gemv), then Llama-3-8B's k = 8 verify step (oracle speculation) and
+# gemv_tc_ab.sh: whether the tensor-core GEMV for 2-16 bf16 rows (k_gemv_tc.cu, tuning gemv_tc_max_rows, 16 by
+# default) pays on this GPU, against cuBLAS from 2 rows (0), on the GPU machine after `bash scripts/gpu-build.sh`: the
+# ops test, the GEMV alone by rows (cuda_bench --gemv), then Llama-3-8B's k = 8 verify step (oracle speculation) and
 # the engine at 1 / 8 / 16 sequences, the two settings alternated twice. About 3 minutes on an H100 or H200.
 # Usage: bash bench/gemv_tc_ab.sh OUTDIR
 set -u
