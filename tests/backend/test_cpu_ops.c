@@ -1,7 +1,9 @@
 /* test_cpu_ops.c: the CPU backend's optional ops against their definitions in backend.h: kv_store_pos
  * and attention_pos against kv_store and attention at the same positions (bit for bit: the CPU reads the
  * positions from its own memory), argmax's tie and NaN rules, sample against the host sampler given the
- * same uniforms (cf_sampler_sample_u), and sample's failures reported once by the next sync or read. */
+ * same uniforms (cf_sampler_sample_u), and sample's failures reported once by the next sync or read; and
+ * upload_weight's placement: an aligned matrix used in place, a misaligned one copied to a 64-byte boundary
+ * with the same products. */
 #include "backend/backend.h"
 #include "base/status.h"
 #include "sample/sampler.h"
@@ -207,6 +209,39 @@ static void test_sample(void) {
     op->free_tensor(be, &u);
 }
 
+/* bf16 weights [37, 70] at every 2-byte offset of a 64-byte line: in place when aligned (and vectors always), else
+ * an aligned copy; the products equal those of the aligned upload bit for bit */
+static void test_upload_placement(void) {
+    enum { D = 37, K = 70, N = 3 };
+    uint16_t *buf = aligned_alloc(64, (D * K + 64) * sizeof *buf);
+    float *ref = malloc(N * D * sizeof *ref), *got = malloc(N * D * sizeof *got);
+    if (!buf || !ref || !got) exit(1);
+    cf_tensor x = alloc(CF_F32, N, K), out = alloc(CF_F32, N, D), none = {0};
+    fill_random(x);
+    cinfer_error err = {0};
+    for (int off = 0; off < 32; off++) {
+        uint16_t *w = buf + off;
+        rs = 0x9E3779B97F4A7C15ull;
+        for (int i = 0; i < D * K; i++) w[i] = cf_f32_to_bf16(frand());
+        cf_tensor t = {0}, v = {0};
+        CHECK(op->upload_weight(be, w, CF_BF16, D, K, &t, &err) == CINFER_OK, "upload at +%d bytes: %s", 2 * off, err.message);
+        CHECK(op->upload_weight(be, w, CF_BF16, 1, K, &v, &err) == CINFER_OK, "vector upload at +%d bytes: %s", 2 * off, err.message);
+        CHECK((uintptr_t)t.data % 64 == 0, "matrix at +%d bytes: data %p not 64-byte aligned", 2 * off, t.data);
+        CHECK(off % 32 ? t.data != (void *)w : t.data == (void *)w, "matrix at +%d bytes: %s", 2 * off,
+              off % 32 ? "used in place" : "copied though aligned");
+        CHECK(v.data == (void *)w, "a vector at +%d bytes was copied", 2 * off);
+        CHECK(!memcmp(t.data, w, D * K * sizeof *w), "the copy at +%d bytes differs from its source", 2 * off);
+        op->matmul(be, out, x, t, none);
+        CHECK(op->read(be, off ? got : ref, out, &err) == CINFER_OK, "read: %s", err.message);
+        if (off) CHECK(!memcmp(got, ref, N * D * sizeof *got), "products at +%d bytes differ from the aligned upload's", 2 * off);
+    }
+    op->free_tensor(be, &x);
+    op->free_tensor(be, &out);
+    free(buf);
+    free(ref);
+    free(got);
+}
+
 int main(void) {
     cf_backend_params p = cf_backend_default_params();
     p.n_threads = 2;
@@ -221,6 +256,7 @@ int main(void) {
     test_attention_pos();
     test_argmax();
     test_sample();
+    test_upload_placement();
     cf_backend_destroy(be);
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
