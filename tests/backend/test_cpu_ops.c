@@ -213,7 +213,7 @@ static void test_sample(void) {
  * an aligned copy; the products equal those of the aligned upload bit for bit */
 static void test_upload_placement(void) {
     enum { D = 37, K = 70, N = 3 };
-    uint16_t *buf = aligned_alloc(64, (D * K + 64) * sizeof *buf);
+    uint16_t *buf = aligned_alloc(64, ((D * K + 64) * sizeof(uint16_t) + 63) / 64 * 64);
     float *ref = malloc(N * D * sizeof *ref), *got = malloc(N * D * sizeof *got);
     if (!buf || !ref || !got) exit(1);
     cf_tensor x = alloc(CF_F32, N, K), out = alloc(CF_F32, N, D), none = {0};
