@@ -257,7 +257,7 @@ BF512 static INL void tile16(const int MR, const int NR, const int G, const int 
     for (int g = 0; g < MR; g += G) {
         int64_t i = 0;
         for (; i + 32 <= k; i += 32) {
-            if (pf) cf_prefetch(&pf, pstep, L1);
+            if (pf && L1 >= 0) cf_prefetch(&pf, pstep, L1);
             for (int r = 0; r < NR; r++) xv[r] = (__m512bh)_mm512_loadu_si512(xr[r] + i);
             for (int m = g; m < g + G; m++) {
                 const __m512bh wv = (__m512bh)_mm512_loadu_si512(wr[m] + i);
@@ -282,35 +282,12 @@ CF_DEFINE_TILE(BF512, tile16, t16_8x2s, 8, 2, 8, 0, 1, uint16_t)
 CF_DEFINE_TILE(BF512, tile16, t16_16x1, 16, 1, 16, 0, 0, uint16_t)
 CF_DEFINE_TILE(BF512, tile16, t16_16x1_1, 16, 1, 1, 0, 1, uint16_t)
 
-/* One row of x against up to 16 long weight rows (the driver's TILE_G): four rows at a time, four fma chains sharing
- * each vector of x, and no software prefetch, whose next-tile rows (16 rows of 16 KiB at k = 8192) only pushed the
- * current ones out. bench_cpu_matmul --n 1 --shape 2048x8192, fastest of its batches in 4 alternated rounds: 1 thread
+/* The driver's TILE_G (one row of x against up to 16 long weight rows): four rows at a time, four fma chains sharing
+ * each vector of x, and no software prefetch (L1 -1), whose next-tile rows (16 rows of 16 KiB at k = 8192) only pushed
+ * the current ones out. bench_cpu_matmul --n 1 --shape 2048x8192, fastest of its batches in 4 alternated rounds: 1 thread
  * 28.4-33.9 GB/s against 24.2-28.2 for 8 rows at once with prefetch into L1; 2 threads 44-67 against 30-52. */
-BF512 static void t16_rows4(const uint16_t *x, int64_t xs, int nv, const char *w, int64_t rb, int mv, int64_t k, float *o,
-                            int64_t os, const char *pf) {
-    (void)xs, (void)nv, (void)pf;
-    __m512 acc[16];
-    for (int m = 0; m < 16; m += 4) {
-        const uint16_t *wr[4];
-        __m512 a[4];
-        for (int p = 0; p < 4; p++) {
-            wr[p] = (const uint16_t *)(w + (m + p < mv ? m + p : mv - 1) * rb);
-            a[p] = _mm512_setzero_ps();
-        }
-        int64_t i = 0;
-        for (; i + 32 <= k; i += 32) {
-            const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + i);
-            for (int p = 0; p < 4; p++) a[p] = _mm512_dpbf16_ps(a[p], xv, (__m512bh)_mm512_loadu_si512(wr[p] + i));
-        }
-        if (i < k) {
-            const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + i);
-            for (int p = 0; p < 4; p++) a[p] = _mm512_dpbf16_ps(a[p], xv, ldw(wr[p], i, k));
-        }
-        for (int p = 0; p < 4; p++) acc[m + p] = a[p];
-    }
-    cf_t512_store(cf_t512_red16(acc), 16, 1, 1, mv, o, os);
-}
-CF_DEFINE_DRIVER(BF512, tiles_avx512, 2, uint16_t, t16_4x4, t16_4x4s, 4, 4, t16_8x2, t16_8x2s, 8, t16_16x1, 16, t16_rows4, 16,
+CF_DEFINE_TILE(BF512, tile16, t16_16x1_4, 16, 1, 4, 0, -1, uint16_t)
+CF_DEFINE_DRIVER(BF512, tiles_avx512, 2, uint16_t, t16_4x4, t16_4x4s, 4, 4, t16_8x2, t16_8x2s, 8, t16_16x1, 16, t16_16x1_4, 16,
                  t16_16x1_1)
 
 /* Prefill (PANEL_MIN_ROWS rows of x or more): per panel of up to PANEL_X rows of x, block of PANEL_W weight

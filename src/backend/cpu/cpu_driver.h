@@ -109,7 +109,7 @@ static inline __attribute__((always_inline)) void cf_prefetch(const char **pf, i
     }
 
 /* one tile function per shape and grouping: G weight rows at a time (G = MR: all at once); L1: prefetch
- * into L1 (1) or L2 (0) */
+ * into L1 (1), L2 (0) or not at all (-1: cpu_bf16.c's AVX-512 tile16 only) */
 #define CF_DEFINE_TILE(ATTR, TILE, name, MR, NR, G, T, L1, XT)                                                     \
     ATTR static void name(const XT *x, int64_t xs, int nv, const char *w, int64_t rb, int mv, int64_t k, float *o, \
                           int64_t os, const char *pf) {                                                            \
