@@ -1,7 +1,8 @@
 /* cmd_bench.c: `cinfer bench`: prefill and decode speed of one sequence, the memory bandwidth and GEMM
  * rate of the same backend measured in the same run, and decode as a fraction of the bandwidth roofline
  * (tokens/s <= bandwidth / bytes read per token; on the CPU the read bandwidth of a multi-threaded vector sum,
- * the copy figure printed beside it; on CUDA a device copy). Decoding is greedy, with the token picked on the device
+ * measured before and after each rep, each rep's decode set against the mean of its two and the median of those
+ * fractions reported, the copy figure printed beside it; on CUDA a device copy). Decoding is greedy, with the token picked on the device
  * (cf_model_decode_run: replayed as a graph, one step ahead of the host, where the backend records steps)
  * when the backend can, else from logits read back to the host; the output names the path. The first
  * decode step (which records the graph) is not timed. */
@@ -86,7 +87,8 @@ static cinfer_status measure_gemm(cf_model *m, int n, double *gflops, cinfer_err
 static const char *bench_help =
     "usage: cinfer bench (--model DIR | --random-weights CONFIG.json) [options]\n"
     "Measures prefill and decode tokens/s of one sequence and decode as a fraction of the memory-bandwidth\n"
-    "roofline, with the bandwidth (CPU: a multi-threaded read-only pass, the copy figure beside it; CUDA: a copy)\n"
+    "roofline, with the bandwidth (CPU: a multi-threaded read-only pass before and after each rep, the median of\n"
+    "the reps' fractions reported, the copy figure beside it; CUDA: a copy)\n"
     "and the GEMM rate measured in the same run. Prefill GFLOP/s count the output projection for the one row\n"
     "whose logits are computed, not for every prompt row.\n"
     "  --prompt N        prompt tokens (default 128)\n"
@@ -299,7 +301,11 @@ int cf_cmd_bench(int argc, char **argv) {
     int32_t *ids = malloc((size_t)n_prompt * sizeof *ids);
     float *logits = malloc((size_t)hp->vocab * sizeof *logits);
     double *pre = calloc((size_t)reps, sizeof *pre), *dec = calloc((size_t)reps, sizeof *dec);
-    if (!ids || !logits || !pre || !dec) { fprintf(stderr, "cinfer bench: out of memory\n"); rc = 1; goto done; }
+    /* CPU: the read bandwidth again after each rep, so that each rep's decode is set against the mean of the passes
+     * just before and just after it (a shared machine's bandwidth moves by tens of percent within a run) */
+    double *bws = calloc((size_t)reps + 1, sizeof *bws), *frac = calloc((size_t)reps, sizeof *frac);
+    if (!ids || !logits || !pre || !dec || !bws || !frac) { fprintf(stderr, "cinfer bench: out of memory\n"); rc = 1; goto done; }
+    bws[0] = bw;
     uint64_t x = 88172645463325252ull;
     for (long i = 0; i < n_prompt; i++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; ids[i] = (int32_t)(x % (uint64_t)hp->vocab); }
     /* rep -1 warms up (first-use costs: library heuristics, scratch growth) and is not counted */
@@ -342,13 +348,19 @@ int cf_cmd_bench(int argc, char **argv) {
         if (r < 0) continue;
         pre[r] = n_prompt / (b - a);
         dec[r] = n_gen / (c - d);
+        bws[r + 1] = bw;
+        if (cpu && roofline_bandwidth(m->be, cpu, copy_bw, &bws[r + 1], &err) != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
     }
     {
-        double prefill = median(pre, (int)reps), decode = median(dec, (int)reps);
+        double prefill = median(pre, (int)reps);
         /* bytes per decoded token: all weights but the embedding gather, plus the average KV cache read */
         double kv_avg = (double)cf_hparams_kv_read_bytes(hp, n_prompt + 1 + n_gen / 2, cf_dtype_size(m->kv_dtype));
         double bytes = (double)m->decode_bytes + kv_avg;
-        double roof = bw * 1e9 / bytes;
+        for (long r = 0; r < reps; r++) frac[r] = dec[r] * bytes / (0.5 * (bws[r] + bws[r + 1]) * 1e9);
+        if (cpu) bw = median(bws, (int)reps + 1);
+        /* the fraction: the median of the reps' own (the roofline is then the median decode over it) */
+        double fraction = median(frac, (int)reps), decode = median(dec, (int)reps);
+        double roof = decode / fraction;
         /* 2 flops per weight used per token: everything but the embedding gather, and the output projection
          * only for the one row whose logits the prompt's evaluation computes */
         double used_params = (double)cf_hparams_active_params(hp), head = (double)hp->vocab * hp->dim;
@@ -362,7 +374,7 @@ int cf_cmd_bench(int argc, char **argv) {
                    "\"bandwidth_kind\":\"%s\",\"copy_bandwidth_gb_s\":%.2f}\n",
                    random_cfg ? random_cfg : o.model, hp->arch_name, m->be->ops->name, m->be->n_threads,
                    (long long)cf_hparams_n_params(hp), m->dtype_summary, (long long)m->weight_bytes, bytes, n_prompt, n_gen, reps,
-                   load_s, bw, gemm, gemm_rows, prefill, prefill_gflops, prefill_gflops / gemm, used_chunk, path, decode, roof, decode / roof,
+                   load_s, bw, gemm, gemm_rows, prefill, prefill_gflops, prefill_gflops / gemm, used_chunk, path, decode, roof, fraction,
                    cpu ? "read" : "copy", copy_bw);
         } else {
             printf("model        %s (%s, %.1f M params, %s)\n", random_cfg ? random_cfg : o.model, hp->arch_name,
@@ -375,7 +387,7 @@ int cf_cmd_bench(int argc, char **argv) {
             printf("prefill      %ld tokens in passes of %d: %.1f tokens/s (%.1f GFLOP/s, %.0f%% of GEMM)\n", n_prompt, used_chunk,
                    prefill, prefill_gflops, 100 * prefill_gflops / gemm);
             printf("decode       %ld tokens (%s): %.2f tokens/s; roofline %.2f tokens/s (%.1f MB/token): %.1f%%\n", n_gen, path_text,
-                   decode, roof, bytes / 1e6, 100 * decode / roof);
+                   decode, roof, bytes / 1e6, 100 * fraction);
         }
     }
 done:
@@ -383,6 +395,8 @@ done:
     free(logits);
     free(pre);
     free(dec);
+    free(bws);
+    free(frac);
     cf_model_free(m);
     return rc;
 }
