@@ -2,10 +2,10 @@
  * rate of the same backend measured in the same run, and decode as a fraction of the bandwidth roofline
  * (tokens/s <= bandwidth / bytes read per token; on the CPU the read bandwidth of a multi-threaded vector sum,
  * measured before and after each rep, each rep's decode set against the mean of its two and the median of those
- * fractions reported, the copy figure printed beside it; on CUDA a device copy). Decoding is greedy, with the token picked on the device
- * (cf_model_decode_run: replayed as a graph, one step ahead of the host, where the backend records steps)
- * when the backend can, else from logits read back to the host; the output names the path. The first
- * decode step (which records the graph) is not timed. */
+ * fractions reported, the copy figure printed beside it; on CUDA a device copy). Decoding is greedy, with the
+ * token picked on the device (cf_model_decode_run: replayed as a graph, one step ahead of the host, where the
+ * backend records steps) when the backend can, else from logits read back to the host; the output names the
+ * path. The first decode step (which records the graph) is not timed. */
 #include "base/clock.h"
 #include "cli/cli.h"
 #include "cli/bench_engine.h"
@@ -358,9 +358,9 @@ int cf_cmd_bench(int argc, char **argv) {
         double bytes = (double)m->decode_bytes + kv_avg;
         for (long r = 0; r < reps; r++) frac[r] = dec[r] * bytes / (0.5 * (bws[r] + bws[r + 1]) * 1e9);
         if (cpu) bw = median(bws, (int)reps + 1);
-        /* the fraction: the median of the reps' own (the roofline is then the median decode over it) */
+        /* the fraction: the median of the reps' own; the roofline printed beside it: the median bandwidth's */
         double fraction = median(frac, (int)reps), decode = median(dec, (int)reps);
-        double roof = decode / fraction;
+        double roof = bw * 1e9 / bytes;
         /* 2 flops per weight used per token: everything but the embedding gather, and the output projection
          * only for the one row whose logits the prompt's evaluation computes */
         double used_params = (double)cf_hparams_active_params(hp), head = (double)hp->vocab * hp->dim;
