@@ -12,10 +12,14 @@ err=$("$bin" bench --model "$model" --prompt 300 --gen 4 --reps 1 --threads 1 2>
 if [ "$st" != 2 ] || [ "$(printf '%s\n' "$err" | wc -l)" != 1 ] || ! printf '%s' "$err" | grep -q "context of 256"; then
   echo "FAIL bench --prompt 300 on a context of 256: exit $st, stderr: $err"; fails=$((fails+1))
 fi
-out=$("$bin" bench --model "$model" --prompt 8 --gen 4 --reps 1 --threads 1 --json 2>&1); st=$?
+out=$("$bin" bench --model "$model" --prompt 8 --gen 4 --reps 3 --threads 1 --json 2>&1); st=$?
 if [ "$st" != 0 ] || ! printf '%s' "$out" | grep -q '"prompt_tokens":8'; then
   echo "FAIL bench --prompt 8: exit $st, output: $out"; fails=$((fails+1))
 fi
+# the roofline fraction (on the CPU the median of the reps' own, each against the read passes around it) and the
+# bandwidth are finite and positive
+ok=$(printf '%s' "$out" | python3 -c 'import json,math,sys; d=json.load(sys.stdin); f=d["roofline_fraction"]; b=d["bandwidth_gb_s"]; print(int(math.isfinite(f) and f > 0 and math.isfinite(b) and b > 0 and d["bandwidth_kind"] == "read"))' 2>&1)
+[ "$ok" = 1 ] || { echo "FAIL bench --prompt 8: roofline fraction or bandwidth: $ok, output: $out"; fails=$((fails+1)); }
 # the overlap checks run random weights of a model (tests/model/llama-8m.json) whose steps take about 20 times the
 # fixture's ~25 us: on the fixture a loaded CI run decoded a whole session of 128 tokens before the bench's thread had
 # opened the next, so the sessions never decoded together (a much larger model, tried first, slowed the tests that
