@@ -292,8 +292,7 @@ int cf_cmd_bench(int argc, char **argv) {
         free(conc);
         return rc;
     }
-    if (measure_bandwidth(m->be, bw_bytes, &copy_bw, &err) != CINFER_OK || roofline_bandwidth(m->be, cpu, copy_bw, &bw, &err) != CINFER_OK ||
-        measure_gemm(m, gemm_rows, &gemm, &err) != CINFER_OK) {
+    if (measure_bandwidth(m->be, bw_bytes, &copy_bw, &err) != CINFER_OK || measure_gemm(m, gemm_rows, &gemm, &err) != CINFER_OK) {
         rc = cf_report(verb, &err);
         cf_model_free(m);
         return rc;
@@ -301,11 +300,11 @@ int cf_cmd_bench(int argc, char **argv) {
     int32_t *ids = malloc((size_t)n_prompt * sizeof *ids);
     float *logits = malloc((size_t)hp->vocab * sizeof *logits);
     double *pre = calloc((size_t)reps, sizeof *pre), *dec = calloc((size_t)reps, sizeof *dec);
-    /* CPU: the read bandwidth again after each rep, so that each rep's decode is set against the mean of the passes
-     * just before and just after it (a shared machine's bandwidth moves by tens of percent within a run) */
+    /* the roofline's bandwidth after every rep, the warm-up's included, so that each rep's decode is set against the
+     * mean of the passes just before and just after it (on the CPU a shared machine's bandwidth moves by tens of
+     * percent within a run; on CUDA every entry is the copy figure) */
     double *bws = calloc((size_t)reps + 1, sizeof *bws), *frac = calloc((size_t)reps, sizeof *frac);
     if (!ids || !logits || !pre || !dec || !bws || !frac) { fprintf(stderr, "cinfer bench: out of memory\n"); rc = 1; goto done; }
-    bws[0] = bw;
     uint64_t x = 88172645463325252ull;
     for (long i = 0; i < n_prompt; i++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; ids[i] = (int32_t)(x % (uint64_t)hp->vocab); }
     /* rep -1 warms up (first-use costs: library heuristics, scratch growth) and is not counted */
@@ -344,12 +343,10 @@ int cf_cmd_bench(int argc, char **argv) {
         }
         double c = cf_monotonic_seconds();
         cf_seq_free(s);
-        if (st != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
+        if (st != CINFER_OK || roofline_bandwidth(m->be, cpu, copy_bw, &bws[r + 1], &err) != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
         if (r < 0) continue;
         pre[r] = n_prompt / (b - a);
         dec[r] = n_gen / (c - d);
-        bws[r + 1] = bw;
-        if (cpu && roofline_bandwidth(m->be, cpu, copy_bw, &bws[r + 1], &err) != CINFER_OK) { rc = cf_report(verb, &err); goto done; }
     }
     {
         double prefill = median(pre, (int)reps);
@@ -357,7 +354,7 @@ int cf_cmd_bench(int argc, char **argv) {
         double kv_avg = (double)cf_hparams_kv_read_bytes(hp, n_prompt + 1 + n_gen / 2, cf_dtype_size(m->kv_dtype));
         double bytes = (double)m->decode_bytes + kv_avg;
         for (long r = 0; r < reps; r++) frac[r] = dec[r] * bytes / (0.5 * (bws[r] + bws[r + 1]) * 1e9);
-        if (cpu) bw = median(bws, (int)reps + 1);
+        bw = median(bws, (int)reps + 1);
         /* the fraction: the median of the reps' own; the roofline printed beside it: the median bandwidth's */
         double fraction = median(frac, (int)reps), decode = median(dec, (int)reps);
         double roof = bw * 1e9 / bytes;
