@@ -187,33 +187,26 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
  * registers (no shared memory, no barrier): in every group, thread (g, t) takes quarter t of the group's words of MMA
  * rows g and g + 8 (k_quant.cuh's tc_* mapping: a quad's MMA stays inside a group), with the group's (scale, bias)
  * word of both rows, 3 (8 bits: 2) k-blocks in flight a warp; and the same values of x of activation row g through L1
- * (zeros for g >= n). Each word is two MMAs on 128 + q (8 bits: 128 + lo and 16 (128 + hi)); at each group's end the
- * sum row's results (lanes 28-31) are shuffled to every quad and tc_group_end applies scale and bias in f32. The sum
- * row costs a sixteenth of the MMAs where an all-ones MMA beside each one cost half. The warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU,
- * gate).
+ * (row n - 1 again for g >= n: those MMA columns are never stored). Each word is two MMAs on 128 + q (8 bits:
+ * 128 + lo and 16 (128 + hi)); at each group's end the sum row's results (lanes 28-31) are shuffled to every quad
+ * and tc_group_end applies scale and bias in f32. The sum row costs a sixteenth of the MMAs where an all-ones MMA
+ * beside each one cost half. The warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU, gate).
  * Split k: when the units are too few to keep 4 blocks on every SM (o, down, q/k/v of Llama-3-8B), a cluster of
  * g.splits blocks shares a unit, block z taking k-blocks [z nkb / splits, (z + 1) nkb / splits); their sums meet in
  * block 0's shared memory in block order (the result does not depend on timing), and block 0 finishes. */
 constexpr int TC_WARPS = 4, TC_KB = 128, TC_ROWS = 15, TC_GLU_ROWS = 7;
 
-/* N consecutive 32-bit words of a stream read once (N * 4-byte aligned), or zeros */
+/* N consecutive 32-bit words of a stream read once (N * 4-byte aligned) into d where ok; elsewhere d keeps its value */
 template <int N>
 __device__ __forceinline__ void ld_words(const uint32_t *p, bool ok, uint32_t *d) {
     if constexpr (N == 1) {
-        d[0] = 0;
-        if (ok) asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(d[0]) : "l"(p));
+        if (ok) asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "+r"(d[0]) : "l"(p));
     } else if constexpr (N == 2) {
-        d[0] = d[1] = 0;
-        if (ok) asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(d[0]), "=r"(d[1]) : "l"(p));
+        if (ok) asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "+r"(d[0]), "+r"(d[1]) : "l"(p));
     } else {
 #pragma unroll
-        for (int i = 0; i < N; i += 4) {
-            const uint4 v = ok ? ld_stream(reinterpret_cast<const uint4 *>(p + i)) : make_uint4(0, 0, 0, 0);
-            d[i] = v.x;
-            d[i + 1] = v.y;
-            d[i + 2] = v.z;
-            d[i + 3] = v.w;
-        }
+        for (int i = 0; i < N; i += 4)
+            if (ok) asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "+r"(d[i]), "+r"(d[i + 1]), "+r"(d[i + 2]), "+r"(d[i + 3]) : "l"(p + i));
     }
 }
 
@@ -246,31 +239,38 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
 
     const uint32_t *qa = S.q + (okA ? rowA : 0) * S.wpr + t * QW, *qb = B.q + (okB ? rowB : 0) * B.wpr + t * QW;
     const uint32_t *sba = (const uint32_t *)S.sb + (okA ? rowA : 0) * S.G, *sbb = (const uint32_t *)B.sb + (okB ? rowB : 0) * B.G;
+    /* x of activation row min(g, n - 1): MMA columns from n on are never stored, so they need not be zero */
+    const __nv_bfloat16 *xp0 = (const __nv_bfloat16 *)g.x + (int64_t)(gi < g.n ? gi : g.n - 1) * g.xstride + t * (G / 4) + (int64_t)kb0 * TC_KB;
+    /* the ring of k-blocks in flight; a row that does not exist (and the sum row) is never loaded, so its registers
+     * keep the zeros they start with. Each fetch takes the warp's next k-block, each use the oldest. */
     uint32_t wa[TC_RING][NG * QW], wb[TC_RING][NG * QW], sa[TC_RING][NG], sb[TC_RING][NG];
-    auto fetch = [&](int r, int kb) {
+    const uint32_t *fa = qa + (int64_t)kb0 * WKB, *fb = qb + (int64_t)kb0 * WKB, *fsa = sba + (int64_t)kb0 * NG, *fsb = sbb + (int64_t)kb0 * NG;
+    auto fetch = [&](int r) {
 #pragma unroll
         for (int i = 0; i < NG; i++) {
-            ld_words<QW>(qa + (int64_t)kb * WKB + i * WG, okA, &wa[r][i * QW]);
-            ld_words<QW>(qb + (int64_t)kb * WKB + i * WG, okB, &wb[r][i * QW]);
+            ld_words<QW>(fa + i * WG, okA, &wa[r][i * QW]);
+            ld_words<QW>(fb + i * WG, okB, &wb[r][i * QW]);
         }
-        ld_words<NG>(sba + (int64_t)kb * NG, okA, sa[r]);
-        ld_words<NG>(sbb + (int64_t)kb * NG, okB, sb[r]);
+        ld_words<NG>(fsa, okA, sa[r]);
+        ld_words<NG>(fsb, okB, sb[r]);
+        fa += TC_WARPS * WKB;
+        fb += TC_WARPS * WKB;
+        fsa += TC_WARPS * NG;
+        fsb += TC_WARPS * NG;
     };
 
-    const bool xon = gi < g.n;
-    const __nv_bfloat16 *xr = (const __nv_bfloat16 *)g.x + (xon ? gi : 0) * g.xstride + t * (G / 4);
     const int f16a = S.sbt == CF_F16, f16b = B.sbt == CF_F16;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    auto use = [&](int r, int kb) {
+    auto use = [&](int r) {
 #pragma unroll
         for (int i = 0; i < NG; i++) {
             float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int j = 0; j < QW; j++) {
-                const __nv_bfloat16 *xp = xr + (int64_t)kb * TC_KB + i * G + j * VPW;
+                const __nv_bfloat16 *xp = xp0 + i * G + j * VPW;
                 uint32_t pa[4], pb[4], xq[4], a[4], bx[2];
                 if constexpr (BITS == 4) {
-                    const uint4 xv = xon ? __ldg(reinterpret_cast<const uint4 *>(xp)) : make_uint4(0, 0, 0, 0);
+                    const uint4 xv = __ldg(reinterpret_cast<const uint4 *>(xp));
                     tc_wpairs(wa[r][i * QW + j], pa);
                     tc_wpairs(wb[r][i * QW + j], pb);
                     tc_xpairs(xv, xq);
@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
                         mma_bf16(c, a, bx[0], bx[1]);
                     }
                 } else {
-                    const uint2 xv = xon ? __ldg(reinterpret_cast<const uint2 *>(xp)) : make_uint2(0, 0);
+                    const uint2 xv = __ldg(reinterpret_cast<const uint2 *>(xp));
                     tc_wpairs8(wa[r][i * QW + j], pa, TC_HI8);
                     tc_wpairs8(wb[r][i * QW + j], pb, hiB);
                     tc_xpairs8(xv, xq);
@@ -293,13 +293,19 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
             const float s0 = __shfl_sync(0xffffffffu, c[2], 28 + t), s1 = __shfl_sync(0xffffffffu, c[3], 28 + t);
             tc_group_end(acc, c, s0, s1, tc_sb(sa[r][i], f16a), tc_sb(sb[r][i], f16b), OFF);
         }
+        xp0 += TC_WARPS * TC_KB;
     };
 
     /* the first k-blocks' weights before waiting for the kernel ahead (weights are never written by it: k_gemv.cuh);
      * x after */
 #pragma unroll
-    for (int r = 0; r < TC_RING; r++)
-        if (r < mine) fetch(r, kb0 + TC_WARPS * r);
+    for (int r = 0; r < TC_RING; r++) {
+#pragma unroll
+        for (int i = 0; i < NG * QW; i++) wa[r][i] = wb[r][i] = 0;
+#pragma unroll
+        for (int i = 0; i < NG; i++) sa[r][i] = sb[r][i] = 0;
+        if (r < mine) fetch(r);
+    }
     pdl_wait();
     pdl_launch_next();
     for (int base = 0; base < mine; base += TC_RING) {
@@ -307,9 +313,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
         for (int r = 0; r < TC_RING; r++) {
             const int idx = base + r;
             if (idx >= mine) break;
-            const int kb = kb0 + TC_WARPS * idx;
-            use(r, kb);
-            if (idx + TC_RING < mine) fetch(r, kb + TC_WARPS * TC_RING);
+            use(r);
+            if (idx + TC_RING < mine) fetch(r);
         }
     }
 
