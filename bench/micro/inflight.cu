@@ -37,24 +37,33 @@ __global__ void __launch_bounds__(128) stream(const uint4 *buf, int64_t n16, uns
     if (acc == 0x12345678u) *sink = acc;
 }
 
-template <int R>
-static float run(const uint4 *buf, int64_t n16, unsigned *sink, int blocks) {
+/* milliseconds of launch(), the median of `reps` timings after one warm-up */
+template <typename F>
+static float median_ms(F launch, int reps) {
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
     std::vector<float> t;
-    for (int r = 0; r < 8; r++) {
+    for (int r = 0; r <= reps; r++) {
         cudaEventRecord(a);
-        stream<R><<<blocks, 128>>>(buf, n16, sink);
+        launch();
         cudaEventRecord(b);
         cudaEventSynchronize(b);
         float ms;
         cudaEventElapsedTime(&ms, a, b);
         if (r) t.push_back(ms);
     }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
     std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+template <int R>
+static float run(const uint4 *buf, int64_t n16, unsigned *sink, int blocks) {
+    const float ms = median_ms([&] { stream<R><<<blocks, 128>>>(buf, n16, sink); }, 7);
     const int64_t nwarp = (int64_t)blocks * 4, per = n16 / nwarp / (32 * R) * (32 * R);
-    return (float)(per * nwarp * 16) / (t[t.size() / 2] * 1e-3f) / 1e9f;
+    return (float)(per * nwarp * 16) / (ms * 1e-3f) / 1e9f;
 }
 
 int main() {
@@ -69,21 +78,8 @@ int main() {
     CK(cudaMalloc(&dst, bytes));
     CK(cudaMalloc(&sink, 4));
     CK(cudaMemset(buf, 1, bytes));
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    std::vector<float> t;
-    for (int r = 0; r < 6; r++) {
-        cudaEventRecord(a);
-        cudaMemcpy(dst, buf, bytes, cudaMemcpyDeviceToDevice);
-        cudaEventRecord(b);
-        cudaEventSynchronize(b);
-        float ms;
-        cudaEventElapsedTime(&ms, a, b);
-        if (r) t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    printf("%s, %d SMs; copy (read + write) %.0f GB/s\n", pr.name, sms, 2.0 * bytes / (t[2] * 1e-3) / 1e9);
+    const float copy_ms = median_ms([&] { cudaMemcpy(dst, buf, bytes, cudaMemcpyDeviceToDevice); }, 5);
+    printf("%s, %d SMs; copy (read + write) %.0f GB/s\n", pr.name, sms, 2.0 * bytes / (copy_ms * 1e-3) / 1e9);
     const int64_t n16 = bytes / 16;
     printf("read GB/s by warps an SM (rows) and 16-byte loads in flight a lane (columns); KB in flight an SM in brackets\n");
     printf("| W | R=1 | R=2 | R=4 | R=8 | R=16 |\n|---:|---:|---:|---:|---:|---:|\n");
