@@ -2,7 +2,8 @@
 # quant_gpu_profile.sh: ncu figures of the quantized decode GEMV against the bf16 one (issue 21), on the GPU machine
 # after scripts/gpu-build.sh: `cuda_bench --qprofile` launches each of Llama-3-8B's one-row products twice with
 # 4-bit, 8-bit and bf16 weights (no model to build, so it profiles in seconds); ncu takes every GEMV launch. Two
-# passes: time, bytes, occupancy and issue; then the stall reasons. Metrics are named with --metrics.
+# passes: time, bytes, occupancy and issue; then the stall reasons. Metrics are named with --metrics. Last, the
+# instruction mix of the 4- and 8-bit gate + up launches (bench/ncu_sass_mix.py; bench/results run29 read it).
 # Usage: bash bench/quant_gpu_profile.sh OUTDIR
 set -u
 cd "$(dirname "$0")/.."
@@ -15,4 +16,15 @@ for set in base stall; do
   timeout 150 ncu --clock-control none --metrics "${!set}" -k regex:gemv --csv build-gpu/tests/cuda/cuda_bench --qprofile \
     > "$out/ncu-$set.csv" 2> "$out/ncu-$set.err"
   echo "$set rc=$?"
+done
+# Then the instruction mix of the 4-bit and 8-bit gate + up launches (the tensor-core GEMV's 6th and 16th launch in
+# --qprofile): the SASS page of a SourceCounters report, summed by bench/ncu_sass_mix.py.
+for skip in 5 15; do
+  timeout 150 ncu --clock-control none -k regex:qgemv_tc --launch-skip $skip --launch-count 1 --section SourceCounters \
+    --section WarpStateStats --section LaunchStats -o "$out/gateup-$skip" build-gpu/tests/cuda/cuda_bench --qprofile \
+    > "$out/gateup-$skip.log" 2>&1
+  echo "gate+up launch $skip rc=$?"
+  ncu -i "$out/gateup-$skip.ncu-rep" --page source --csv --print-source sass > "$out/gateup-$skip-sass.csv" 2>&1
+  python3 bench/ncu_sass_mix.py "$out/gateup-$skip-sass.csv" | tee "$out/gateup-$skip-mix.txt"
+  rm -f "$out/gateup-$skip.ncu-rep"
 done
