@@ -237,14 +237,16 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
     const int kb_end = (int)((int64_t)(split + 1) * nkb / g.splits);
     const int mine = kb_end > kb0 ? (kb_end - kb0 + TC_WARPS - 1) / TC_WARPS : 0;   /* this warp's k-blocks */
 
-    const uint32_t *qa = S.q + (okA ? rowA : 0) * S.wpr + t * QW, *qb = B.q + (okB ? rowB : 0) * B.wpr + t * QW;
-    const uint32_t *sba = (const uint32_t *)S.sb + (okA ? rowA : 0) * S.G, *sbb = (const uint32_t *)B.sb + (okB ? rowB : 0) * B.G;
+    /* the ring of k-blocks in flight; a row that does not exist (and the sum row) is never loaded, so its registers
+     * keep the zeros they start with. Each fetch takes the warp's next k-block (fa, fb: this thread's words of rows A
+     * and B in it; fsa, fsb: their pairs), each use the oldest. */
+    uint32_t wa[TC_RING][NG * QW], wb[TC_RING][NG * QW], sa[TC_RING][NG], sb[TC_RING][NG];
+    const uint32_t *fa = S.q + (okA ? rowA : 0) * S.wpr + t * QW + (int64_t)kb0 * WKB;
+    const uint32_t *fb = B.q + (okB ? rowB : 0) * B.wpr + t * QW + (int64_t)kb0 * WKB;
+    const uint32_t *fsa = (const uint32_t *)S.sb + (okA ? rowA : 0) * S.G + (int64_t)kb0 * NG;
+    const uint32_t *fsb = (const uint32_t *)B.sb + (okB ? rowB : 0) * B.G + (int64_t)kb0 * NG;
     /* x of activation row min(g, n - 1): MMA columns from n on are never stored, so they need not be zero */
     const __nv_bfloat16 *xp0 = (const __nv_bfloat16 *)g.x + (int64_t)(gi < g.n ? gi : g.n - 1) * g.xstride + t * (G / 4) + (int64_t)kb0 * TC_KB;
-    /* the ring of k-blocks in flight; a row that does not exist (and the sum row) is never loaded, so its registers
-     * keep the zeros they start with. Each fetch takes the warp's next k-block, each use the oldest. */
-    uint32_t wa[TC_RING][NG * QW], wb[TC_RING][NG * QW], sa[TC_RING][NG], sb[TC_RING][NG];
-    const uint32_t *fa = qa + (int64_t)kb0 * WKB, *fb = qb + (int64_t)kb0 * WKB, *fsa = sba + (int64_t)kb0 * NG, *fsb = sbb + (int64_t)kb0 * NG;
     auto fetch = [&](int r) {
 #pragma unroll
         for (int i = 0; i < NG; i++) {
