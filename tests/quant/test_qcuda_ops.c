@@ -179,15 +179,17 @@ static void test_matmul(cf_backend *be, int bits, int group, cf_dtype sb, int64_
 }
 
 /* matmul_glu (gate, up of bits_g, bits_u), matmul_gated and qkv (three products of bits_q, bits_k, bits_v) */
-/* group 0: mixed groups and (scale, bias) dtypes; else that group for every product, bf16 and f16 pairs */
+/* group 0: mixed groups and (scale, bias) dtypes; else that group and one pair dtype for every product (f16 pairs
+ * for groups of 32, bf16 for the others), as the tensor-core GEMV takes them */
 static void test_fused(cf_backend *be, int bits_a, int bits_b, int64_t k, int group) {
     const int64_t F = 203, Q = 96, KV = 32;
+    const cf_dtype one = group == 32 ? CF_F16 : CF_BF16;
     qbuf g, u, wq, wk, wv;
-    qbuf_make(&g, F, k, bits_a, group ? group : 64, CF_BF16);
-    qbuf_make(&u, F, k, bits_b, group ? group : 32, CF_F16);
-    qbuf_make(&wq, Q, k, bits_a, group ? group : 128, CF_BF16);
-    qbuf_make(&wk, KV, k, bits_b, group ? group : 64, group ? CF_F16 : CF_BF16);
-    qbuf_make(&wv, KV, k, bits_a, group ? group : 64, group ? CF_BF16 : CF_F32);
+    qbuf_make(&g, F, k, bits_a, group ? group : 64, group ? one : CF_BF16);
+    qbuf_make(&u, F, k, bits_b, group ? group : 32, group ? one : CF_F16);
+    qbuf_make(&wq, Q, k, bits_a, group ? group : 128, group ? one : CF_BF16);
+    qbuf_make(&wk, KV, k, bits_b, group ? group : 64, group ? one : CF_BF16);
+    qbuf_make(&wv, KV, k, bits_a, group ? group : 64, group ? one : CF_F32);
     cf_tensor tg, tu, tq, tk, tv;
     cinfer_error e = {0};
     CHECK(be->ops->upload_qweight(be, &g.w, &tg, &e) == CINFER_OK && be->ops->upload_qweight(be, &u.w, &tu, &e) == CINFER_OK &&

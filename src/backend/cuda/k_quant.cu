@@ -188,8 +188,9 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
  * rows g and g + 8 (k_quant.cuh's tc_* mapping: a quad's MMA stays inside a group), with the group's (scale, bias)
  * word of both rows, 3 (8 bits: 2) k-blocks in flight a warp; and the same values of x of activation row g through L1
  * (row n - 1 again for g >= n: those MMA columns are never stored). Each word is two MMAs on 128 + q (8 bits:
- * 128 + lo and 16 (128 + hi)); at each group's end the sum row's results (lanes 28-31) are shuffled to every quad
- * and tc_group_end applies scale and bias in f32. The sum row costs a sixteenth of the MMAs where an all-ones MMA
+ * 128 + lo and 16 (128 + hi)), the words of a group alternating between two accumulator chains; at each group's end
+ * the chains are added, the sum row's results (lanes 28-31) shuffled to every quad, and tc_group_end applies scale
+ * and bias in f32 (the pairs' dtype F16, bf16 otherwise, is a template parameter). The sum row costs a sixteenth of the MMAs where an all-ones MMA
  * beside each one cost half. The warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU, gate).
  * Split k: when the units are too few to keep 4 blocks on every SM (o, down, q/k/v of Llama-3-8B), a cluster of
  * g.splits blocks shares a unit, block z taking k-blocks [z nkb / splits, (z + 1) nkb / splits); their sums meet in
@@ -210,7 +211,7 @@ __device__ __forceinline__ void ld_words(const uint32_t *p, bool ok, uint32_t *d
     }
 }
 
-template <int BITS, int G>
+template <int BITS, int G, bool F16>
 __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
     constexpr int TC_RING = BITS == 4 ? 3 : 2;   /* k-blocks in flight a warp: 3 or 4 KB of weights */
     constexpr int WKB = TC_KB * BITS / 32;   /* words of a row in a k-block: 16 or 32 */
@@ -261,14 +262,14 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
         fsb += TC_WARPS * NG;
     };
 
-    const int f16a = S.sbt == CF_F16, f16b = B.sbt == CF_F16;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     auto use = [&](int r) {
 #pragma unroll
         for (int i = 0; i < NG; i++) {
-            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int j = 0; j < QW; j++) {
+                float (&cc)[4] = j & 1 ? c2 : c;   /* two chains of MMAs, half as long */
                 const __nv_bfloat16 *xp = xp0 + i * G + j * VPW;
                 uint32_t pa[4], pb[4], xq[4], a[4], bx[2];
                 if constexpr (BITS == 4) {
@@ -279,7 +280,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
 #pragma unroll
                     for (int s = 0; s < 2; s++) {
                         tc_frags(pa, pb, xq, s, a, bx);
-                        mma_bf16(c, a, bx[0], bx[1]);
+                        mma_bf16(cc, a, bx[0], bx[1]);
                     }
                 } else {
                     const uint2 xv = __ldg(reinterpret_cast<const uint2 *>(xp));
@@ -287,13 +288,15 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
                     tc_wpairs8(wb[r][i * QW + j], pb, hiB);
                     tc_xpairs8(xv, xq);
                     tc_frags(pa, pb, xq, 0, a, bx);
-                    mma_bf16(c, a, bx[0], bx[1]);
+                    mma_bf16(cc, a, bx[0], bx[1]);
                     tc_frags(pa, pb, xq, 1, a, bx);
-                    mma_bf16(c, a, bx[0], bx[1]);
+                    mma_bf16(cc, a, bx[0], bx[1]);
                 }
             }
+#pragma unroll
+            for (int e = 0; e < 4; e++) c[e] += c2[e];
             const float s0 = __shfl_sync(0xffffffffu, c[2], 28 + t), s1 = __shfl_sync(0xffffffffu, c[3], 28 + t);
-            tc_group_end(acc, c, s0, s1, tc_sb(sa[r][i], f16a), tc_sb(sb[r][i], f16b), OFF);
+            tc_group_end(acc, c, s0, s1, tc_sb(sa[r][i], F16), tc_sb(sb[r][i], F16), OFF);
         }
         xp0 += TC_WARPS * TC_KB;
     };
@@ -763,13 +766,13 @@ static cudaError_t qgemv_pick_n(cudaStream_t st, const QArgs &g, int64_t blocks,
     return qgemv_pick_x<8, BITS>(st, g, blocks, xdt);
 }
 
-/* whether qgemv_tc_kernel takes the job: bf16 x, bf16 or f16 (scale, bias) pairs, one group size, and k a multiple
- * of TC_KB (128 values), at least one k-block a warp; cfk_qjob_ok has checked the rest (4 or 8 bits alike, x rows
- * 16-byte aligned) */
+/* whether qgemv_tc_kernel takes the job: bf16 x, bf16 or f16 (scale, bias) pairs (one dtype for every product, a
+ * template parameter of the kernel), one group size, and k a multiple of TC_KB (128 values), at least one k-block a
+ * warp; cfk_qjob_ok has checked the rest (4 or 8 bits alike, x rows 16-byte aligned) */
 static bool qjob_tc_ok(const cfk_qjob *j) {
     if (!cfk_cfg.qgemv_tc || j->x.dtype != CF_BF16 || j->x.cols % TC_KB || j->x.cols < TC_KB * TC_WARPS) return false;
     for (int s = 0; s < j->n_seg; s++)
-        if ((j->w[s]->sb_dtype != CF_BF16 && j->w[s]->sb_dtype != CF_F16) || j->w[s]->group != j->w[0]->group ||
+        if ((j->w[s]->sb_dtype != CF_BF16 && j->w[s]->sb_dtype != CF_F16) || j->w[s]->sb_dtype != j->w[0]->sb_dtype || j->w[s]->group != j->w[0]->group ||
             !al16(j->w[s]->q, 16) || !al16(j->w[s]->scales, 16))
             return false;
     return true;
@@ -786,12 +789,12 @@ static cfk_qjob qjob_rows(const cfk_qjob *j, int64_t r0, int n) {
     return jr;
 }
 
-template <int BITS>
+template <int BITS, bool F16>
 static cudaError_t qgemv_tc_launch(cudaStream_t st, int group, dim3 grid, unsigned splits, const QArgs &g) {
     const dim3 block(TC_WARPS * 32);
-    if (group == 32) return launch_cluster(qgemv_tc_kernel<BITS, 32>, grid, block, 0, st, splits, g);
-    if (group == 64) return launch_cluster(qgemv_tc_kernel<BITS, 64>, grid, block, 0, st, splits, g);
-    return launch_cluster(qgemv_tc_kernel<BITS, 128>, grid, block, 0, st, splits, g);
+    if (group == 32) return launch_cluster(qgemv_tc_kernel<BITS, 32, F16>, grid, block, 0, st, splits, g);
+    if (group == 64) return launch_cluster(qgemv_tc_kernel<BITS, 64, F16>, grid, block, 0, st, splits, g);
+    return launch_cluster(qgemv_tc_kernel<BITS, 128, F16>, grid, block, 0, st, splits, g);
 }
 
 static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
@@ -814,8 +817,11 @@ static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
         for (int s = 0; s < j->n_seg; s++) segs[s]->block0 = unit0[s];
         g.splits = splits;
         const dim3 grid((unsigned)(units * splits));
-        const cudaError_t e = j->w[0]->bits == 4 ? qgemv_tc_launch<4>(st, j->w[0]->group, grid, (unsigned)splits, g)
-                                                 : qgemv_tc_launch<8>(st, j->w[0]->group, grid, (unsigned)splits, g);
+        const bool f16 = j->w[0]->sb_dtype == CF_F16;
+        const cudaError_t e = j->w[0]->bits == 4 ? (f16 ? qgemv_tc_launch<4, true>(st, j->w[0]->group, grid, (unsigned)splits, g)
+                                                        : qgemv_tc_launch<4, false>(st, j->w[0]->group, grid, (unsigned)splits, g))
+                                                 : (f16 ? qgemv_tc_launch<8, true>(st, j->w[0]->group, grid, (unsigned)splits, g)
+                                                        : qgemv_tc_launch<8, false>(st, j->w[0]->group, grid, (unsigned)splits, g));
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
