@@ -190,8 +190,8 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
  * (row n - 1 again for g >= n: those MMA columns are never stored). Each word is two MMAs on 128 + q (8 bits:
  * 128 + lo and 16 (128 + hi)), the words of a group alternating between two accumulator chains; at each group's end
  * the chains are added, the sum row's results (lanes 28-31) shuffled to every quad, and tc_group_end applies scale
- * and bias in f32 (the pairs' dtype F16, bf16 otherwise, is a template parameter). The sum row costs a sixteenth of the MMAs where an all-ones MMA
- * beside each one cost half. The warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU, gate).
+ * and bias in f32 (the pairs' dtype, F16 or bf16, is a template parameter). The sum row costs a sixteenth of the MMAs
+ * where an all-ones MMA beside each one cost half. The warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU, gate).
  * Split k: when the units are too few to keep 4 blocks on every SM (o, down, q/k/v of Llama-3-8B), a cluster of
  * g.splits blocks shares a unit, block z taking k-blocks [z nkb / splits, (z + 1) nkb / splits); their sums meet in
  * block 0's shared memory in block order (the result does not depend on timing), and block 0 finishes. */
@@ -772,8 +772,8 @@ static cudaError_t qgemv_pick_n(cudaStream_t st, const QArgs &g, int64_t blocks,
 static bool qjob_tc_ok(const cfk_qjob *j) {
     if (!cfk_cfg.qgemv_tc || j->x.dtype != CF_BF16 || j->x.cols % TC_KB || j->x.cols < TC_KB * TC_WARPS) return false;
     for (int s = 0; s < j->n_seg; s++)
-        if ((j->w[s]->sb_dtype != CF_BF16 && j->w[s]->sb_dtype != CF_F16) || j->w[s]->sb_dtype != j->w[0]->sb_dtype || j->w[s]->group != j->w[0]->group ||
-            !al16(j->w[s]->q, 16) || !al16(j->w[s]->scales, 16))
+        if ((j->w[s]->sb_dtype != CF_BF16 && j->w[s]->sb_dtype != CF_F16) || j->w[s]->sb_dtype != j->w[0]->sb_dtype ||
+            j->w[s]->group != j->w[0]->group || !al16(j->w[s]->q, 16) || !al16(j->w[s]->scales, 16))
             return false;
     return true;
 }
