@@ -12,7 +12,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "base/status.h"
 
@@ -387,8 +386,10 @@ void cf_server_stop(cf_server *s) {
     s->stopping = 1;
     for (cf_gen *g = s->gens; g; g = g->next) cf_gen_cancel(g, 0);
     pthread_mutex_unlock(&s->mu);
-    int lfd = MHD_quiesce_daemon(s->d);
-    if (lfd >= 0) close(lfd);
+    /* The listening socket stays open until MHD_stop_daemon (a request arriving meanwhile is answered 503):
+     * MHD_quiesce_daemon on an epoll daemon with its own threads races with the event loop removing the same socket
+     * from its epoll set, and libmicrohttpd 0.9 aborts the process when it loses (MHD_PANIC, "Failed to remove listen
+     * FD from epoll set"; seen in CI). */
     /* Cancelled generations end within a step and their answers (the end of a stream, a 503) go out;
      * a client that does not read them is not waited for longer than a few seconds. */
     struct timespec until;
