@@ -39,7 +39,8 @@ void cf_server_attach(cf_server *s, cinfer_model *model, cinfer_engine *engine);
 /* The port it listens on, and the address as "http://host:port". */
 int cf_server_port(const cf_server *s);
 const char *cf_server_url(const cf_server *s);
-/* Stops accepting, cancels the requests in flight, waits for them to end and frees the server. */
+/* Cancels the requests in flight (new ones are answered 503), waits for them to end, closes the port and frees the
+ * server. */
 void cf_server_stop(cf_server *s);
 
 #endif
