@@ -191,7 +191,8 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
  * 128 + lo and 16 (128 + hi)), the words of a group alternating between two accumulator chains; at each group's end
  * the chains are added, the sum row's results (lanes 28-31) shuffled to every quad, and tc_group_end applies scale
  * and bias in f32 (the pairs' dtype, F16 or bf16, is a template parameter). The sum row costs a sixteenth of the MMAs
- * where an all-ones MMA beside each one cost half. The warps' sums meet in shared memory in warp order; warp 0 finishes (bias, GLU, gate).
+ * where an all-ones MMA beside each one cost half. The warps' sums meet in shared memory in warp order; warp 0
+ * finishes (bias, GLU, gate).
  * Split k: when the units are too few to keep 4 blocks on every SM (o, down, q/k/v of Llama-3-8B), a cluster of
  * g.splits blocks shares a unit, block z taking k-blocks [z nkb / splits, (z + 1) nkb / splits); their sums meet in
  * block 0's shared memory in block order (the result does not depend on timing), and block 0 finishes. */
@@ -789,12 +790,13 @@ static cfk_qjob qjob_rows(const cfk_qjob *j, int64_t r0, int n) {
     return jr;
 }
 
-template <int BITS, bool F16>
-static cudaError_t qgemv_tc_launch(cudaStream_t st, int group, dim3 grid, unsigned splits, const QArgs &g) {
-    const dim3 block(TC_WARPS * 32);
-    if (group == 32) return launch_cluster(qgemv_tc_kernel<BITS, 32, F16>, grid, block, 0, st, splits, g);
-    if (group == 64) return launch_cluster(qgemv_tc_kernel<BITS, 64, F16>, grid, block, 0, st, splits, g);
-    return launch_cluster(qgemv_tc_kernel<BITS, 128, F16>, grid, block, 0, st, splits, g);
+template <int BITS, int G>
+static void (*qgemv_tc_pick(bool f16))(QArgs) { return f16 ? qgemv_tc_kernel<BITS, G, true> : qgemv_tc_kernel<BITS, G, false>; }
+
+template <int BITS>
+static cudaError_t qgemv_tc_launch(cudaStream_t st, int group, bool f16, dim3 grid, unsigned splits, const QArgs &g) {
+    void (*kernel)(QArgs) = group == 32 ? qgemv_tc_pick<BITS, 32>(f16) : group == 64 ? qgemv_tc_pick<BITS, 64>(f16) : qgemv_tc_pick<BITS, 128>(f16);
+    return launch_cluster(kernel, grid, dim3(TC_WARPS * 32), 0, st, splits, g);
 }
 
 static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
@@ -818,10 +820,8 @@ static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
         g.splits = splits;
         const dim3 grid((unsigned)(units * splits));
         const bool f16 = j->w[0]->sb_dtype == CF_F16;
-        const cudaError_t e = j->w[0]->bits == 4 ? (f16 ? qgemv_tc_launch<4, true>(st, j->w[0]->group, grid, (unsigned)splits, g)
-                                                        : qgemv_tc_launch<4, false>(st, j->w[0]->group, grid, (unsigned)splits, g))
-                                                 : (f16 ? qgemv_tc_launch<8, true>(st, j->w[0]->group, grid, (unsigned)splits, g)
-                                                        : qgemv_tc_launch<8, false>(st, j->w[0]->group, grid, (unsigned)splits, g));
+        const cudaError_t e = j->w[0]->bits == 4 ? qgemv_tc_launch<4>(st, j->w[0]->group, f16, grid, (unsigned)splits, g)
+                                                 : qgemv_tc_launch<8>(st, j->w[0]->group, f16, grid, (unsigned)splits, g);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
