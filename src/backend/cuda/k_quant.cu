@@ -861,8 +861,12 @@ extern "C" cudaError_t cfk_qgemv(cudaStream_t st, const cfk_qjob *j) {
     return cudaSuccess;
 }
 
-/* the tiles of a job, its stages of k (QA_K values) and its split count: splits while the tiles are fewer than two per
- * SM, each split at least 2 stages (Llama-3-8B at 64 rows: q/k/v 6, o 9, gate/up 1, down 9) */
+static int qa_blocks_per_sm[2] = {1, 1};   /* of qmma_async_kernel at 4 and 8 bits (cfk_quant_init) */
+
+/* the tiles of a job, its stages of k (QA_K values) and its split count: splits of k while the tiles fill less than
+ * one wave of the blocks the SMs hold at once, never more than one wave (a nearly empty last wave costs as much as a
+ * full one), each split at least 2 stages. Llama-3-8B at 64 rows on an H100 (2 blocks an SM at 4 bits, 1 at 8):
+ * q/k/v 5 and 2, o and down 8 and 4, gate/up 1. */
 static void qmma_plan(const cfk_qjob *j, int64_t *col_tiles, int64_t *m_tiles, int *ksteps, int *splits) {
     const bool glu = j->glu_out.data != NULL;
     int64_t ct = 0;
@@ -870,7 +874,8 @@ static void qmma_plan(const cfk_qjob *j, int64_t *col_tiles, int64_t *m_tiles, i
         if (!glu || s == 0) ct += ceil_div(j->w[s]->rows, glu ? NB / 2 : NB);
     const int64_t mt = ceil_div(j->x.rows, MB), base = ct * mt, steps = ceil_div(j->x.cols, QA_K);
     int64_t sp = 1;
-    if (base < 2 * (int64_t)cfk_cfg.n_sm) sp = ceil_div(2 * (int64_t)cfk_cfg.n_sm, base);
+    const int64_t slots = (int64_t)cfk_cfg.n_sm * qa_blocks_per_sm[j->w[0]->bits == 8];
+    if (base < slots) sp = slots / base;
     if (sp > steps / 2) sp = steps / 2;
     if (sp > 16) sp = 16;
     if (sp < 1) sp = 1;
@@ -932,6 +937,9 @@ extern "C" cudaError_t cfk_quant_init(void) {
     cudaError_t e = cudaFuncSetAttribute(qmma_async_kernel<4, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)qa_smem<4>());
     if (e == cudaSuccess) e = cudaFuncSetAttribute(qmma_async_kernel<4, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)qa_smem<4>());
     if (e == cudaSuccess) e = cudaFuncSetAttribute(qmma_async_kernel<8, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)qa_smem<8>());
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&qa_blocks_per_sm[0], qmma_async_kernel<4, false>, QA_THREADS, qa_smem<4>());
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&qa_blocks_per_sm[1], qmma_async_kernel<8, false>, QA_THREADS, qa_smem<8>());
+    if (e == cudaSuccess && (qa_blocks_per_sm[0] < 1 || qa_blocks_per_sm[1] < 1)) e = cudaErrorInvalidConfiguration;
     return e;
 }
 
