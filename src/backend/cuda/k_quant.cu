@@ -861,7 +861,7 @@ extern "C" cudaError_t cfk_qgemv(cudaStream_t st, const cfk_qjob *j) {
     return cudaSuccess;
 }
 
-static int qa_blocks_per_sm[2] = {1, 1};   /* of qmma_async_kernel at 4 and 8 bits (cfk_quant_init) */
+static int qa_blocks_per_sm[2] = {1, 1};   /* of qmma_async_kernel at 4 bits (the fewer of its two variants) and 8 */
 
 /* the tiles of a job, its stages of k (QA_K values) and its split count: splits of k while the tiles fill less than
  * one wave of the blocks the SMs hold at once, never more than one wave (a nearly empty last wave costs as much as a
@@ -937,7 +937,10 @@ extern "C" cudaError_t cfk_quant_init(void) {
     cudaError_t e = cudaFuncSetAttribute(qmma_async_kernel<4, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)qa_smem<4>());
     if (e == cudaSuccess) e = cudaFuncSetAttribute(qmma_async_kernel<4, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)qa_smem<4>());
     if (e == cudaSuccess) e = cudaFuncSetAttribute(qmma_async_kernel<8, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)qa_smem<8>());
+    int bf16_pairs_blocks = 0;
     if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&qa_blocks_per_sm[0], qmma_async_kernel<4, false>, QA_THREADS, qa_smem<4>());
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bf16_pairs_blocks, qmma_async_kernel<4, true>, QA_THREADS, qa_smem<4>());
+    if (e == cudaSuccess && bf16_pairs_blocks < qa_blocks_per_sm[0]) qa_blocks_per_sm[0] = bf16_pairs_blocks;
     if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&qa_blocks_per_sm[1], qmma_async_kernel<8, false>, QA_THREADS, qa_smem<8>());
     if (e == cudaSuccess && (qa_blocks_per_sm[0] < 1 || qa_blocks_per_sm[1] < 1)) e = cudaErrorInvalidConfiguration;
     return e;
