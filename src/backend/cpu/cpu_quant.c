@@ -330,51 +330,6 @@ AVX2 static INL __m256i wblock_avx2(const int BITS, const uint8_t *p, int64_t b)
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(pk, 4), m4), _mm_and_si128(pk, m4));
 }
 
-/* weight rows r .. r + 8 (row r + nr - 1 repeated past nr): scales and biases in f32 as sf[g * 8 + m] */
-AVX2 static INL void sb8_avx2(const qscratch *s, const cf_qmat *w, int64_t r, int nr) {
-    for (int m = 0; m < 8; m++) {
-        const int64_t rr = r + (m < nr ? m : nr - 1);
-        for (int64_t g = 0; g < s->ng; g++)
-            s->sf[g * 8 + m] = sb_c(w->scales, w->sb_dtype, rr * s->ng + g), s->bf[g * 8 + m] = sb_c(w->biases, w->sb_dtype, rr * s->ng + g);
-    }
-}
-
-/* one row of x on AVX2, 8 weight rows at a time: per block the 8 rows' integer dots reduced to one vector
- * (lane = weight row), then the f32 step of the 8 rows */
-AVX2 static void decode_avx2(const int BITS, const qscratch *s, const cf_qmat *w, int64_t r0, int64_t r1, float *out) {
-    const int G = w->group;
-    const int64_t rb = w->cols * BITS / 8;
-    for (int64_t r = r0; r < r1; r += 8) {
-        const int nr = (int)min64(8, r1 - r);
-        const uint8_t *rp[8];
-        for (int m = 0; m < 8; m++) rp[m] = (const uint8_t *)w->q + (r + (m < nr ? m : nr - 1)) * rb;
-        sb8_avx2(s, w, r, nr);
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t b = 0; b < s->nb; b++) {
-            __m256i v[8];
-            for (int m = 0; m < 8; m++) v[m] = dot8_avx2(BITS, wblock_avx2(BITS, rp[m], b), s->xq + b * QB);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(red8_avx2(v)), _mm256_mul_ps(_mm256_load_ps(s->sf + (b * QB / G) * 8), _mm256_set1_ps(s->d[b])), acc);
-        }
-        for (int64_t g = 0; g < s->ng; g++) acc = _mm256_fmadd_ps(_mm256_load_ps(s->bf + g * 8), _mm256_set1_ps(s->xs[g]), acc);
-        float t[8];
-        _mm256_storeu_ps(t, acc);
-        memcpy(out + (r - r0), t, sizeof(float) * (size_t)nr);
-    }
-}
-
-AVX2 static void decode4_avx2(const qscratch *s, const cf_qmat *w, int64_t r0, int64_t r1, float *out) {
-    decode_avx2(4, s, w, r0, r1, out);
-}
-
-AVX2 static void decode8_avx2(const qscratch *s, const cf_qmat *w, int64_t r0, int64_t r1, float *out) {
-    decode_avx2(8, s, w, r0, r1, out);
-}
-
-/* 2 or more rows of x on AVX2: the AVX-512 batch path's shape in 8 lanes. A block of 8 weight rows is
- * regrouped once per call into 32-byte vectors of 4 columns x 8 rows (8 bits: the low 7 bits and the top bit
- * in two tiles), swept by up to 4 rows of x: per 4 columns vpmaddubsw with 4 bytes of x broadcast, then
- * vpmaddwd; the f32 step per block for the 8 rows at once. Scales and biases as sf[g * 8 + m]. */
-
 /* r[0..8) -> c[0..8): lane m of c[t] = lane t of r[m] (32-bit elements) */
 AVX2 static INL void tr8(const __m256i *r, __m256i *c) {
     __m256i a[8], b[8];
@@ -394,6 +349,120 @@ AVX2 static INL void tr8(const __m256i *r, __m256i *c) {
         c[4 + e] = _mm256_permute2x128_si256(b[e], b[4 + e], 0x31);
     }
 }
+
+/* 8 scales (or biases) from element i of p, widened to f32 */
+AVX2 static INL __m256i sb8v_avx2(const void *p, cf_dtype t, int64_t i) {
+    if (t == CF_F32) return _mm256_loadu_si256((const __m256i *)((const float *)p + i));
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
+    if (t == CF_F16) return _mm256_castps_si256(_mm256_cvtph_ps(h));
+    return _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+}
+
+/* weight rows r .. r + 8 (row r + nr - 1 repeated past nr): scales and biases in f32 as sf[g * 8 + m], 8
+ * groups of the 8 rows at a time transposed in registers */
+AVX2 static INL void sb8_avx2(const qscratch *s, const cf_qmat *w, int64_t r, int nr) {
+    int64_t at[8];
+    for (int m = 0; m < 8; m++) at[m] = (r + (m < nr ? m : nr - 1)) * s->ng;
+    int64_t g = 0;
+    for (; g + 8 <= s->ng; g += 8) {
+        __m256i v[8], t[8];
+        for (int m = 0; m < 8; m++) v[m] = sb8v_avx2(w->scales, w->sb_dtype, at[m] + g);
+        tr8(v, t);
+        for (int e = 0; e < 8; e++) _mm256_store_si256((__m256i *)(s->sf + (g + e) * 8), t[e]);
+        for (int m = 0; m < 8; m++) v[m] = sb8v_avx2(w->biases, w->sb_dtype, at[m] + g);
+        tr8(v, t);
+        for (int e = 0; e < 8; e++) _mm256_store_si256((__m256i *)(s->bf + (g + e) * 8), t[e]);
+    }
+    for (; g < s->ng; g++)
+        for (int m = 0; m < 8; m++)
+            s->sf[g * 8 + m] = sb_c(w->scales, w->sb_dtype, at[m] + g), s->bf[g * 8 + m] = sb_c(w->biases, w->sb_dtype, at[m] + g);
+}
+
+/* The f32 steps of 8 weight rows for block b (lane = weight row): acc = fma(P, scale * d_b, acc) */
+AVX2 static INL __m256 step8_avx2(const qscratch *s, int G, int64_t b, __m256i p, __m256 acc) {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(_mm256_load_ps(s->sf + (b * QB / G) * 8), _mm256_set1_ps(s->d[b])), acc);
+}
+
+/* then the biases' steps, and the nr outputs */
+AVX2 static INL void finish8_avx2(const qscratch *s, __m256 acc, float *out, int nr) {
+    for (int64_t g = 0; g < s->ng; g++) acc = _mm256_fmadd_ps(_mm256_load_ps(s->bf + g * 8), _mm256_set1_ps(s->xs[g]), acc);
+    float t[8];
+    _mm256_storeu_ps(t, acc);
+    memcpy(out, t, sizeof(float) * (size_t)nr);
+}
+
+/* One row of x on AVX2, 8 weight rows at a time; per block the 8 rows' integer dots reduced to one vector
+ * (lane = weight row), then the f32 step of the 8 rows. 4 bits: two blocks per 32-byte load of a row (its low
+ * nibbles are the blocks' even columns, its high ones their odd columns, against x's two halves of each
+ * block), one vpmaddwd per row and pair of blocks, and one reduction for both blocks. 8 bits: the q values
+ * and x widened to 16 bits (a u8 x s8 pair of 255 * 127 * 2 would saturate vpmaddubsw), two vpmaddwd per row
+ * and block. */
+AVX2 static void decode4_avx2(const qscratch *s, const cf_qmat *w, int64_t r0, int64_t r1, float *out) {
+    const int G = w->group;
+    const int64_t rb = w->cols / 2;
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    for (int64_t r = r0; r < r1; r += 8) {
+        const int nr = (int)min64(8, r1 - r);
+        const uint8_t *rp[8];
+        for (int m = 0; m < 8; m++) rp[m] = (const uint8_t *)w->q + (r + (m < nr ? m : nr - 1)) * rb;
+        sb8_avx2(s, w, r, nr);
+        __m256 acc = _mm256_setzero_ps();
+        int64_t b = 0;
+        for (; b + 2 <= s->nb; b += 2) {
+            const int8_t *xb = s->xq + b * QB;
+            const __m256i xe = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(xb + QB)), _mm_loadu_si128((const __m128i *)xb));
+            const __m256i xo = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(xb + QB + 16)), _mm_loadu_si128((const __m128i *)(xb + 16)));
+            __m256i v[8];
+            for (int m = 0; m < 8; m++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(rp[m] + b * 16));
+                const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q, m4), xe),
+                                                   _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), xo));
+                v[m] = _mm256_madd_epi16(p, ones);
+            }
+            /* lanes 0-3 of v[m] hold block b's partial sums, 4-7 block b + 1's */
+            const __m256i g0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+            const __m256i g1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+            acc = step8_avx2(s, G, b, _mm256_permute2x128_si256(g0, g1, 0x20), acc);
+            acc = step8_avx2(s, G, b + 1, _mm256_permute2x128_si256(g0, g1, 0x31), acc);
+        }
+        if (b < s->nb) {
+            __m256i v[8];
+            for (int m = 0; m < 8; m++) v[m] = dot8_avx2(4, wblock_avx2(4, rp[m], b), s->xq + b * QB);
+            acc = step8_avx2(s, G, b, red8_avx2(v), acc);
+        }
+        finish8_avx2(s, acc, out + (r - r0), nr);
+    }
+}
+
+AVX2 static void decode8_avx2(const qscratch *s, const cf_qmat *w, int64_t r0, int64_t r1, float *out) {
+    const int G = w->group;
+    const int64_t rb = w->cols;
+    for (int64_t r = r0; r < r1; r += 8) {
+        const int nr = (int)min64(8, r1 - r);
+        const uint8_t *rp[8];
+        for (int m = 0; m < 8; m++) rp[m] = (const uint8_t *)w->q + (r + (m < nr ? m : nr - 1)) * rb;
+        sb8_avx2(s, w, r, nr);
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t b = 0; b < s->nb; b++) {
+            const int8_t *xb = s->xq + b * QB;
+            const __m256i x0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xb));
+            const __m256i x1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xb + 16)));
+            __m256i v[8];
+            for (int m = 0; m < 8; m++) {
+                const __m128i *q = (const __m128i *)(rp[m] + b * QB);
+                v[m] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(q)), x0),
+                                        _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(q + 1)), x1));
+            }
+            acc = step8_avx2(s, G, b, red8_avx2(v), acc);
+        }
+        finish8_avx2(s, acc, out + (r - r0), nr);
+    }
+}
+
+/* 2 or more rows of x on AVX2: the AVX-512 batch path's shape in 8 lanes. A block of 8 weight rows is
+ * regrouped once per call into 32-byte vectors of 4 columns x 8 rows (8 bits: the low 7 bits and the top bit
+ * in two tiles), swept by up to 4 rows of x: per 4 columns vpmaddubsw with 4 bytes of x broadcast, then
+ * vpmaddwd; the f32 step per block for the 8 rows at once. Scales and biases as sf[g * 8 + m]. */
 
 AVX2 static INL void sweep_avx2(const int BITS, const int NX, const qscratch *s, int G, int64_t i, int nr, float *out,
                                 int64_t os) {
