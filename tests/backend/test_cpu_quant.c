@@ -215,12 +215,13 @@ static void test_matrix(int bits, int group, cf_dtype sbt, int64_t rows, int64_t
             }
         }
     checks++;
-    /* the instruction sets, then AVX-512 again with the weights packed as the backend packs them for VNNI */
+    /* the instruction sets, then AVX2 and AVX-512 again with the weights packed as the backend packs them */
     uint8_t *tiles = (bits == 4 || bits == 8) && cf_cpu_qpack_useful() ? cf_cpu_qpack(&a.m) : NULL;
-    for (int v = 0; v < 4; v++) {
-        const int isa = v < 3 ? v : CF_ISA_AVX512;
-        if (v == 3 && !tiles) break;
-        a.m.tiles = v == 3 ? tiles : NULL;
+    for (int v = 0; v < 5; v++) {
+        const int isa = v < 3 ? v : v == 3 ? CF_ISA_AVX2 : CF_ISA_AVX512;
+        const char *name = v < 3 ? isa_names[isa] : v == 3 ? "AVX2 packed" : "AVX-512 packed";
+        if (v >= 3 && !tiles) break;
+        a.m.tiles = v >= 3 ? tiles : NULL;
         /* the whole batch at each n, then every row alone and in pieces of the weight rows */
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
             const int n = ns[ni];
@@ -232,7 +233,7 @@ static void test_matrix(int bits, int group, cf_dtype sbt, int64_t rows, int64_t
                 for (int64_t r = rows; r < os; r++) bad |= out[i * os + r] != -1234.5f;
             }
             for (int64_t i = n; i < NMAX && !bad; i++) bad = out[i * os] != -1234.5f;
-            CHECK(!bad, "%s %d bits group %d %s %lldx%lld n=%d: differs from the C path (or wrote outside)", v < 3 ? isa_names[isa] : "AVX-512 packed",
+            CHECK(!bad, "%s %d bits group %d %s %lldx%lld n=%d: differs from the C path (or wrote outside)", name,
                   bits, group, cf_dtype_name(sbt), (long long)rows, (long long)cols, n);
         }
         /* row ranges: pieces of 1, 5 and 7 rows from odd offsets, a later row of x alone (n = 1) and in a
@@ -244,12 +245,12 @@ static void test_matrix(int bits, int group, cf_dtype sbt, int64_t rows, int64_t
                 cf_cpu_qgemm_isa((cf_cpu_isa_level)isa, x + i * xs, xs, 1, &a.m, r0, r1, one, 1);
                 CHECK(!memcmp(one, ref + i * os + r0, sizeof(float) * (size_t)(r1 - r0)),
                       "%s %d bits group %d %s: row %lld of x alone, weight rows %lld..%lld differ from the batch",
-                      v < 3 ? isa_names[isa] : "AVX-512 packed", bits, group, cf_dtype_name(sbt), (long long)i, (long long)r0, (long long)r1);
+                      name, bits, group, cf_dtype_name(sbt), (long long)i, (long long)r0, (long long)r1);
                 cf_cpu_qgemm_isa((cf_cpu_isa_level)isa, x + i * xs, xs, 3, &a.m, r0, r1, out, os);
                 int bad = 0;
                 for (int t = 0; t < 3; t++) bad |= memcmp(out + t * os, ref + (i + t) * os + r0, sizeof(float) * (size_t)(r1 - r0));
                 CHECK(!bad, "%s %d bits group %d %s: rows %lld..%lld of x, weight rows %lld..%lld differ from the batch",
-                      v < 3 ? isa_names[isa] : "AVX-512 packed", bits, group, cf_dtype_name(sbt), (long long)i, (long long)i + 3, (long long)r0,
+                      name, bits, group, cf_dtype_name(sbt), (long long)i, (long long)i + 3, (long long)r0,
                       (long long)r1);
             }
         }
@@ -269,8 +270,8 @@ done:
 }
 
 /* the rows split between 3 threads as the backend splits them (whole blocks of 16 rows), through
- * cf_cpu_qgemm (the kernel in use; packed: with cf_cpu_qpack's copy, as the backend has it where AVX-512
- * VNNI runs): the same bits as the C path on one thread */
+ * cf_cpu_qgemm (the kernel in use; packed: with cf_cpu_qpack's copy, as the backend has it where AVX2 or
+ * AVX-512 runs): the same bits as the C path on one thread */
 static void test_threads(int bits, int64_t n, int packed) {
     const int64_t rows = 100, cols = 512, blocks = (rows + 15) / 16;
     qm a;

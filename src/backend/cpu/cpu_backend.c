@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 /* A quantized weight as uploaded: the descriptor (first, so a CF_Q tensor's data reads as a cf_qweight) and,
- * where the AVX-512 VNNI kernels run, the 4- and 8-bit values regrouped for them (cf_cpu_qpack), owned here. */
+ * where the AVX2 or AVX-512 kernels run, the 4- and 8-bit values regrouped for their decode (cf_cpu_qpack), owned here. */
 typedef struct cpu_qweight {
     cf_qweight w;
     uint8_t *tiles;
@@ -148,7 +148,7 @@ static cinfer_status cpu_upload_weight(cf_backend *be, const void *host, cf_dtyp
 }
 
 /* The packed values, scales and biases stay where they are (the mapping); the backend owns a copy of the
- * descriptor, which the CF_Q tensor points to, and, where the AVX-512 VNNI kernels run, a copy of 4- and
+ * descriptor, which the CF_Q tensor points to, and, where the AVX2 or AVX-512 kernels run, a copy of 4- and
  * 8-bit values regrouped for them (decoding reads it as one stream per 16 rows; without memory for it the
  * mapping serves, slower, with the same results). */
 static cinfer_status cpu_upload_qweight(cf_backend *be, const cf_qweight *w, cf_tensor *out, cinfer_error *err) {

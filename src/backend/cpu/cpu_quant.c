@@ -7,9 +7,11 @@
  * each output is one f32 fma chain over the blocks in order, then over the groups' biases. An integer sum
  * does not depend on the order of its terms, so every path below gives the same bits:
  *  - portable C: the definition written out, per weight row and row of x;
- *  - AVX2: each block's integer dot by vpmaddubsw + vpmaddwd (8 bits in two parts, the low 7 bits and the top
- *    bit: a u8 x s8 pair of 255 * 127 * 2 would saturate 16 bits); one row of x: 8 weight rows at a time, their
- *    dots reduced to one vector per block (lane = weight row); more rows: the tile below in 8 lanes;
+ *  - AVX2: each block's integer dot by vpmaddubsw + vpmaddwd (8 bits: q widened to 16 bits, or split in two
+ *    parts, or offset by 128: a u8 x s8 pair of 255 * 127 * 2 would saturate 16 bits); one row of x: with the
+ *    packed copy of cf_cpu_qpack, 16 weight rows as lanes of two vectors, one stream, no reductions
+ *    (decode_packed_avx2); without it, 8 weight rows read in place, their dots reduced to one vector per
+ *    block (lane = weight row); more rows: the tile below in 8 lanes;
  *  - AVX-512 with VNNI, one row of x (decode): 8 weight rows read side by side, 128 columns a step, one
  *    vpdpbusd per weight row and 64 columns (4 bits unpacked in registers: a block's 16 packed bytes give its
  *    low nibbles, then its high ones, and x is stored in that order: even columns, then odd), the lane sums
@@ -459,6 +461,81 @@ AVX2 static void decode8_avx2(const qscratch *s, const cf_qmat *w, int64_t r0, i
     }
 }
 
+/* One row of x on AVX2 over the packed copy (cf_cpu_qpack; where it exists, the backend's decode path): a
+ * tile's 16 weight rows as the lanes of two 32-byte halves, read as one sequential stream, no reductions. 4
+ * bits: per word of a block, the low and the high nibbles against 4 bytes of x broadcast (vpmaddubsw; the
+ * block's 8 products a lane add up in 16 bits: at most 4 * 2 * 2 * 15 * 127 = 30,480), then vpmaddwd. 8 bits:
+ * q = q' + 128 with q' = q ^ 0x80 signed, P = sum q' * x + 128 * (sum of the block's x); vpmaddubsw of |q'|
+ * (at most 128) and x with q''s sign (at most 127): pairs fit 16 bits (2 * 128 * 127 = 32,512). */
+AVX2 static INL void decode_packed_avx2(const int BITS, const qscratch *s, const cf_qmat *w, int64_t r0, int64_t r1, float *out) {
+    const int64_t tb = cf_cpu_qpack_tile_bytes(w), ng = s->ng, gl = sb_per_line(w), es = sb_size(w->sb_dtype), bpg = w->group / QB;
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1), top = _mm256_set1_epi8((char)0x80);
+    for (int64_t r = r0; r < r1; r += 16) {
+        const uint8_t *p = w->tiles + (r / 16) * tb;
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+        int64_t b = 0;
+        for (int64_t g0 = 0; g0 < ng; g0 += gl) {
+            const uint8_t *line = p;
+            p += 64;
+            for (int64_t j = 0; j < gl && g0 + j < ng; j++) {
+                const __m256 s0 = _mm256_castsi256_ps(sb8v_avx2(line + j * 16 * es, w->sb_dtype, 0));
+                const __m256 s1 = _mm256_castsi256_ps(sb8v_avx2(line + j * 16 * es, w->sb_dtype, 8));
+                for (int64_t e = 0; e < bpg; e++, b++, p += BITS * 64) {
+                    const int8_t *xb = s->xq + b * QB;
+                    __m256i p0, p1;
+                    if (BITS == 4) {
+                        __m256i h0 = _mm256_setzero_si256(), h1 = _mm256_setzero_si256();
+                        for (int t = 0; t < 4; t++) {
+                            int32_t xe, xo;
+                            memcpy(&xe, xb + 4 * t, 4);
+                            memcpy(&xo, xb + 16 + 4 * t, 4);
+                            const __m256i ve = _mm256_set1_epi32(xe), vo = _mm256_set1_epi32(xo);
+                            const __m256i a = _mm256_load_si256((const __m256i *)(p + t * 64)), c = _mm256_load_si256((const __m256i *)(p + t * 64 + 32));
+                            h0 = _mm256_add_epi16(h0, _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(a, m4), ve),
+                                                                       _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), vo)));
+                            h1 = _mm256_add_epi16(h1, _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(c, m4), ve),
+                                                                       _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), vo)));
+                        }
+                        p0 = _mm256_madd_epi16(h0, ones), p1 = _mm256_madd_epi16(h1, ones);
+                    } else {
+                        p0 = p1 = _mm256_set1_epi32(128 * s->sums[b]);
+                        for (int t = 0; t < 8; t++) {
+                            int32_t x4;
+                            memcpy(&x4, xb + 4 * t, 4);
+                            const __m256i xv = _mm256_set1_epi32(x4);
+                            const __m256i a = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(p + t * 64)), top);
+                            const __m256i c = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(p + t * 64 + 32)), top);
+                            p0 = _mm256_add_epi32(p0, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(xv, a)), ones));
+                            p1 = _mm256_add_epi32(p1, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(xv, c)), ones));
+                        }
+                    }
+                    const __m256 dv = _mm256_set1_ps(s->d[b]);
+                    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_mul_ps(s0, dv), acc0);
+                    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_mul_ps(s1, dv), acc1);
+                }
+            }
+        }
+        for (int64_t g0 = 0; g0 < ng; g0 += gl, p += 64)
+            for (int64_t j = 0; j < gl && g0 + j < ng; j++) {
+                const __m256 xs = _mm256_set1_ps(s->xs[g0 + j]);
+                acc0 = _mm256_fmadd_ps(_mm256_castsi256_ps(sb8v_avx2(p + j * 16 * es, w->sb_dtype, 0)), xs, acc0);
+                acc1 = _mm256_fmadd_ps(_mm256_castsi256_ps(sb8v_avx2(p + j * 16 * es, w->sb_dtype, 8)), xs, acc1);
+            }
+        float t[16];
+        _mm256_storeu_ps(t, acc0);
+        _mm256_storeu_ps(t + 8, acc1);
+        memcpy(out + (r - r0), t, sizeof(float) * (size_t)(r1 - r < 16 ? r1 - r : 16));
+    }
+}
+
+AVX2 static void decode_packed4_avx2(const qscratch *s, const cf_qmat *w, int64_t r0, int64_t r1, float *out) {
+    decode_packed_avx2(4, s, w, r0, r1, out);
+}
+
+AVX2 static void decode_packed8_avx2(const qscratch *s, const cf_qmat *w, int64_t r0, int64_t r1, float *out) {
+    decode_packed_avx2(8, s, w, r0, r1, out);
+}
+
 /* 2 or more rows of x on AVX2: the AVX-512 batch path's shape in 8 lanes. A block of 8 weight rows is
  * regrouped once per call into 32-byte vectors of 4 columns x 8 rows (8 bits: the low 7 bits and the top bit
  * in two tiles), swept by up to 4 rows of x: per 4 columns vpmaddubsw with 4 bytes of x broadcast, then
@@ -865,7 +942,8 @@ static void int8_gemm(cf_cpu_isa_level isa, const float *x, int64_t xs, int64_t 
         else (bits == 4 ? rows4_avx512 : rows8_avx512)(&s, n, w, r0, r1, out, os);
     } else if (isa >= CF_ISA_AVX2) {
         quant_rows_avx2(x, xs, n, &s, bits, G);
-        if (n == 1) (bits == 4 ? decode4_avx2 : decode8_avx2)(&s, w, r0, r1, out);
+        if (n == 1 && w->tiles && r0 % 16 == 0) (bits == 4 ? decode_packed4_avx2 : decode_packed8_avx2)(&s, w, r0, r1, out);
+        else if (n == 1) (bits == 4 ? decode4_avx2 : decode8_avx2)(&s, w, r0, r1, out);
         else batch_avx2(bits, &s, n, w, r0, r1, out, os);
     } else
 #endif
@@ -901,7 +979,7 @@ int cf_cpu_qgemm_isa(cf_cpu_isa_level isa, const float *x, int64_t xs, int64_t n
     }
 }
 
-int cf_cpu_qpack_useful(void) { return cf_cpu_has_avx512_vnni(); }
+int cf_cpu_qpack_useful(void) { return cf_cpu_isa_available(CF_ISA_AVX2); }
 
 void cf_cpu_qgemm(const float *x, int64_t xs, int64_t n, const cf_qmat *w, int64_t r0, int64_t r1, float *out,
                   int64_t os) {

@@ -20,10 +20,10 @@ typedef struct cf_qmat {
     int bits;                     /* 2, 3, 4, 5, 6, 8 */
     int group;                    /* 32, 64, 128 */
     int64_t rows, cols;           /* output features, input features */
-    const uint8_t *tiles;         /* NULL, or the same weights regrouped by cf_cpu_qpack (used by AVX-512 VNNI) */
+    const uint8_t *tiles;         /* NULL, or the same weights regrouped by cf_cpu_qpack (AVX2 and AVX-512) */
 } cf_qmat;
 
-/* The 4- and 8-bit weights regrouped for the AVX-512 VNNI kernels: weight rows as vector lanes, so a block's
+/* The 4- and 8-bit weights regrouped for the AVX2 and AVX-512 VNNI kernels: weight rows as vector lanes, so a block's
  * dot products need no horizontal sums, and one sequential stream per 16 rows. Per tile of 16 rows (a partial
  * last tile repeats its last row), cf_cpu_qpack_tile_bytes each, in order:
  *  - per line of 64 bytes of scales (2 groups of 16 rows' scales for 16-bit sb_dtype, 1 for f32; zeros past
@@ -35,7 +35,7 @@ int64_t cf_cpu_qpack_tile_bytes(const cf_qmat *w);
 /* The packed copy of w (4 or 8 bits; ceil(rows / 16) tiles, 64-byte aligned): the caller frees it; NULL when
  * w is not 4- or 8-bit or out of memory. */
 uint8_t *cf_cpu_qpack(const cf_qmat *w);
-/* Whether the AVX-512 VNNI kernels run here (so that a packed copy is worth making). */
+/* Whether kernels that read the packed copy run here (AVX2, AVX-512 VNNI): a copy is worth making. */
 int cf_cpu_qpack_useful(void);
 
 /* out[i][r - r0] = sum_c x[i][c] * w[r][c] for i < n and weight rows r0 <= r < r1 (x: f32 rows of stride xs,
