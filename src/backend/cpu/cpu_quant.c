@@ -299,23 +299,10 @@ AVX2 static void quant_rows_avx2(const float *x, int64_t xs, int64_t n, const qs
     quant_rows_c(x, xs, n, s, bits, G);
 }
 
-/* 8 bits: q = lo + 128 * hi (lo the low 7 bits, hi the top bit), so that a u8 x s8 pair product fits 16 bits */
-AVX2 static INL __m256i q8_lo_avx2(__m256i q) { return _mm256_and_si256(q, _mm256_set1_epi8(0x7F)); }
-AVX2 static INL __m256i q8_hi_avx2(__m256i q) { return _mm256_and_si256(_mm256_srli_epi16(q, 7), _mm256_set1_epi8(1)); }
-
-/* the sums of 4 consecutive products q * x in 8 int32 lanes: 4 bits, q = lo; 8 bits, q = lo + 128 * hi */
-AVX2 static INL __m256i sum4_avx2(const int BITS, __m256i lo, __m256i hi, __m256i xv) {
-    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xv), _mm256_set1_epi16(1));
-    if (BITS == 4) return p;
-    return _mm256_add_epi32(p, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xv), _mm256_set1_epi16(128)));
-}
-
-/* a block's integer dot in 8 lanes (their sum is the dot): 32 q values (bytes, kernel order) against 32
- * int8 values of x */
-AVX2 static INL __m256i dot8_avx2(const int BITS, __m256i wv, const int8_t *xb) {
-    const __m256i xv = _mm256_loadu_si256((const __m256i *)xb);
-    if (BITS == 4) return sum4_avx2(4, wv, wv, xv);
-    return sum4_avx2(8, q8_lo_avx2(wv), q8_hi_avx2(wv), xv);
+/* a block's integer dot in 8 lanes (their sum is the dot): 32 4-bit q values (bytes, kernel order) against
+ * 32 int8 values of x */
+AVX2 static INL __m256i dot4_avx2(__m256i wv, const int8_t *xb) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(wv, _mm256_loadu_si256((const __m256i *)xb)), _mm256_set1_epi16(1));
 }
 
 /* the 8 sums of v[0..8) (8 int32 lanes each) in one vector, lane m = sum of v[m] */
@@ -429,7 +416,7 @@ AVX2 static void decode4_avx2(const qscratch *s, const cf_qmat *w, int64_t r0, i
         }
         if (b < s->nb) {
             __m256i v[8];
-            for (int m = 0; m < 8; m++) v[m] = dot8_avx2(4, wblock_avx2(4, rp[m], b), s->xq + b * QB);
+            for (int m = 0; m < 8; m++) v[m] = dot4_avx2(wblock_avx2(4, rp[m], b), s->xq + b * QB);
             acc = step8_avx2(s, G, b, red8_avx2(v), acc);
         }
         finish8_avx2(s, acc, out + (r - r0), nr);
@@ -537,9 +524,10 @@ AVX2 static void decode_packed8_avx2(const qscratch *s, const cf_qmat *w, int64_
 }
 
 /* 2 or more rows of x on AVX2: the AVX-512 batch path's shape in 8 lanes. A block of 8 weight rows is
- * regrouped once per call into 32-byte vectors of 4 columns x 8 rows (8 bits: the low 7 bits and the top bit
- * in two tiles), swept by up to 4 rows of x: per 4 columns vpmaddubsw with 4 bytes of x broadcast, then
- * vpmaddwd; the f32 step per block for the 8 rows at once. Scales and biases as sf[g * 8 + m]. */
+ * regrouped once per call into 32-byte vectors of 4 columns x 8 rows (8 bits: |q'| and q' = q ^ 0x80 in two
+ * tiles), swept by up to 4 rows of x: per 4 columns vpmaddubsw with 4 bytes of x broadcast (8 bits: x signed
+ * by q', plus 128 times the block's x sum), then vpmaddwd (4 bits: once per block, the products summed in 16
+ * bits); the f32 step per block for the 8 rows at once. Scales and biases as sf[g * 8 + m]. */
 
 AVX2 static INL void sweep_avx2(const int BITS, const int NX, const qscratch *s, int G, int64_t i, int nr, float *out,
                                 int64_t os) {
@@ -550,15 +538,28 @@ AVX2 static INL void sweep_avx2(const int BITS, const int NX, const qscratch *s,
     for (int j = 0; j < NX; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < s->nb; b++) {
         __m256i p[4];
-        for (int j = 0; j < NX; j++) p[j] = _mm256_setzero_si256();
-        for (int t = 0; t < 8; t++) {
-            const __m256i wv = _mm256_load_si256((const __m256i *)(s->tile + (b * 8 + t) * 32));
-            __m256i wh = _mm256_setzero_si256();
-            if (BITS == 8) wh = _mm256_load_si256((const __m256i *)(s->tile + hi_off + (b * 8 + t) * 32));
-            for (int j = 0; j < NX; j++) {
-                int32_t x4;
-                memcpy(&x4, xq + j * xstride + b * QB + 4 * t, 4);
-                p[j] = _mm256_add_epi32(p[j], sum4_avx2(BITS, wv, wh, _mm256_set1_epi32(x4)));
+        if (BITS == 4) { /* 16-bit sums over the block: at most 8 * 2 * 15 * 127 = 30,480 */
+            for (int j = 0; j < NX; j++) p[j] = _mm256_setzero_si256();
+            for (int t = 0; t < 8; t++) {
+                const __m256i wv = _mm256_load_si256((const __m256i *)(s->tile + (b * 8 + t) * 32));
+                for (int j = 0; j < NX; j++) {
+                    int32_t x4;
+                    memcpy(&x4, xq + j * xstride + b * QB + 4 * t, 4);
+                    p[j] = _mm256_add_epi16(p[j], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(x4)));
+                }
+            }
+            for (int j = 0; j < NX; j++) p[j] = _mm256_madd_epi16(p[j], _mm256_set1_epi16(1));
+        } else { /* |q'| and q' (q' = q ^ 0x80): sum q * x = sum |q'| * (x signed by q') + 128 * sum x */
+            for (int j = 0; j < NX; j++) p[j] = _mm256_set1_epi32(128 * s->sums[(i + j) * s->nbp + b]);
+            for (int t = 0; t < 8; t++) {
+                const __m256i wa = _mm256_load_si256((const __m256i *)(s->tile + (b * 8 + t) * 32));
+                const __m256i wq = _mm256_load_si256((const __m256i *)(s->tile + hi_off + (b * 8 + t) * 32));
+                for (int j = 0; j < NX; j++) {
+                    int32_t x4;
+                    memcpy(&x4, xq + j * xstride + b * QB + 4 * t, 4);
+                    const __m256i pr = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(_mm256_set1_epi32(x4), wq));
+                    p[j] = _mm256_add_epi32(p[j], _mm256_madd_epi16(pr, _mm256_set1_epi16(1)));
+                }
             }
         }
         const __m256 sv = _mm256_load_ps(s->sf + (b * QB / G) * 8);
@@ -588,8 +589,9 @@ AVX2 static void batch_avx2(const int BITS, const qscratch *s, int64_t n, const 
             for (int m = 0; m < 8; m++) v[m] = wblock_avx2(BITS, (const uint8_t *)w->q + (r + (m < nr ? m : nr - 1)) * (w->cols * BITS / 8), b);
             tr8(v, t);
             for (int e = 0; e < 8; e++) {
-                if (BITS == 8) _mm256_store_si256((__m256i *)(s->tile + hi_off + (b * 8 + e) * 32), q8_hi_avx2(t[e]));
-                _mm256_store_si256((__m256i *)(s->tile + (b * 8 + e) * 32), BITS == 8 ? q8_lo_avx2(t[e]) : t[e]);
+                const __m256i q = BITS == 8 ? _mm256_xor_si256(t[e], _mm256_set1_epi8((char)0x80)) : t[e];
+                if (BITS == 8) _mm256_store_si256((__m256i *)(s->tile + hi_off + (b * 8 + e) * 32), q);
+                _mm256_store_si256((__m256i *)(s->tile + (b * 8 + e) * 32), BITS == 8 ? _mm256_abs_epi8(q) : q);
             }
         }
         float *o = out + (r - r0);
