@@ -13,7 +13,8 @@
  * Rounding x changes each product by at most 2^-8 of its size (tests/backend/test_cpu_kernels.c bounds it).
  *
  * Kernels: portable C (the definition written out); AVX2 (the two halves of each pair split with a mask and
- * a shift, two fmas under MXCSR flush-to-zero and denormals-are-zero); AVX-512 with BF16 (vdpbf16ps: the
+ * a shift, two fmas under MXCSR flush-to-zero and denormals-are-zero; from 8 rows of x, x widened once and
+ * each tile's lanes 0-7, then 8-15, over all of k: rows_avx2); AVX-512 with BF16 (vdpbf16ps: the
  * tiles of cpu_kernels.c with 32 columns a step for fewer than PANEL_MIN_ROWS rows of x, else the 4 x 6
  * register tiles of cpu_tile512.h swept over blocks of weight rows read in place). A CPU with AVX-512 but
  * without BF16 runs the AVX2 kernel. */
@@ -202,6 +203,93 @@ CF_DEFINE_TILE(AVX2, tile8, t8_4x1, 4, 1, 4, 0, 1, uint16_t)
 CF_DEFINE_TILE(AVX2, tile8, t8_4x1_1, 4, 1, 1, 0, 1, uint16_t)
 CF_DEFINE_DRIVER(AVX2, tiles_avx2, 2, uint16_t, t8_2x2, t8_2x2s, 2, 2, t8_4x1, t8_4x1, 0, t8_4x1, 4, t8_4x1, 4, t8_4x1_1)
 
+/* AVX2, many rows of x (prefill, batches). The tiles above hold both halves of each 16-lane accumulator and split
+ * x in registers: 8 fma chains a tile, 20 instructions for 16 fmas. Here x is widened once per call to f32 in the
+ * split order (per 32 values and half h, the odd value of each of its 8 pairs, then the even one), read by the
+ * fmas from memory, and a tile runs lanes 0-7 of every accumulator over all of k, then lanes 8-15: the same steps
+ * in the same order for every lane, so the same bits, with half the registers. 3 weight rows x 4 rows of x: 12
+ * independent chains, 24 fmas to 9 other instructions a half-chunk. */
+#define RT_M 3
+#define RT_N 4
+#define RT_PANEL_BYTES (768 * 1024) /* a panel of x (f32) stays in L2 while the weights stream past it */
+
+AVX2 static void widen_split_avx2(const uint16_t *xb, int64_t count, float *xf) {
+    for (int64_t i = 0; i < count; i += 16) {
+        __m256 o, e;
+        split8(_mm256_loadu_si256((const __m256i *)(xb + i)), &o, &e);
+        _mm256_store_ps(xf + i, o);
+        _mm256_store_ps(xf + i + 8, e);
+    }
+}
+
+/* one half-chunk (16 values at c + 16h) for the tile: each weight row split once, then its fmas */
+AVX2 static INL void rt_step(const float *const *xr, const uint16_t *const *wp, int64_t off, __m256 acc[RT_M][RT_N]) {
+    for (int m = 0; m < RT_M; m++) {
+        __m256 wo, we;
+        split8(_mm256_loadu_si256((const __m256i *)wp[m]), &wo, &we);
+        for (int r = 0; r < RT_N; r++) {
+            acc[m][r] = _mm256_fmadd_ps(_mm256_load_ps(xr[r] + off), wo, acc[m][r]);
+            acc[m][r] = _mm256_fmadd_ps(_mm256_load_ps(xr[r] + off + 8), we, acc[m][r]);
+        }
+    }
+}
+
+/* out[r * os + m] for r < nv, m < mv: weight rows w + m * ws (rows past mv repeat the last), rows of xf at
+ * xf + r * kp (past nv likewise) */
+AVX2 static void rt_tile(const float *xf, int64_t kp, int nv, const uint16_t *w, int64_t ws, int mv, int64_t k, float *o,
+                         int64_t os) {
+    const float *xr[RT_N];
+    const uint16_t *wr[RT_M], *wp[RT_M];
+    for (int r = 0; r < RT_N; r++) xr[r] = xf + (r < nv ? r : nv - 1) * kp;
+    for (int m = 0; m < RT_M; m++) wr[m] = w + (m < mv ? m : mv - 1) * ws;
+    const int64_t kf = k & ~(int64_t)31;
+    __m256 half[RT_M][RT_N][2];
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040); /* FTZ, DAZ for the steps; the lanes' sums below are plain adds */
+    for (int h = 0; h < 2; h++) {
+        __m256 acc[RT_M][RT_N];
+        for (int m = 0; m < RT_M; m++)
+            for (int r = 0; r < RT_N; r++) acc[m][r] = _mm256_setzero_ps();
+        int64_t c = 0;
+        for (; c < kf; c += 32) {
+            for (int m = 0; m < RT_M; m++) wp[m] = wr[m] + c + 16 * h;
+            rt_step(xr, wp, c + 16 * h, acc);
+        }
+        if (c < kp) { /* the zero-padded last chunk */
+            _Alignas(32) uint16_t wt[RT_M][16];
+            for (int m = 0; m < RT_M; m++) {
+                memset(wt[m], 0, sizeof wt[m]);
+                const int64_t a = c + 16 * h, e = k < a + 16 ? k : a + 16;
+                if (e > a) memcpy(wt[m], wr[m] + a, (size_t)(e - a) * sizeof(uint16_t));
+                wp[m] = wt[m];
+            }
+            rt_step(xr, wp, c + 16 * h, acc);
+        }
+        for (int m = 0; m < RT_M; m++)
+            for (int r = 0; r < RT_N; r++) half[m][r][h] = acc[m][r];
+    }
+    _mm_setcsr(csr);
+    for (int m = 0; m < mv; m++) {
+        __m256 a[8];
+        for (int r = 0; r < RT_N; r++) a[2 * r] = half[m][r][0], a[2 * r + 1] = half[m][r][1];
+        cf_avx2_store(a, RT_N, nv, 1, o + m, os);
+    }
+}
+
+/* xb: n rounded rows of kp values; xf: room for n * kp floats */
+AVX2 static void rows_avx2(const uint16_t *xb, int64_t n, int64_t kp, const uint16_t *w, int64_t ws, int64_t d, int64_t k,
+                           float *out, int64_t os, float *xf) {
+    widen_split_avx2(xb, n * kp, xf);
+    int64_t P = RT_PANEL_BYTES / (kp * (int64_t)sizeof(float));
+    P = P < RT_N ? RT_N : P - P % RT_N;
+    for (int64_t i0 = 0; i0 < n; i0 += P) {
+        const int64_t i1 = i0 + P < n ? i0 + P : n;
+        for (int64_t j = 0; j < d; j += RT_M)
+            for (int64_t i = i0; i < i1; i += RT_N)
+                rt_tile(xf + i * kp, kp, (int)cf_min64(RT_N, i1 - i), w + j * ws, ws, (int)cf_min64(RT_M, d - j), k, out + i * os + j, os);
+    }
+}
+
 AVX2 static void gemm_avx2(const float *x, int64_t xs, int64_t n, const void *w, int64_t ws, int64_t d, int64_t k, float *out,
                            int64_t os) {
     const int64_t kp = padded(k);
@@ -209,7 +297,10 @@ AVX2 static void gemm_avx2(const float *x, int64_t xs, int64_t n, const void *w,
     uint16_t *xb = xbuf_get(&b, n, kp);
     if (!xb) { fill_nan(n, d, out, os); return; }
     round_rows_avx2(x, xs, n, k, xb, kp);
-    tiles_avx2(xb, kp, n, w, ws, d, k, out, os);
+    float *xf = n >= CF_BIG_ROWS ? aligned_alloc(64, (size_t)(n * kp) * sizeof(float)) : NULL;
+    if (xf) rows_avx2(xb, n, kp, w, ws, d, k, out, os, xf);
+    else tiles_avx2(xb, kp, n, w, ws, d, k, out, os); /* few rows, or no memory for the widened copy */
+    free(xf);
     free(b.heap);
 }
 
