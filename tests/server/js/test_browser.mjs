@@ -98,7 +98,7 @@ test('a sent message gets a streamed reply, the API\'s text, and a tokens/s figu
   await watchReply();
   await send('Tell me a fortune.');
   await waitFor(async () => (await replyText()) !== null, 5000, 'the reply to appear');
-  await waitFor(async () => !(await busy()), 20000, 'the reply to end');
+  await waitFor(async () => !(await busy()), 60000, 'the reply to end');
   const shown = await replyText();
   const lengths = await page.evaluate(() => window.__lengths);
   const steps = new Set(lengths.filter((n) => n > 0 && n < shown.length));
