@@ -204,7 +204,7 @@ CF_DEFINE_TILE(AVX2, tile8, t8_4x1_1, 4, 1, 1, 0, 1, uint16_t)
 CF_DEFINE_DRIVER(AVX2, tiles_avx2, 2, uint16_t, t8_2x2, t8_2x2s, 2, 2, t8_4x1, t8_4x1, 0, t8_4x1, 4, t8_4x1, 4, t8_4x1_1)
 
 /* AVX2, many rows of x (prefill, batches). The tiles above hold both halves of each 16-lane accumulator and split
- * x in registers: 8 fma chains a tile, 20 instructions for 16 fmas. Here x is widened once per call to f32 in the
+ * x in registers: 8 fma chains a tile, 24 other instructions to 16 fmas. Here x is widened once per call to f32 in the
  * split order (per 32 values and half h, the odd value of each of its 8 pairs, then the even one), read by the
  * fmas from memory, and a tile runs lanes 0-7 of every accumulator over all of k, then lanes 8-15: the same steps
  * in the same order for every lane, so the same bits, with half the registers. 3 weight rows x 4 rows of x: 12
