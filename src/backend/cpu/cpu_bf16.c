@@ -214,13 +214,21 @@ CF_DEFINE_DRIVER(AVX2, tiles_avx2, 2, uint16_t, t8_2x2, t8_2x2s, 2, 2, t8_4x1, t
 
 /* AVX2, many rows of x (prefill, batches). The tiles above hold both halves of each 16-lane accumulator and split
  * x in registers: 8 fma chains a tile, 24 other instructions to 16 fmas. Here x is widened once per call to f32 in the
- * split order (per 32 values and half h, the odd value of each of its 8 pairs, then the even one), read by the
- * fmas from memory, and a tile runs lanes 0-7 of every accumulator over all of k, then lanes 8-15: the same steps
- * in the same order for every lane, so the same bits, with half the registers. 3 weight rows x 4 rows of x: 12
- * independent chains, 24 fmas to 9 other instructions a half-chunk. */
+ * split order (per 32 values and half h, the odd value of each of its 8 pairs, then the even one), and a tile runs
+ * lanes 0-7 of every accumulator, then lanes 8-15: the same steps in the same order for every lane, so the same bits,
+ * with half the registers. A tile is 3 weight rows x 3 rows of x: 9 chains, x in registers (the odd values of each
+ * row, then the even ones), each weight row split on its way in from memory: 18 fmas to 12 loads and 6 other
+ * instructions a half-chunk. Per panel of RT_PANEL rows of x, block of RT_BLOCK weight rows and k-block of RT_KC
+ * columns, each x tile (12 KiB) stays in L1 while the block's weight rows stream past from L2; the accumulators
+ * wait in memory between k-blocks. 1 thread on a Zen 3 (bench_cpu_matmul --n 128, GFLOP/s, medians of 3 alternated
+ * rounds, 2048x2048 / 8192x2048 / 2048x8192): 46 / 48 / 41 with 3 x 4 tiles over all of k and x from memory, 56 / 50
+ * / 52 so (the same loop alone in L1: 61; about 84 is the core's fma peak). */
 #define RT_M 3
-#define RT_N 4
-#define RT_PANEL_BYTES (768 * 1024) /* a panel of x (f32) stays in L2 while the weights stream past it */
+#define RT_N 3
+#define RT_PANEL 48  /* rows of x */
+#define RT_BLOCK 48  /* weight rows */
+#define RT_KC 1024   /* columns a k-block */
+#define RT_TILES (RT_PANEL / RT_N * (RT_BLOCK / RT_M))
 
 AVX2 static void widen_split_avx2(const uint16_t *xb, int64_t count, float *xf) {
     for (int64_t i = 0; i < count; i += 16) {
@@ -231,40 +239,50 @@ AVX2 static void widen_split_avx2(const uint16_t *xb, int64_t count, float *xf) 
     }
 }
 
-/* one half-chunk (16 values at c + 16h) for the tile: each weight row split once, then its fmas */
+/* one half-chunk (16 values at c + 16h) for the tile: the odd value of every pair, then the even one; x from registers,
+ * each weight row split on its way in from memory */
 AVX2 static INL void rt_step(const float *const *xr, const uint16_t *const *wp, int64_t off, __m256 acc[RT_M][RT_N]) {
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    __m256 xv[RT_N];
+    for (int r = 0; r < RT_N; r++) xv[r] = _mm256_load_ps(xr[r] + off);
     for (int m = 0; m < RT_M; m++) {
-        __m256 wo, we;
-        split8(_mm256_loadu_si256((const __m256i *)wp[m]), &wo, &we);
-        for (int r = 0; r < RT_N; r++) {
-            acc[m][r] = _mm256_fmadd_ps(_mm256_load_ps(xr[r] + off), wo, acc[m][r]);
-            acc[m][r] = _mm256_fmadd_ps(_mm256_load_ps(xr[r] + off + 8), we, acc[m][r]);
-        }
+        const __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)wp[m]), hi));
+        for (int r = 0; r < RT_N; r++) acc[m][r] = _mm256_fmadd_ps(xv[r], wo, acc[m][r]);
+    }
+    for (int r = 0; r < RT_N; r++) xv[r] = _mm256_load_ps(xr[r] + off + 8);
+    for (int m = 0; m < RT_M; m++) {
+        const __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)wp[m]), 16));
+        for (int r = 0; r < RT_N; r++) acc[m][r] = _mm256_fmadd_ps(xv[r], we, acc[m][r]);
     }
 }
 
-/* out[r * os + m] for r < nv, m < mv: weight rows w + m * ws (rows past mv repeat the last), rows of xf at
- * xf + r * kp (past nv likewise) */
-AVX2 static void rt_tile(const float *xf, int64_t kp, int nv, const uint16_t *w, int64_t ws, int mv, int64_t k, float *o,
-                         int64_t os) {
+/* A tile's accumulators between k-blocks: lanes 0-7 (h = 0) and 8-15 of weight row m against x row r */
+typedef struct rt_acc {
+    __m256 a[2][RT_M][RT_N];
+} rt_acc;
+
+/* Columns [c0, c1) of the tile (multiples of 32; the last block ends at kp) into *st, which first starts at zero;
+ * o: where the last block writes out[r * os + m] for r < nv, m < mv (NULL before the last block). Weight rows
+ * w + m * ws (rows past mv repeat the last), rows of xf at xf + r * kp (past nv likewise). */
+AVX2 static void rt_tile(const float *xf, int64_t kp, int nv, const uint16_t *w, int64_t ws, int mv, int64_t k, int64_t c0,
+                         int64_t c1, rt_acc *st, int first, float *o, int64_t os) {
     const float *xr[RT_N];
     const uint16_t *wr[RT_M], *wp[RT_M];
     for (int r = 0; r < RT_N; r++) xr[r] = xf + (r < nv ? r : nv - 1) * kp;
     for (int m = 0; m < RT_M; m++) wr[m] = w + (m < mv ? m : mv - 1) * ws;
-    const int64_t kf = k & ~(int64_t)31;
-    __m256 half[RT_M][RT_N][2];
+    const int64_t kf = cf_min64(c1, k & ~(int64_t)31);
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | 0x8040); /* FTZ, DAZ for the steps; the lanes' sums below are plain adds */
     for (int h = 0; h < 2; h++) {
         __m256 acc[RT_M][RT_N];
         for (int m = 0; m < RT_M; m++)
-            for (int r = 0; r < RT_N; r++) acc[m][r] = _mm256_setzero_ps();
-        int64_t c = 0;
+            for (int r = 0; r < RT_N; r++) acc[m][r] = first ? _mm256_setzero_ps() : st->a[h][m][r];
+        int64_t c = c0;
         for (; c < kf; c += 32) {
             for (int m = 0; m < RT_M; m++) wp[m] = wr[m] + c + 16 * h;
             rt_step(xr, wp, c + 16 * h, acc);
         }
-        if (c < kp) { /* the zero-padded last chunk */
+        if (c < c1) { /* the zero-padded last chunk */
             _Alignas(32) uint16_t wt[RT_M][16];
             for (int m = 0; m < RT_M; m++) {
                 memset(wt[m], 0, sizeof wt[m]);
@@ -275,27 +293,34 @@ AVX2 static void rt_tile(const float *xf, int64_t kp, int nv, const uint16_t *w,
             rt_step(xr, wp, c + 16 * h, acc);
         }
         for (int m = 0; m < RT_M; m++)
-            for (int r = 0; r < RT_N; r++) half[m][r][h] = acc[m][r];
+            for (int r = 0; r < RT_N; r++) st->a[h][m][r] = acc[m][r];
     }
     _mm_setcsr(csr);
+    if (!o) return;
     for (int m = 0; m < mv; m++) {
-        __m256 a[8];
-        for (int r = 0; r < RT_N; r++) a[2 * r] = half[m][r][0], a[2 * r + 1] = half[m][r][1];
+        __m256 a[8] = {0};
+        for (int r = 0; r < RT_N; r++) a[2 * r] = st->a[0][m][r], a[2 * r + 1] = st->a[1][m][r];
         cf_avx2_store(a, RT_N, nv, 1, o + m, os);
     }
 }
 
-/* xb: n rounded rows of kp values; xf: room for n * kp floats */
+/* xb: n rounded rows of kp values; xf: room for n * kp floats; st: RT_TILES accumulators */
 AVX2 static void rows_avx2(const uint16_t *xb, int64_t n, int64_t kp, const uint16_t *w, int64_t ws, int64_t d, int64_t k,
-                           float *out, int64_t os, float *xf) {
+                           float *out, int64_t os, float *xf, rt_acc *st) {
     widen_split_avx2(xb, n * kp, xf);
-    int64_t P = RT_PANEL_BYTES / (kp * (int64_t)sizeof(float));
-    P = P < RT_N ? RT_N : P - P % RT_N;
-    for (int64_t i0 = 0; i0 < n; i0 += P) {
-        const int64_t i1 = i0 + P < n ? i0 + P : n;
-        for (int64_t j = 0; j < d; j += RT_M)
-            for (int64_t i = i0; i < i1; i += RT_N)
-                rt_tile(xf + i * kp, kp, (int)cf_min64(RT_N, i1 - i), w + j * ws, ws, (int)cf_min64(RT_M, d - j), k, out + i * os + j, os);
+    for (int64_t i0 = 0; i0 < n; i0 += RT_PANEL) {
+        const int64_t i1 = cf_min64(n, i0 + RT_PANEL);
+        for (int64_t jb = 0; jb < d; jb += RT_BLOCK) {
+            const int64_t je = cf_min64(d, jb + RT_BLOCK);
+            for (int64_t c0 = 0; c0 < kp; c0 += RT_KC) {
+                const int64_t c1 = cf_min64(kp, c0 + RT_KC);
+                rt_acc *t = st;
+                for (int64_t i = i0; i < i1; i += RT_N)
+                    for (int64_t j = jb; j < je; j += RT_M, t++)
+                        rt_tile(xf + i * kp, kp, (int)cf_min64(RT_N, i1 - i), w + j * ws, ws, (int)cf_min64(RT_M, je - j), k, c0,
+                                c1, t, c0 == 0, c1 == kp ? out + i * os + j : NULL, os);
+            }
+        }
     }
 }
 
@@ -307,8 +332,10 @@ AVX2 static void gemm_avx2(const float *x, int64_t xs, int64_t n, const void *w,
     if (!xb) { fill_nan(n, d, out, os); return; }
     round_rows_avx2(x, xs, n, k, xb, kp);
     float *xf = n >= CF_BIG_ROWS ? aligned_alloc(64, (size_t)(n * kp) * sizeof(float)) : NULL;
-    if (xf) rows_avx2(xb, n, kp, w, ws, d, k, out, os, xf);
+    rt_acc *st = xf ? aligned_alloc(64, RT_TILES * sizeof(rt_acc)) : NULL;
+    if (st) rows_avx2(xb, n, kp, w, ws, d, k, out, os, xf, st);
     else tiles_avx2(xb, kp, n, w, ws, d, k, out, os); /* few rows, or no memory for the widened copy */
+    free(st);
     free(xf);
     free(b.heap);
 }
