@@ -305,6 +305,12 @@ AVX2 static INL __m256i dot4_avx2(__m256i wv, const int8_t *xb) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(wv, _mm256_loadu_si256((const __m256i *)xb)), _mm256_set1_epi16(1));
 }
 
+/* 8 bits in the |q'| form (q' = q ^ 0x80, signed): per 32-bit lane the sum of 4 products q' * x, as vpmaddubsw of
+ * |q'| (aq) against x signed by q' */
+AVX2 static INL __m256i qdot8_avx2(__m256i aq, __m256i q, __m256i xv) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv, q)), _mm256_set1_epi16(1));
+}
+
 /* the 8 sums of v[0..8) (8 int32 lanes each) in one vector, lane m = sum of v[m] */
 AVX2 static INL __m256i red8_avx2(const __m256i *v) {
     const __m256i q0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
@@ -492,8 +498,8 @@ AVX2 static INL void decode_packed_avx2(const int BITS, const qscratch *s, const
                             const __m256i xv = _mm256_set1_epi32(x4);
                             const __m256i a = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(p + t * 64)), top);
                             const __m256i c = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(p + t * 64 + 32)), top);
-                            p0 = _mm256_add_epi32(p0, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(xv, a)), ones));
-                            p1 = _mm256_add_epi32(p1, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(xv, c)), ones));
+                            p0 = _mm256_add_epi32(p0, qdot8_avx2(_mm256_abs_epi8(a), a, xv));
+                            p1 = _mm256_add_epi32(p1, qdot8_avx2(_mm256_abs_epi8(c), c, xv));
                         }
                     }
                     const __m256 dv = _mm256_set1_ps(s->d[b]);
@@ -557,8 +563,7 @@ AVX2 static INL void sweep_avx2(const int BITS, const int NX, const qscratch *s,
                 for (int j = 0; j < NX; j++) {
                     int32_t x4;
                     memcpy(&x4, xq + j * xstride + b * QB + 4 * t, 4);
-                    const __m256i pr = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(_mm256_set1_epi32(x4), wq));
-                    p[j] = _mm256_add_epi32(p[j], _mm256_madd_epi16(pr, _mm256_set1_epi16(1)));
+                    p[j] = _mm256_add_epi32(p[j], qdot8_avx2(wa, wq, _mm256_set1_epi32(x4)));
                 }
             }
         }
