@@ -14,7 +14,7 @@
  *
  * Kernels: portable C (the definition written out); AVX2 (the two halves of each pair split with a mask and
  * a shift, two fmas under MXCSR flush-to-zero and denormals-are-zero; from 8 rows of x, x widened once and
- * each tile's lanes 0-7, then 8-15, over all of k: rows_avx2); AVX-512 with BF16 (vdpbf16ps: the
+ * each tile's lanes 0-7, then 8-15, over a block of k: rows_avx2); AVX-512 with BF16 (vdpbf16ps: the
  * tiles of cpu_kernels.c with 32 columns a step for fewer than PANEL_MIN_ROWS rows of x, else the 4 x 6
  * register tiles of cpu_tile512.h swept over blocks of weight rows read in place). A CPU with AVX-512 but
  * without BF16 runs the AVX2 kernel. */

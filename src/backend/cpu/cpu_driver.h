@@ -59,7 +59,8 @@ static inline __attribute__((always_inline)) void cf_prefetch(const char **pf, i
  * one after another in one fma chain (TILE_S, whole blocks): one sequential stream, which the hardware
  * prefetchers follow best; longer rows go through tiles of MR_G rows (MR_G fma chains sharing each vector
  * of x, which a long row would otherwise push out of L1 between its reads; cpu_bf16.c's AVX-512 TILE_G takes 16 rows
- * four at a time and prefetches nothing, which measured faster there). Measured on a 2-core Zen 5 VM
+ * four at a time and prefetches nothing, which measured faster there, and its AVX2 TILE_S reads four rows at once,
+ * which measured faster on a Zen 3). Measured on a 2-core Zen 5 VM
  * (bf16, one thread, GB/s): 2048-value rows 28 sequential against 24 in tiles of 8, 8192-value rows 20
  * sequential against 25 in tiles (two threads: 36 against 43). */
 #define CF_SEQ_K 2048
