@@ -262,17 +262,15 @@ typedef struct rt_acc {
 } rt_acc;
 
 /* Columns [c0, c1) of the tile (multiples of 32; the last block ends at kp) into *st, which first starts at zero;
- * o: where the last block writes out[r * os + m] for r < nv, m < mv (NULL before the last block). Weight rows
- * w + m * ws (rows past mv repeat the last), rows of xf at xf + r * kp (past nv likewise). */
+ * under FTZ and DAZ (the caller's). Weight rows w + m * ws (rows past mv repeat the last), rows of xf at xf + r * kp
+ * (past nv likewise). */
 AVX2 static void rt_tile(const float *xf, int64_t kp, int nv, const uint16_t *w, int64_t ws, int mv, int64_t k, int64_t c0,
-                         int64_t c1, rt_acc *st, int first, float *o, int64_t os) {
+                         int64_t c1, rt_acc *st, int first) {
     const float *xr[RT_N];
     const uint16_t *wr[RT_M], *wp[RT_M];
     for (int r = 0; r < RT_N; r++) xr[r] = xf + (r < nv ? r : nv - 1) * kp;
     for (int m = 0; m < RT_M; m++) wr[m] = w + (m < mv ? m : mv - 1) * ws;
     const int64_t kf = cf_min64(c1, k & ~(int64_t)31);
-    const unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040); /* FTZ, DAZ for the steps; the lanes' sums below are plain adds */
     for (int h = 0; h < 2; h++) {
         __m256 acc[RT_M][RT_N];
         for (int m = 0; m < RT_M; m++)
@@ -295,8 +293,10 @@ AVX2 static void rt_tile(const float *xf, int64_t kp, int nv, const uint16_t *w,
         for (int m = 0; m < RT_M; m++)
             for (int r = 0; r < RT_N; r++) st->a[h][m][r] = acc[m][r];
     }
-    _mm_setcsr(csr);
-    if (!o) return;
+}
+
+/* out[r * os + m] for r < nv, m < mv: the lanes of the tile's accumulators summed (plain adds, no FTZ) */
+AVX2 static void rt_store(const rt_acc *st, int nv, int mv, float *o, int64_t os) {
     for (int m = 0; m < mv; m++) {
         __m256 a[8] = {0};
         for (int r = 0; r < RT_N; r++) a[2 * r] = st->a[0][m][r], a[2 * r + 1] = st->a[1][m][r];
@@ -308,18 +308,24 @@ AVX2 static void rt_tile(const float *xf, int64_t kp, int nv, const uint16_t *w,
 AVX2 static void rows_avx2(const uint16_t *xb, int64_t n, int64_t kp, const uint16_t *w, int64_t ws, int64_t d, int64_t k,
                            float *out, int64_t os, float *xf, rt_acc *st) {
     widen_split_avx2(xb, n * kp, xf);
+    const unsigned csr = _mm_getcsr();
     for (int64_t i0 = 0; i0 < n; i0 += RT_PANEL) {
         const int64_t i1 = cf_min64(n, i0 + RT_PANEL);
         for (int64_t jb = 0; jb < d; jb += RT_BLOCK) {
             const int64_t je = cf_min64(d, jb + RT_BLOCK);
+            _mm_setcsr(csr | 0x8040); /* FTZ, DAZ for the steps */
             for (int64_t c0 = 0; c0 < kp; c0 += RT_KC) {
-                const int64_t c1 = cf_min64(kp, c0 + RT_KC);
                 rt_acc *t = st;
                 for (int64_t i = i0; i < i1; i += RT_N)
                     for (int64_t j = jb; j < je; j += RT_M, t++)
                         rt_tile(xf + i * kp, kp, (int)cf_min64(RT_N, i1 - i), w + j * ws, ws, (int)cf_min64(RT_M, je - j), k, c0,
-                                c1, t, c0 == 0, c1 == kp ? out + i * os + j : NULL, os);
+                                cf_min64(kp, c0 + RT_KC), t, c0 == 0);
             }
+            _mm_setcsr(csr);
+            const rt_acc *t = st;
+            for (int64_t i = i0; i < i1; i += RT_N)
+                for (int64_t j = jb; j < je; j += RT_M, t++)
+                    rt_store(t, (int)cf_min64(RT_N, i1 - i), (int)cf_min64(RT_M, je - j), out + i * os + j, os);
         }
     }
 }
