@@ -146,10 +146,12 @@ AVX2 static INL void round_rows_avx2(const float *x, int64_t xs, int64_t n, int6
     }
 }
 
-/* 16 bf16 values (8 pairs) -> the odd and the even one of each pair as f32 (the odd one is the high half) */
+/* 16 bf16 values (8 pairs) -> the odd (the high half) or the even one of each pair as f32, or both */
+AVX2 static INL __m256 odd8(__m256i v) { return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u))); }
+AVX2 static INL __m256 even8(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
 AVX2 static INL void split8(__m256i v, __m256 *odd, __m256 *even) {
-    *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
-    *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    *odd = odd8(v);
+    *even = even8(v);
 }
 
 /* MR x NR = 4: rows of x at x + r * xs (bf16, padded to a multiple of 32), rows of w at w + m * rb bytes;
@@ -242,16 +244,15 @@ AVX2 static void widen_split_avx2(const uint16_t *xb, int64_t count, float *xf) 
 /* one half-chunk (16 values at c + 16h) for the tile: the odd value of every pair, then the even one; x from registers,
  * each weight row split on its way in from memory */
 AVX2 static INL void rt_step(const float *const *xr, const uint16_t *const *wp, int64_t off, __m256 acc[RT_M][RT_N]) {
-    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
     __m256 xv[RT_N];
     for (int r = 0; r < RT_N; r++) xv[r] = _mm256_load_ps(xr[r] + off);
     for (int m = 0; m < RT_M; m++) {
-        const __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)wp[m]), hi));
+        const __m256 wo = odd8(_mm256_loadu_si256((const __m256i *)wp[m]));
         for (int r = 0; r < RT_N; r++) acc[m][r] = _mm256_fmadd_ps(xv[r], wo, acc[m][r]);
     }
     for (int r = 0; r < RT_N; r++) xv[r] = _mm256_load_ps(xr[r] + off + 8);
     for (int m = 0; m < RT_M; m++) {
-        const __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)wp[m]), 16));
+        const __m256 we = even8(_mm256_loadu_si256((const __m256i *)wp[m]));
         for (int r = 0; r < RT_N; r++) acc[m][r] = _mm256_fmadd_ps(xv[r], we, acc[m][r]);
     }
 }
@@ -337,11 +338,10 @@ AVX2 static void gemm_avx2(const float *x, int64_t xs, int64_t n, const void *w,
     uint16_t *xb = xbuf_get(&b, n, kp);
     if (!xb) { fill_nan(n, d, out, os); return; }
     round_rows_avx2(x, xs, n, k, xb, kp);
-    float *xf = n >= CF_BIG_ROWS ? aligned_alloc(64, (size_t)(n * kp) * sizeof(float)) : NULL;
-    rt_acc *st = xf ? aligned_alloc(64, RT_TILES * sizeof(rt_acc)) : NULL;
-    if (st) rows_avx2(xb, n, kp, w, ws, d, k, out, os, xf, st);
+    /* the widened rows, then the tiles' accumulators (n * kp floats: a multiple of 128 bytes) */
+    float *xf = n >= CF_BIG_ROWS ? aligned_alloc(64, (size_t)(n * kp) * sizeof(float) + RT_TILES * sizeof(rt_acc)) : NULL;
+    if (xf) rows_avx2(xb, n, kp, w, ws, d, k, out, os, xf, (rt_acc *)(xf + n * kp));
     else tiles_avx2(xb, kp, n, w, ws, d, k, out, os); /* few rows, or no memory for the widened copy */
-    free(st);
     free(xf);
     free(b.heap);
 }
