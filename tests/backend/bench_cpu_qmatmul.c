@@ -149,9 +149,10 @@ int main(int argc, char **argv) {
     int64_t shapes[MAX_LIST][2];
     int n_shapes = 0;
     int64_t model[5] = {2048, 8192, 512, 128256, 16}; /* Llama-3.2-1B: dim, ffn, kv dim, vocab, layers */
-    for (int a = 1; a < argc; a++) {
+    for (int a = 1, used; a < argc; a += used) {
         const char *v = a + 1 < argc ? argv[a + 1] : NULL;
         int ok = v != NULL;
+        used = 2; /* the flag and its value */
         if (!strcmp(argv[a], "--threads") && v) ok = (n_threads = parse_list(v, threads, MAX_LIST)) > 0;
         else if (!strcmp(argv[a], "--bits") && v) ok = (n_bits = parse_list(v, bits, MAX_LIST)) > 0;
         else if (!strcmp(argv[a], "--n") && v) ok = (n_ns = parse_list(v, ns, MAX_LIST)) > 0;
@@ -159,7 +160,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[a], "--secs") && v) secs = atof(v);
         else if (!strcmp(argv[a], "--isa") && v)
             isa_forced = !strcmp(v, "c") ? CF_ISA_C : !strcmp(v, "avx2") ? CF_ISA_AVX2 : CF_ISA_AVX512;
-        else if (!strcmp(argv[a], "--unpacked")) unpacked = 1, ok = 1, a--;
+        else if (!strcmp(argv[a], "--unpacked")) unpacked = 1, ok = 1, used = 1;
         else if (!strcmp(argv[a], "--model-shapes") && v) ok = parse_list(v, model, 5) == 5;
         else if (!strcmp(argv[a], "--shape") && v && n_shapes < MAX_LIST) {
             long long d, k;
@@ -171,7 +172,6 @@ int main(int argc, char **argv) {
                             "[--isa c|avx2|avx512] [--unpacked] [--model-shapes DIM,FFN,KVDIM,VOCAB,LAYERS]\n", argv[0]);
             return 2;
         }
-        a++;
     }
     if (isa_forced >= 0 && !cf_cpu_isa_available((cf_cpu_isa_level)isa_forced)) {
         fprintf(stderr, "this CPU lacks the requested instruction set\n");

@@ -58,7 +58,7 @@ static void test_create_and_alloc(void) {
     CHECK(cf_block_pool_create(0, 16, &p, &err) == CINFER_E_INVALID_ARGUMENT && !p, "0 blocks accepted");
     CHECK(cf_block_pool_create(8, 0, &p, &err) == CINFER_E_INVALID_ARGUMENT && !p, "block size 0 accepted");
     p = make(3, 4);
-    int32_t a, b, c, d;
+    int32_t a = -1, b = -2, c = -3, d = -4;
     CHECK(cf_block_alloc(p, &a, &err) == CINFER_OK && cf_block_alloc(p, &b, &err) == CINFER_OK &&
           cf_block_alloc(p, &c, &err) == CINFER_OK, "alloc 3 of 3");
     CHECK(a != b && b != c && a != c, "distinct blocks");
