@@ -218,24 +218,19 @@ CF_DEFINE_DRIVER(AVX2, tiles_avx2, 2, uint16_t, t8_2x2, t8_2x2s, 2, 2, t8_4x1, t
  * x in registers: 8 fma chains a tile, 24 other instructions to 16 fmas. Here x is widened once per call to f32 in the
  * split order (per 32 values and half h, the odd value of each of its 8 pairs, then the even one), and a tile runs
  * lanes 0-7 of every accumulator, then lanes 8-15: the same steps in the same order for every lane, so the same bits,
- * with half the registers. A tile is 3 weight rows x 4 rows of x: 12 chains, three rows of x in registers and the
- * fourth read by the fma from L1, each weight row split on its way in from memory: 24 fmas to 18 loads and 6 other
- * instructions a half-chunk, each weight row's 32 bytes serving 8 fmas (a weight row streams from L2, which bounds
- * this loop: tiles of 12 weight rows x 1 row of x, with 1 fma a 32 bytes, ran at half the rate). Panels whose row
- * count is not a multiple of 4 end in tiles of 3 rows of x (9 chains, x all in registers) rather than in a tile that
- * repeats rows. Per panel of RT_PANEL rows of x, block of RT_BLOCK weight rows and k-block of RT_KC columns, each x
- * tile (16 KiB) stays in L1 while the block's weight rows stream past from L2; the accumulators wait in memory
- * between k-blocks. 1 thread on a Zen 3, bench_cpu_matmul, GFLOP/s (about 84 is the core's fma peak; medians of 3-5
- * alternated rounds): 2048x2048 / 2048x8192 / 8192x2048 at --n 16, 45 / 46 / 47 with tiles of 3 x 3 only, 51 / 52 /
- * 51 so (a noisier hour: 36 / 39 / 38 -> 44 / 53 / 50); the llama-170m step at 16 rows 43 -> 45-48; at --n 128 the
- * same either way (56-62). Tried, no faster: tiles of 4 x 3 and 2 x 5 weight x x rows,
- * 2 x 6 with x from memory, prefetching the next tile's weight rows, k-blocks of 256 to 2,048, blocks of 24 to 96
- * weight rows, panels of 96 rows. */
-#define RT_M 3       /* weight rows a tile */
+ * with half the registers. A tile is 3 weight rows x 3 rows of x: 9 chains, x in registers (the odd values of each
+ * row, then the even ones), each weight row split on its way in from memory: 18 fmas to 12 loads and 6 other
+ * instructions a half-chunk. Per panel of RT_PANEL rows of x, block of RT_BLOCK weight rows and k-block of RT_KC
+ * columns, each x tile (12 KiB) stays in L1 while the block's weight rows stream past from L2; the accumulators
+ * wait in memory between k-blocks. 1 thread on a Zen 3 (bench_cpu_matmul --n 128, GFLOP/s, medians of 3 alternated
+ * rounds, 2048x2048 / 8192x2048 / 2048x8192): 46 / 48 / 41 with 3 x 4 tiles over all of k and x from memory, 56 / 50
+ * / 52 so (the same loop alone in L1: 61; about 84 is the core's fma peak). */
+#define RT_M 3
+#define RT_N 3
 #define RT_PANEL 48  /* rows of x */
 #define RT_BLOCK 48  /* weight rows */
 #define RT_KC 1024   /* columns a k-block */
-#define RT_TILES (RT_PANEL / 3 * (RT_BLOCK / RT_M))
+#define RT_TILES (RT_PANEL / RT_N * (RT_BLOCK / RT_M))
 
 AVX2 static void widen_split_avx2(const uint16_t *xb, int64_t count, float *xf) {
     for (int64_t i = 0; i < count; i += 16) {
@@ -246,70 +241,45 @@ AVX2 static void widen_split_avx2(const uint16_t *xb, int64_t count, float *xf) 
     }
 }
 
-/* acc[r] += x[r] * (the odd (op RT_ODD) or even (RT_EVEN) values of the 8 bf16 pairs at w), r < 4, x[3] from memory
- * (xm). In assembly because the compiler, short of registers, keeps accumulators on the stack. */
-static const uint32_t rt_hi_mask[8] __attribute__((aligned(32))) = {0xFFFF0000u, 0xFFFF0000u, 0xFFFF0000u, 0xFFFF0000u,
-                                                                    0xFFFF0000u, 0xFFFF0000u, 0xFFFF0000u, 0xFFFF0000u};
-#define RT_ODD "vpand %[mask], %%ymm15, %%ymm15"
-#define RT_EVEN "vpslld $16, %%ymm15, %%ymm15"
-#define RT_W4(op, w, x, xm, acc)                                                                                         \
-    __asm__("vmovdqu (%[wp]), %%ymm15\n\t" op "\n\t"                                                                 \
-            "vfmadd231ps %[x0], %%ymm15, %[a0]\n\t"                                                                    \
-            "vfmadd231ps %[x1], %%ymm15, %[a1]\n\t"                                                                    \
-            "vfmadd231ps %[x2], %%ymm15, %[a2]\n\t"                                                                    \
-            "vfmadd231ps %[x3], %%ymm15, %[a3]"                                                                          \
-            : [a0] "+x"(acc[0]), [a1] "+x"(acc[1]), [a2] "+x"(acc[2]), [a3] "+x"(acc[3])                                 \
-            : [x0] "x"(x[0]), [x1] "x"(x[1]), [x2] "x"(x[2]), [x3] "m"(*(const float(*)[8])(xm)), [wp] "r"(w),          \
-              [mask] "m"(*(const uint32_t(*)[8])rt_hi_mask)                                                              \
-            : "xmm15")
-
-/* one half-chunk (16 values at c + 16h) for a tile of N = 3 or 4 rows of x: the odd value of every pair, then the
- * even one; acc[m][r]: weight row m, x row r */
-AVX2 static INL void rt_step(const int N, const float *const *xr, const uint16_t *const *wp, int64_t off, __m256 acc[RT_M][4]) {
-    __m256 xv[3];
-    for (int r = 0; r < 3; r++) xv[r] = _mm256_load_ps(xr[r] + off);
+/* one half-chunk (16 values at c + 16h) for the tile: the odd value of every pair, then the even one; x from registers,
+ * each weight row split on its way in from memory */
+AVX2 static INL void rt_step(const float *const *xr, const uint16_t *const *wp, int64_t off, __m256 acc[RT_M][RT_N]) {
+    __m256 xv[RT_N];
+    for (int r = 0; r < RT_N; r++) xv[r] = _mm256_load_ps(xr[r] + off);
     for (int m = 0; m < RT_M; m++) {
-        if (N == 4) {
-            RT_W4(RT_ODD, wp[m], xv, xr[3] + off, acc[m]);
-            continue;
-        }
         const __m256 wo = odd8(_mm256_loadu_si256((const __m256i *)wp[m]));
-        for (int r = 0; r < 3; r++) acc[m][r] = _mm256_fmadd_ps(xv[r], wo, acc[m][r]);
+        for (int r = 0; r < RT_N; r++) acc[m][r] = _mm256_fmadd_ps(xv[r], wo, acc[m][r]);
     }
-    for (int r = 0; r < 3; r++) xv[r] = _mm256_load_ps(xr[r] + off + 8);
+    for (int r = 0; r < RT_N; r++) xv[r] = _mm256_load_ps(xr[r] + off + 8);
     for (int m = 0; m < RT_M; m++) {
-        if (N == 4) {
-            RT_W4(RT_EVEN, wp[m], xv, xr[3] + off + 8, acc[m]);
-            continue;
-        }
         const __m256 we = even8(_mm256_loadu_si256((const __m256i *)wp[m]));
-        for (int r = 0; r < 3; r++) acc[m][r] = _mm256_fmadd_ps(xv[r], we, acc[m][r]);
+        for (int r = 0; r < RT_N; r++) acc[m][r] = _mm256_fmadd_ps(xv[r], we, acc[m][r]);
     }
 }
 
 /* A tile's accumulators between k-blocks: lanes 0-7 (h = 0) and 8-15 of weight row m against x row r */
 typedef struct rt_acc {
-    __m256 a[2][RT_M][4];
+    __m256 a[2][RT_M][RT_N];
 } rt_acc;
 
-/* Columns [c0, c1) of a tile of N rows of x (multiples of 32; the last block ends at kp) into *st, which first starts
- * at zero; under FTZ and DAZ (the caller's). Weight rows w + m * ws (rows past mv repeat the last), rows of xf at
- * xf + r * kp (past nv likewise). */
-AVX2 static INL void rt_tile(const int N, const float *xf, int64_t kp, int nv, const uint16_t *w, int64_t ws, int mv,
-                             int64_t k, int64_t c0, int64_t c1, rt_acc *st, int first) {
-    const float *xr[4];
+/* Columns [c0, c1) of the tile (multiples of 32; the last block ends at kp) into *st, which first starts at zero;
+ * under FTZ and DAZ (the caller's). Weight rows w + m * ws (rows past mv repeat the last), rows of xf at xf + r * kp
+ * (past nv likewise). */
+AVX2 static void rt_tile(const float *xf, int64_t kp, int nv, const uint16_t *w, int64_t ws, int mv, int64_t k, int64_t c0,
+                         int64_t c1, rt_acc *st, int first) {
+    const float *xr[RT_N];
     const uint16_t *wr[RT_M], *wp[RT_M];
-    for (int r = 0; r < N; r++) xr[r] = xf + (r < nv ? r : nv - 1) * kp;
+    for (int r = 0; r < RT_N; r++) xr[r] = xf + (r < nv ? r : nv - 1) * kp;
     for (int m = 0; m < RT_M; m++) wr[m] = w + (m < mv ? m : mv - 1) * ws;
     const int64_t kf = cf_min64(c1, k & ~(int64_t)31);
     for (int h = 0; h < 2; h++) {
-        __m256 acc[RT_M][4];
+        __m256 acc[RT_M][RT_N];
         for (int m = 0; m < RT_M; m++)
-            for (int r = 0; r < N; r++) acc[m][r] = first ? _mm256_setzero_ps() : st->a[h][m][r];
+            for (int r = 0; r < RT_N; r++) acc[m][r] = first ? _mm256_setzero_ps() : st->a[h][m][r];
         int64_t c = c0;
         for (; c < kf; c += 32) {
             for (int m = 0; m < RT_M; m++) wp[m] = wr[m] + c + 16 * h;
-            rt_step(N, xr, wp, c + 16 * h, acc);
+            rt_step(xr, wp, c + 16 * h, acc);
         }
         if (c < c1) { /* the zero-padded last chunk */
             _Alignas(32) uint16_t wt[RT_M][16];
@@ -319,39 +289,20 @@ AVX2 static INL void rt_tile(const int N, const float *xf, int64_t kp, int nv, c
                 if (e > a) memcpy(wt[m], wr[m] + a, (size_t)(e - a) * sizeof(uint16_t));
                 wp[m] = wt[m];
             }
-            rt_step(N, xr, wp, c + 16 * h, acc);
+            rt_step(xr, wp, c + 16 * h, acc);
         }
         for (int m = 0; m < RT_M; m++)
-            for (int r = 0; r < N; r++) st->a[h][m][r] = acc[m][r];
+            for (int r = 0; r < RT_N; r++) st->a[h][m][r] = acc[m][r];
     }
 }
 
-AVX2 static void rt_tile3(const float *xf, int64_t kp, int nv, const uint16_t *w, int64_t ws, int mv, int64_t k, int64_t c0,
-                          int64_t c1, rt_acc *st, int first) {
-    rt_tile(3, xf, kp, nv, w, ws, mv, k, c0, c1, st, first);
-}
-AVX2 static void rt_tile4(const float *xf, int64_t kp, int nv, const uint16_t *w, int64_t ws, int mv, int64_t k, int64_t c0,
-                          int64_t c1, rt_acc *st, int first) {
-    rt_tile(4, xf, kp, nv, w, ws, mv, k, c0, c1, st, first);
-}
-
-/* out[r * os + m] for r < nv, m < mv of a tile of N rows of x: the lanes of its accumulators summed (plain adds, no
- * FTZ) */
-AVX2 static void rt_store(int N, const rt_acc *st, int nv, int mv, float *o, int64_t os) {
+/* out[r * os + m] for r < nv, m < mv: the lanes of the tile's accumulators summed (plain adds, no FTZ) */
+AVX2 static void rt_store(const rt_acc *st, int nv, int mv, float *o, int64_t os) {
     for (int m = 0; m < mv; m++) {
         __m256 a[8] = {0};
-        for (int r = 0; r < N; r++) a[2 * r] = st->a[0][m][r], a[2 * r + 1] = st->a[1][m][r];
-        cf_avx2_store(a, N, nv, 1, o + m, os);
+        for (int r = 0; r < RT_N; r++) a[2 * r] = st->a[0][m][r], a[2 * r + 1] = st->a[1][m][r];
+        cf_avx2_store(a, RT_N, nv, 1, o + m, os);
     }
-}
-
-/* Rows of x in a tile starting at row i of a panel ending at i1: 4, except where the rest would then not split into
- * tiles of 4 and 3 (a panel of r rows ends in (4 - r % 4) % 4 tiles of 3; panels of 1, 2 or 5 rows take tiles of 3
- * only, the last repeating a row) */
-static int rt_rows(int64_t i, int64_t i0, int64_t i1) {
-    const int64_t r = i1 - i0, threes = (4 - r % 4) % 4;
-    if (3 * threes > r) return 3;
-    return i - i0 < r - 3 * threes ? 4 : 3;
 }
 
 /* xb: n rounded rows of kp values; xf: room for n * kp floats; st: RT_TILES accumulators */
@@ -366,20 +317,16 @@ AVX2 static void rows_avx2(const uint16_t *xb, int64_t n, int64_t kp, const uint
             _mm_setcsr(csr | 0x8040); /* FTZ, DAZ for the steps */
             for (int64_t c0 = 0; c0 < kp; c0 += RT_KC) {
                 rt_acc *t = st;
-                for (int64_t i = i0, N; i < i1; i += N) {
-                    N = rt_rows(i, i0, i1);
+                for (int64_t i = i0; i < i1; i += RT_N)
                     for (int64_t j = jb; j < je; j += RT_M, t++)
-                        (N == 4 ? rt_tile4 : rt_tile3)(xf + i * kp, kp, (int)cf_min64(N, i1 - i), w + j * ws, ws,
-                                                       (int)cf_min64(RT_M, je - j), k, c0, cf_min64(kp, c0 + RT_KC), t, c0 == 0);
-                }
+                        rt_tile(xf + i * kp, kp, (int)cf_min64(RT_N, i1 - i), w + j * ws, ws, (int)cf_min64(RT_M, je - j), k, c0,
+                                cf_min64(kp, c0 + RT_KC), t, c0 == 0);
             }
             _mm_setcsr(csr);
             const rt_acc *t = st;
-            for (int64_t i = i0, N; i < i1; i += N) {
-                N = rt_rows(i, i0, i1);
+            for (int64_t i = i0; i < i1; i += RT_N)
                 for (int64_t j = jb; j < je; j += RT_M, t++)
-                    rt_store((int)N, t, (int)cf_min64(N, i1 - i), (int)cf_min64(RT_M, je - j), out + i * os + j, os);
-            }
+                    rt_store(t, (int)cf_min64(RT_N, i1 - i), (int)cf_min64(RT_M, je - j), out + i * os + j, os);
         }
     }
 }
