@@ -65,6 +65,7 @@ static void reference(const cf_attn_call *c, double *out) {
 
 typedef struct shape {
     int hd, G, kvh, n_rows, ctx, window, paged;
+    int own;        /* paged: each row a sequence of its own (a batch of decoding sequences), at its own position */
     float softcap;
     cf_dtype kvt;   /* of the cache */
 } shape;
@@ -88,7 +89,8 @@ static void run_shape(const shape *sh) {
     float *first_out = malloc(sizeof(float) * (size_t)(os * sh->n_rows)), *alone = malloc(sizeof(float) * (size_t)os);
     double *ref = malloc(sizeof(double) * (size_t)(sh->n_rows * n_heads * vhd));
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)sh->n_rows), *rseq = calloc((size_t)sh->n_rows, sizeof(int32_t));
-    int32_t *table = malloc(sizeof(int32_t) * (size_t)(n_blocks + 1));
+    const int n_seqs = sh->own ? sh->n_rows : 1;
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)(n_blocks * n_seqs + 1));
     if (!q || !k || !v || !out || !ref || !pos || !rseq || !table || !first_out || !alone) { CHECK(0, "out of memory"); goto done; }
     for (int64_t i = 0; i < qs * sh->n_rows; i++) q[i] = 2.0f * frand();
     for (int64_t i = 0; i < ks * slots; i++) k[i] = frand();
@@ -101,10 +103,11 @@ static void run_shape(const shape *sh) {
     cf_from_f32(vc, v, sh->kvt, (size_t)(vs * slots));
     cf_to_f32(k, kc, sh->kvt, (size_t)(ks * slots));
     cf_to_f32(v, vc, sh->kvt, (size_t)(vs * slots));
-    for (int i = 0; i < sh->n_rows; i++) pos[i] = first + i;
-    for (int b = 0; b < n_blocks; b++) table[b] = (b * 7 + 3) % n_blocks;   /* a permutation (7 coprime to n_blocks) */
-    if (n_blocks % 7 == 0)
-        for (int b = 0; b < n_blocks; b++) table[b] = n_blocks - 1 - b;
+    for (int i = 0; i < sh->n_rows; i++) pos[i] = sh->own ? last - (i * 53) % (sh->ctx / 2 + 1) : first + i;
+    for (int sq = 0; sq < n_seqs; sq++)   /* a permutation (7 coprime to n_blocks) each, rotated by sequence */
+        for (int b = 0; b < n_blocks; b++)
+            table[sq * n_blocks + b] = n_blocks % 7 ? ((b + sq) * 7 + 3) % n_blocks : (2 * n_blocks - 1 - b - sq) % n_blocks;
+    for (int i = 0; sh->own && i < sh->n_rows; i++) rseq[i] = i;
     cf_attn_call c = {.q = q, .qs = qs, .out = out, .os = os, .k = k, .v = v, .ks = ks, .vs = vs, .n_rows = sh->n_rows,
                       .n_heads = n_heads, .n_kv_heads = sh->kvh, .head_dim = hd, .v_head_dim = vhd, .window = sh->window,
                       .scale = 1.0f / sqrtf((float)hd), .softcap = sh->softcap, .pos0 = first, .cap = cap};
@@ -144,7 +147,7 @@ static void run_shape(const shape *sh) {
                     one.n_rows = 1;
                     one.q = q + i * qs;
                     one.out = alone;
-                    one.pos0 = first + i;
+                    one.pos0 = pos[i];
                     if (sh->paged) one.pos = pos + i, one.row_seq = rseq + i;
                     CHECK(cf_cpu_attention(&one, pool3, (cf_cpu_isa_level)isa, &scratch, &e) == CINFER_OK, "%s", e.message);
                     CHECK(!memcmp(alone, out + i * os, sizeof(float) * (size_t)(n_heads * vhd)),
@@ -192,6 +195,12 @@ int main(void) {
                 const shape f2 = {.hd = hd, .G = G, .kvh = 2, .n_rows = 6, .ctx = 600, .window = 530, .paged = paged, .kvt = kvt};
                 run_shape(&f);
                 run_shape(&f2);
+                if (paged) {   /* a batch of sequences decoding, each at its own position: several key blocks, a window */
+                    const shape o = {.hd = hd, .G = G, .kvh = 2, .n_rows = 9, .ctx = 700, .paged = 1, .own = 1, .kvt = kvt};
+                    const shape o2 = {.hd = hd, .G = G, .kvh = 3, .n_rows = 6, .ctx = 400, .window = 300, .paged = 1, .own = 1, .kvt = kvt};
+                    run_shape(&o);
+                    run_shape(&o2);
+                }
                 run_shape(&b);
                 run_shape(&w);
                 run_shape(&s);

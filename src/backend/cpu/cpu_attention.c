@@ -443,13 +443,16 @@ static void attend(const cf_attn_call *c, const dims *d, tile_fn tile, int i, in
  * its blocks ran on one thread or several: a row's values never depend on the rows batched with it or on
  * the threads. A few rows (decode): tasks are (row, block) with every kv head, spread over the threads, their
  * partial results in `parts`, merged by a second job. Many rows: tasks are (row, kv head), each merging its
- * own blocks in its thread's scratch. */
+ * own blocks in its thread's scratch; where each row is a sequence of its own (a batch of decoding sequences,
+ * whose rows share no keys), a task takes the row's every kv head, so that its cache rows are read whole and in
+ * address order (see attend) instead of a head's slice at a time, a cache row apart. */
 typedef struct attn_job {
     const cf_attn_call *c;
     dims d;
     tile_fn tile;
-    int heads;              /* kv heads a task takes: all of them for a few rows, else 1 */
+    int heads;              /* kv heads a task takes: all of them for a few rows or rows of their own, else 1 */
     int few_rows;
+    int fetch;              /* rows read in address order before the tiles (attend) */
     int64_t *first;         /* few rows: row i's blocks are numbered first[i] .. first[i + 1] - 1 */
     float *buf, *parts;
     size_t per_thread, part;
@@ -508,7 +511,7 @@ static void run_block(attn_job *j, float *sc, int i, int h0, int a, int b, int w
         }
         l[h] = m[h] + d->G;
     }
-    attend(c, d, j->tile, i, h0, H, a, b, j->few_rows, m, l, acc, sc);
+    attend(c, d, j->tile, i, h0, H, a, b, j->fetch, m, l, acc, sc);
     if (whole)
         for (int h = 0; h < H; h++)
             for (int g = 0; g < d->G; g++) {
@@ -536,17 +539,21 @@ static void attn_tasks(void *arg, int t, int T) {
         }
         return;
     }
-    float *local = sc + (size_t)d.G * (KT + 2);   /* this thread's partial results of one (row, head) */
-    const int64_t tasks = (int64_t)c->n_rows * c->n_kv_heads;
+    const int H = j->heads, per_row = c->n_kv_heads / H;
+    float *local = sc + (size_t)d.G * (KT + 2 * (size_t)H);   /* this thread's partial results: block b, head h at b * H + h */
+    const int64_t tasks = (int64_t)c->n_rows * per_row;
     for (int64_t k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < tasks;) {
-        const int i = (int)(k / c->n_kv_heads), h = (int)(k % c->n_kv_heads), nb = n_blocks(c, i);
+        const int i = (int)(k / per_row), h0 = (int)(k % per_row) * H, nb = n_blocks(c, i);
         for (int b = 0; b < nb; b++) {
             int a0, a1;
             block_keys(c, i, b, &a0, &a1);
-            float *part = local + j->part * (size_t)b;
-            run_block(j, sc, i, h, a0, a1, nb == 1, &part);
+            float *part[MAX_GROUP_HEADS];
+            for (int h = 0; h < H; h++) part[h] = local + j->part * ((size_t)b * H + h);
+            run_block(j, sc, i, h0, a0, a1, nb == 1, part);
         }
-        if (nb > 1) merge(&d, local, j->part, nb, c->out + (int64_t)i * c->os + (int64_t)h * d.G * d.vhd);
+        if (nb > 1)
+            for (int h = 0; h < H; h++)
+                merge(&d, local + j->part * h, j->part * H, nb, c->out + (int64_t)i * c->os + (int64_t)(h0 + h) * d.G * d.vhd);
     }
     (void)T;
 }
@@ -578,9 +585,12 @@ cinfer_status cf_cpu_attention(const cf_attn_call *c, cf_workers *pool, cf_cpu_i
     const int n_threads = cf_workers_threads(pool);
     const int nt = keys * c->n_heads * (c->head_dim + c->v_head_dim) >= PAR_MIN_WORK && n_threads > 1 ? n_threads : 1;
     const int few_rows = c->n_rows <= FEW_ROWS && c->n_kv_heads <= MAX_GROUP_HEADS;
+    int own_rows = !few_rows && c->table && c->row_seq && c->n_kv_heads <= MAX_GROUP_HEADS;   /* each row a sequence of its own */
+    for (int i = 1; own_rows && i < c->n_rows; i++) own_rows = c->row_seq[i] != c->row_seq[i - 1];
+    const int heads = few_rows || own_rows ? c->n_kv_heads : 1;
     const size_t part = (size_t)d.G * (size_t)(d.vhd + 2);
     const size_t per_thread = few_rows ? (size_t)d.G * (KT + 2 * (size_t)c->n_kv_heads)
-                                       : (size_t)d.G * (KT + 2) + (max_blocks > 1 ? part * (size_t)max_blocks : 0);
+                                       : (size_t)d.G * (KT + 2 * (size_t)heads) + (max_blocks > 1 ? part * (size_t)heads * (size_t)max_blocks : 0);
     const size_t need = per_thread * (size_t)nt + (few_rows ? part * (size_t)(first[c->n_rows] * c->n_kv_heads) : 0);
     if (need > s->floats) {
         float *nb = malloc(need * sizeof *nb);
@@ -589,7 +599,7 @@ cinfer_status cf_cpu_attention(const cf_attn_call *c, cf_workers *pool, cf_cpu_i
         s->buf = nb;
         s->floats = need;
     }
-    attn_job j = {.c = c, .d = d, .tile = tile_for(isa, c->kv_dtype), .heads = few_rows ? c->n_kv_heads : 1, .few_rows = few_rows,
+    attn_job j = {.c = c, .d = d, .tile = tile_for(isa, c->kv_dtype), .heads = heads, .few_rows = few_rows, .fetch = few_rows || own_rows,
                   .first = first, .buf = s->buf, .parts = s->buf + per_thread * (size_t)nt, .per_thread = per_thread, .part = part};
     atomic_init(&j.next, 0);
     cf_workers_run(pool, nt, attn_tasks, &j);
