@@ -135,7 +135,8 @@ AVX512 static INL __m128 sum4_512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-/* scores of heads g..g+3 (GN = 4) or g (GN = 1) against key rows 0..nt into sc[h * KT + j] */
+/* scores of heads g..g+GN-1 (GN = 1 to 4: the rows of each key read once for all of them) against key rows 0..nt
+ * into sc[h * KT + j] */
 AVX512 static INL void scores512(const int GN, const cf_dtype T, const dims *d, const float *q, const void *const *kr, int nt, int g,
                                  float *sc) {
     const int hd = d->hd;
@@ -147,10 +148,10 @@ AVX512 static INL void scores512(const int GN, const cf_dtype T, const dims *d, 
             for (int h = 0; h < GN; h++)
                 a[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q + (int64_t)(g + h) * hd + c), kv, a[h]);
         }
-        if (GN == 4) {
+        if (GN > 1) {
             float t[4];
             _mm_storeu_ps(t, sum4_512(a[0], a[1], a[2], a[3]));
-            for (int h = 0; h < 4; h++) sc[(g + h) * KT + j] = t[h];
+            for (int h = 0; h < GN; h++) sc[(g + h) * KT + j] = t[h];
         } else {
             sc[g * KT + j] = _mm512_reduce_add_ps(a[0]);
         }
@@ -204,13 +205,17 @@ AVX512 static INL void tile_avx512(const cf_dtype T, const dims *d, const float 
                                    int nt, float *m, float *l, float *acc, float *sc) {
     int g = 0;
     for (; g + 4 <= d->G; g += 4) scores512(4, T, d, q, kr, nt, g, sc);
-    for (; g < d->G; g++) scores512(1, T, d, q, kr, nt, g, sc);
+    if (d->G - g == 3) scores512(3, T, d, q, kr, nt, g, sc);
+    else if (d->G - g == 2) scores512(2, T, d, q, kr, nt, g, sc);
+    else if (d->G - g == 1) scores512(1, T, d, q, kr, nt, g, sc);
     for (g = 0; g < d->G; g++) {
         const float sum = softmax512(d, g, sc + g * KT, nt, m, l, acc);
         l[g] += sum;
     }
     for (g = 0; g + 4 <= d->G; g += 4) values512(4, T, d, vr, nt, g, sc, acc);
-    for (; g < d->G; g++) values512(1, T, d, vr, nt, g, sc, acc);
+    if (d->G - g == 3) values512(3, T, d, vr, nt, g, sc, acc);
+    else if (d->G - g == 2) values512(2, T, d, vr, nt, g, sc, acc);
+    else if (d->G - g == 1) values512(1, T, d, vr, nt, g, sc, acc);
 }
 
 /* ---- AVX2 + FMA ---- */
@@ -283,11 +288,11 @@ AVX2 static INL void scores256(const int GN, const cf_dtype T, const dims *d, co
             const __m256 kv = ldkv8(T, kr[j], c, hd - c);
             for (int h = 0; h < GN; h++) a[h] = _mm256_fmadd_ps(ld8m(q + (int64_t)(g + h) * hd + c, hd - c), kv, a[h]);
         }
-        if (GN == 4) {
+        if (GN > 1) {
             const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
             float t[4];
             _mm_storeu_ps(t, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
-            for (int k = 0; k < 4; k++) sc[(g + k) * KT + j] = t[k];
+            for (int k = 0; k < GN; k++) sc[(g + k) * KT + j] = t[k];
         } else {
             sc[g * KT + j] = hsum8(a[0]);
         }
@@ -341,13 +346,17 @@ AVX2 static INL void tile_avx2(const cf_dtype T, const dims *d, const float *q, 
                                float *m, float *l, float *acc, float *sc) {
     int g = 0;
     for (; g + 4 <= d->G; g += 4) scores256(4, T, d, q, kr, nt, g, sc);
-    for (; g < d->G; g++) scores256(1, T, d, q, kr, nt, g, sc);
+    if (d->G - g == 3) scores256(3, T, d, q, kr, nt, g, sc);
+    else if (d->G - g == 2) scores256(2, T, d, q, kr, nt, g, sc);
+    else if (d->G - g == 1) scores256(1, T, d, q, kr, nt, g, sc);
     for (g = 0; g < d->G; g++) {
         const float sum = softmax256(d, g, sc + g * KT, nt, m, l, acc);
         l[g] += sum;
     }
     for (g = 0; g + 4 <= d->G; g += 4) values256(4, T, d, vr, nt, g, sc, acc);
-    for (; g < d->G; g++) values256(1, T, d, vr, nt, g, sc, acc);
+    if (d->G - g == 3) values256(3, T, d, vr, nt, g, sc, acc);
+    else if (d->G - g == 2) values256(2, T, d, vr, nt, g, sc, acc);
+    else if (d->G - g == 1) values256(1, T, d, vr, nt, g, sc, acc);
 }
 #endif
 
