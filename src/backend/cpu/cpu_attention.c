@@ -594,7 +594,9 @@ cinfer_status cf_cpu_attention(const cf_attn_call *c, cf_workers *pool, cf_cpu_i
     const int n_threads = cf_workers_threads(pool);
     const int nt = keys * c->n_heads * (c->head_dim + c->v_head_dim) >= PAR_MIN_WORK && n_threads > 1 ? n_threads : 1;
     const int few_rows = c->n_rows <= FEW_ROWS && c->n_kv_heads <= MAX_GROUP_HEADS;
-    int own_rows = !few_rows && c->table && c->row_seq && c->n_kv_heads <= MAX_GROUP_HEADS;   /* each row a sequence of its own */
+    /* each row a sequence of its own, checked on neighbours (a batch keeps a sequence's rows together; were it not to,
+     * only the split of the work would change, never a value) */
+    int own_rows = !few_rows && c->table && c->row_seq && c->n_kv_heads <= MAX_GROUP_HEADS;
     for (int i = 1; own_rows && i < c->n_rows; i++) own_rows = c->row_seq[i] != c->row_seq[i - 1];
     const int heads = few_rows || own_rows ? c->n_kv_heads : 1;
     const size_t part = (size_t)d.G * (size_t)(d.vhd + 2);

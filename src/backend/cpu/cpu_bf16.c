@@ -206,7 +206,8 @@ CF_DEFINE_TILE(AVX2, tile8, t8_4x1, 4, 1, 4, 0, 1, uint16_t)
  * four into L1 over this one's steps, where the AVX-512 kernel reads rows one after another. On a Zen 3 (bench_cpu_matmul
  * --n 1, GB/s, medians of 4-5 alternated rounds, 2048x2048 / 8192x2048): 1 thread 9.7 / 9.6 one row at a time, 13.3 /
  * 13.2 four at once, 14.2 / 13.7 with the prefetch; 2 threads 15.9 / 15.4, 18.1 / 19.9, 21.6 / 21.7 (read pass 22-26).
- * The last block prefetches past the weights, which is harmless: a prefetch never faults. */
+ * The last block prefetches past the weights, which is harmless: a prefetch never faults. The driver passes TILE_S no
+ * prefetch address (pf is NULL): the next block is always the four rows after these. */
 AVX2 static void t8_4x1_next(const uint16_t *x, int64_t xs, int nv, const char *w, int64_t rb, int mv, int64_t k, float *o,
                              int64_t os, const char *pf) {
     (void)pf;
