@@ -8,7 +8,7 @@
 cf_tuning cf_tuning_defaults(void) {
     return (cf_tuning){.fused_ops = 1, .decode_graphs = 1, .device_sampling = 1, .cuda_direct_alloc = 0, .cuda_f32_act = 0, .pdl = 1,
                        .gemv_unroll = 0, .gemv_max_rows = 1, .gemv_tc_max_rows = 16, .gemv_warps = 8, .gemv_block_warps = 4,
-                       .attn_bc = 32, .attn_hpb = 2, .attn_group = 1, .attn_group_splits = 64, .paged_mma_group = 0,
+                       .attn_bc = 32, .attn_hpb = 2, .attn_group = 1, .attn_group_splits = 64, .attn_cluster = 1, .paged_mma_group = 0,
                        .paged_sm_blocks = 3, .attn_paged_d512 = 1, .qmma_max_rows = 128, .qgemv_max_rows = 8, .qgemv_warps = 24, .qgemv_tc = 1,
                        .qgemv_tc_splits = 1};
 }
@@ -35,6 +35,7 @@ cf_tuning cf_tuning_from_env(void) {
     env_int("CINFER_ATTN_HPB", &t.attn_hpb);
     env_int("CINFER_ATTN_GROUP", &t.attn_group);
     env_int("CINFER_ATTN_GROUP_SPLITS", &t.attn_group_splits);
+    env_int("CINFER_ATTN_CLUSTER", &t.attn_cluster);
     env_int("CINFER_PAGED_MMA_GROUP", &t.paged_mma_group);
     env_int("CINFER_PAGED_SM_BLOCKS", &t.paged_sm_blocks);
     env_int("CINFER_ATTN_PAGED_D512", &t.attn_paged_d512);

@@ -285,6 +285,8 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *   attn_hpb          CINFER_ATTN_HPB           2: query heads per prefill attention block
  *   attn_group        CINFER_ATTN_GROUP         1: decode attention with one block per KV head
  *   attn_group_splits CINFER_ATTN_GROUP_SPLITS  64: its key splits at most (1 to 64)
+ *   attn_cluster      CINFER_ATTN_CLUSTER       1: the other decode attention kernel's 2-8 key splits merge through a thread
+ *                                               block cluster's shared memory; 0: through global memory behind a counter
  *   paged_mma_group   CINFER_PAGED_MMA_GROUP    0: paged decode attention on CUDA cores; n: tensor cores (n blocks per SM)
  *   paged_sm_blocks   CINFER_PAGED_SM_BLOCKS    3: blocks per SM the paged decode kernel sizes its key splits for
  *   attn_paged_d512   CINFER_ATTN_PAGED_D512    1: decode attention_pos at head size 512 runs the paged decode kernel; 0: the
@@ -305,7 +307,7 @@ typedef struct cf_tuning {
     int fused_ops, decode_graphs, device_sampling;
     int cuda_direct_alloc, cuda_f32_act, pdl;
     int gemv_unroll, gemv_max_rows, gemv_tc_max_rows, gemv_warps, gemv_block_warps;
-    int attn_bc, attn_hpb, attn_group, attn_group_splits;
+    int attn_bc, attn_hpb, attn_group, attn_group_splits, attn_cluster;
     int paged_mma_group, paged_sm_blocks, attn_paged_d512;
     int qmma_max_rows, qgemv_max_rows, qgemv_warps, qgemv_tc, qgemv_tc_splits;
 } cf_tuning;

@@ -23,7 +23,7 @@
 #define POOL_RESERVE ((size_t)2 << 30)   /* left to the CUDA context, cuBLAS kernels and graphs */
 
 cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 1, .gemv_tc_max_rows = 16, .gemv_warps = 8, .gemv_block_warps = 4,
-                      .attn_bc = 32, .attn_hpb = 2, .attn_group = 1, .attn_group_splits = 64,
+                      .attn_bc = 32, .attn_hpb = 2, .attn_group = 1, .attn_group_splits = 64, .attn_cluster = 1,
                       .paged_mma_group = 0, .paged_sm_blocks = 3, .qmma_max_rows = 128, .qgemv_max_rows = 8, .qgemv_warps = 24, .qgemv_tc = 1, .qgemv_tc_splits = 1, .n_sm = 132};
 
 typedef struct cuda_backend {
@@ -995,6 +995,9 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     /* attn_group_splits 64: Llama-3-8B decode after 4096 tokens at 210.4 tokens/s on the H200, against 200.9
      * with 32 */
     cfk_cfg.attn_group_splits = t->attn_group_splits >= 1 && t->attn_group_splits <= 64 ? t->attn_group_splits : 64;
+    /* attn_cluster 1: Gemma-4-E4B decode (128 + 256) at 223.49 and 223.50 tokens/s on the H100, against 221.81 and
+     * 221.82; its 35 sliding-window attention launches 9.08 us each against 11.08 (bench/results/run33/attn-cluster) */
+    cfk_cfg.attn_cluster = t->attn_cluster;
     /* paged_mma_group 0: on the H200 (cuda_bench --paged) the CUDA-core kernel decodes 32/8 heads of 128 in 5.7 us
      * at 1 x 256 keys and 40.5 at 64 x 256, against 8.0 and 42.5 on tensor cores; tensor cores win at 128 x 256
      * (58.5 against 62.0), at 32 x 4096 (213 with 8 blocks per SM, against 253) and for head size 512 at 8 x 256

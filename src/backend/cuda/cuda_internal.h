@@ -27,6 +27,7 @@ typedef struct cfk_config {
     int attn_hpb;       /* query heads of one GQA group per prefill attention block, sharing its K/V tiles: 1, 2 or 4 */
     int attn_group;     /* decode attention with one block per KV head (groups of 2, 4, 8; head size 64, 128) */
     int attn_group_splits;   /* its key splits per (query, KV head) at most: 1 to 64 (paged decode too) */
+    int attn_cluster;   /* attn_decode_kernel's 2-8 key splits merge in a thread block cluster's shared memory */
     int paged_mma_group;     /* paged decode on tensor cores for GQA groups of at least this many query heads (0: never, the default) */
     int paged_sm_blocks;     /* blocks per SM a paged decode launch aims for before splitting keys further */
     int qmma_max_rows;       /* quantized matmuls with more activation rows than qgemv_max_rows and at most this many use the

@@ -14,8 +14,11 @@
  *   cp.async, double-buffered; scores stay in registers.
  *
  * When a launch has more than one split per (query, head), each split writes (max, sum, unnormalized
- * output) to scratch and attn_reduce_kernel combines them. Scores are kept in log2 units (exp2). */
+ * output) to scratch and the last split to finish (or attn_reduce_kernel) combines them; attn_decode_kernel's 2-8
+ * splits instead form a thread block cluster and merge through its shared memory. Scores are kept in log2 units (exp2). */
 #include "backend/cuda/k_common.cuh"
+
+#include <cooperative_groups.h>
 
 #define LOG2E 1.4426950408889634f
 
@@ -207,10 +210,50 @@ __global__ void __launch_bounds__(128) attn_split_kernel(AttnP P, bool vec) {
     combine_warps(P, i, h, part, wm, wl, wo);
 }
 
+/* The block's 4 warps combined as in combine_warps, then the splits of (i, h), the blocks of one thread block cluster
+ * (P.n_splits of them, at most 8), merged by its first block reading the others' shared memory: the same arithmetic in
+ * the same order as merge_splits, without the round trips through global memory, the fence and the counter. */
+template <int W>
+__device__ void combine_cluster(const AttnP &P, int i, int h, const float *wm, const float *wl, float (*wo)[W]) {
+    namespace cg = cooperative_groups;
+    __shared__ float bm, bl;
+    const cg::cluster_group cl = cg::this_cluster();
+    const float M = fmaxf(fmaxf(wm[0], wm[1]), fmaxf(wm[2], wm[3]));
+    float f[4], L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        f[w] = wm[w] == -INFINITY ? 0.0f : exp2f(wm[w] - M);
+        L += wl[w] * f[w];
+    }
+    for (int c = threadIdx.x; c < P.Dv; c += blockDim.x) wo[0][c] = wo[0][c] * f[0] + wo[1][c] * f[1] + wo[2][c] * f[2] + wo[3][c] * f[3];
+    if (threadIdx.x == 0) bm = M, bl = L;
+    cl.sync();
+    if (cl.block_rank() == 0) {
+        const int S = P.n_splits;
+        float ms[8], wt[8], Mx = -INFINITY, Lt = 0.0f;
+#pragma unroll
+        for (int s = 0; s < 8; s++) ms[s] = s < S ? *cl.map_shared_rank(&bm, s) : -INFINITY, Mx = fmaxf(Mx, ms[s]);
+#pragma unroll
+        for (int s = 0; s < 8; s++) {
+            wt[s] = ms[s] == -INFINITY ? 0.0f : exp2f(ms[s] - Mx);
+            if (s < S) Lt += *cl.map_shared_rank(&bl, s) * wt[s];
+        }
+        for (int c = threadIdx.x; c < P.Dv; c += blockDim.x) {
+            float v = 0.0f;
+#pragma unroll
+            for (int s = 0; s < 8; s++)
+                if (wt[s] != 0.0f) v += cl.map_shared_rank(&wo[0][0], s)[c] * wt[s];
+            st(P.out, i, (int64_t)h * P.Dv + c, v / Lt);
+        }
+    }
+    cl.sync();   /* the others' shared memory stays until the first block has read it */
+}
+
 /* The same for 16-bit caches and head sizes 64/128/256, written for latency: each lane's key row is
  * fetched with all its 16-byte loads in flight, and V is read lane-across-dimensions 16 keys at a time
- * with every load issued before use. A block takes 128 keys per round (32 per warp). */
-template <int D, typename KT>
+ * with every load issued before use. A block takes 128 keys per round (32 per warp). CL: the splits are one
+ * thread block cluster and merge in it (combine_cluster). */
+template <int D, typename KT, bool CL>
 __global__ void __launch_bounds__(128) attn_decode_kernel(AttnP P) {
     constexpr int VL = D / 32;   /* V elements per lane: 2, 4 or 8 */
     __shared__ __align__(16) float qs[D];
@@ -223,7 +266,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(AttnP P) {
     const KeyRange kr = key_range(P, i, split, 128);
     const int k0 = kr.k0, k1 = kr.k1;
     float *part = part_at(P, i, h, split);
-    if (k0 >= k1) return empty_split(P, i, h, part);
+    if (!CL && k0 >= k1) return empty_split(P, i, h, part);   /* in a cluster an empty split takes part in the merge */
     const int kvh = h / P.group;
     for (int c = threadIdx.x; c < D; c += blockDim.x) qs[c] = ld_elem(P.q, P.qdt, i * P.qstride + (int64_t)h * D + c) * P.scale;
     __syncthreads();
@@ -269,7 +312,8 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(AttnP P) {
 #pragma unroll
     for (int j = 0; j < VL; j++) wo[warp][lane * VL + j] = o[j];
     __syncthreads();
-    combine_warps(P, i, h, part, wm, wl, wo);
+    if constexpr (CL) combine_cluster(P, i, h, wm, wl, wo);
+    else combine_warps(P, i, h, part, wm, wl, wo);
 }
 
 /* out[i, head h] = the splits' partial results merged (read past L1: other blocks wrote them). */
@@ -705,6 +749,19 @@ static cudaError_t group_launch(cudaStream_t st, dim3 grid, cf_dtype dt, int D, 
     return D == 64 ? group_launch_d<64, __half>(st, grid, g, P) : group_launch_d<128, __half>(st, grid, g, P);
 }
 
+template <bool CL>
+static cudaError_t decode_launch(cudaStream_t st, dim3 grid, cf_dtype dt, int D, const AttnP &P) {
+    const unsigned cl = CL ? grid.x : 1;
+    if (dt == CF_BF16) {
+        if (D == 64) return launch_cluster(attn_decode_kernel<64, __nv_bfloat16, CL>, grid, dim3(128), 0, st, cl, P);
+        if (D == 128) return launch_cluster(attn_decode_kernel<128, __nv_bfloat16, CL>, grid, dim3(128), 0, st, cl, P);
+        return launch_cluster(attn_decode_kernel<256, __nv_bfloat16, CL>, grid, dim3(128), 0, st, cl, P);
+    }
+    if (D == 64) return launch_cluster(attn_decode_kernel<64, __half, CL>, grid, dim3(128), 0, st, cl, P);
+    if (D == 128) return launch_cluster(attn_decode_kernel<128, __half, CL>, grid, dim3(128), 0, st, cl, P);
+    return launch_cluster(attn_decode_kernel<256, __half, CL>, grid, dim3(128), 0, st, cl, P);
+}
+
 extern "C" cudaError_t cfk_attention(cudaStream_t st, cf_tensor out, cf_tensor q, cf_tensor k, cf_tensor v, const cf_attn_args *a,
                                      const int32_t *pos_dev, int max_keys, void *partial, int *counters) {
     AttnP P = {q.data, (int)q.dtype, q.stride, k.data, v.data, k.stride, v.stride, tv(out), (float *)partial, NULL, pos_dev,
@@ -727,15 +784,8 @@ extern "C" cudaError_t cfk_attention(cudaStream_t st, cf_tensor out, cf_tensor q
         return group_launch(st, grid, k.dtype, a->head_dim, P.group, P);
     } else if (use_decode(k, v, a)) {
         dim3 grid((unsigned)P.n_splits, (unsigned)a->n_heads, (unsigned)a->n_q);
-        if (k.dtype == CF_BF16) {
-            if (a->head_dim == 64) e = launch(attn_decode_kernel<64, __nv_bfloat16>, grid, dim3(128), 0, st, P);
-            else if (a->head_dim == 128) e = launch(attn_decode_kernel<128, __nv_bfloat16>, grid, dim3(128), 0, st, P);
-            else e = launch(attn_decode_kernel<256, __nv_bfloat16>, grid, dim3(128), 0, st, P);
-        } else {
-            if (a->head_dim == 64) e = launch(attn_decode_kernel<64, __half>, grid, dim3(128), 0, st, P);
-            else if (a->head_dim == 128) e = launch(attn_decode_kernel<128, __half>, grid, dim3(128), 0, st, P);
-            else e = launch(attn_decode_kernel<256, __half>, grid, dim3(128), 0, st, P);
-        }
+        if (cfk_cfg.attn_cluster && P.n_splits > 1 && P.n_splits <= 8) return decode_launch<true>(st, grid, k.dtype, a->head_dim, P);
+        e = decode_launch<false>(st, grid, k.dtype, a->head_dim, P);
     } else {
         if (k.dtype != v.dtype || (k.dtype != CF_BF16 && k.dtype != CF_F16 && k.dtype != CF_F32)) return cudaErrorInvalidValue;
         const size_t es = cf_dtype_size(k.dtype);
