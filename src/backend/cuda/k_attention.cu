@@ -92,15 +92,22 @@ __device__ __forceinline__ void empty_split(const AttnP &P, int i, int h, float 
 
 /* The block's 4 warps each hold (max m, sum l, unnormalized outputs wo[warp][0 .. Dv-1]): combined, then
  * written as the output (one split) or as this split's partial result, which the last split merges. */
-template <int W>
-__device__ void combine_warps(const AttnP &P, int i, int h, float *part, const float *wm, const float *wl, const float (*wo)[W]) {
-    const float M = fmaxf(fmaxf(wm[0], wm[1]), fmaxf(wm[2], wm[3]));
-    float f[4], L = 0.0f;
+/* The 4 warps' (max wm, sum wl) -> the block's max M and sum L, and each warp's weight f = e^(wm - M) (0 for a warp
+ * that saw no key). */
+__device__ __forceinline__ void warp_weights(const float *wm, const float *wl, float (&f)[4], float &M, float &L) {
+    M = fmaxf(fmaxf(wm[0], wm[1]), fmaxf(wm[2], wm[3]));
+    L = 0.0f;
 #pragma unroll
     for (int w = 0; w < 4; w++) {
         f[w] = wm[w] == -INFINITY ? 0.0f : exp2f(wm[w] - M);
         L += wl[w] * f[w];
     }
+}
+
+template <int W>
+__device__ void combine_warps(const AttnP &P, int i, int h, float *part, const float *wm, const float *wl, const float (*wo)[W]) {
+    float f[4], M, L;
+    warp_weights(wm, wl, f, M, L);
     for (int c = threadIdx.x; c < P.Dv; c += blockDim.x) {
         const float v = wo[0][c] * f[0] + wo[1][c] * f[1] + wo[2][c] * f[2] + wo[3][c] * f[3];
         if (P.n_splits == 1) st(P.out, i, (int64_t)h * P.Dv + c, v / L);
@@ -218,13 +225,8 @@ __device__ void combine_cluster(const AttnP &P, int i, int h, const float *wm, c
     namespace cg = cooperative_groups;
     __shared__ float bm, bl;
     const cg::cluster_group cl = cg::this_cluster();
-    const float M = fmaxf(fmaxf(wm[0], wm[1]), fmaxf(wm[2], wm[3]));
-    float f[4], L = 0.0f;
-#pragma unroll
-    for (int w = 0; w < 4; w++) {
-        f[w] = wm[w] == -INFINITY ? 0.0f : exp2f(wm[w] - M);
-        L += wl[w] * f[w];
-    }
+    float f[4], M, L;
+    warp_weights(wm, wl, f, M, L);
     for (int c = threadIdx.x; c < P.Dv; c += blockDim.x) wo[0][c] = wo[0][c] * f[0] + wo[1][c] * f[1] + wo[2][c] * f[2] + wo[3][c] * f[3];
     if (threadIdx.x == 0) bm = M, bl = L;
     cl.sync();
