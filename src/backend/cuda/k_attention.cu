@@ -90,8 +90,6 @@ __device__ __forceinline__ void empty_split(const AttnP &P, int i, int h, float 
     merge_if_last(P, i, h);
 }
 
-/* The block's 4 warps each hold (max m, sum l, unnormalized outputs wo[warp][0 .. Dv-1]): combined, then
- * written as the output (one split) or as this split's partial result, which the last split merges. */
 /* The 4 warps' (max wm, sum wl) -> the block's max M and sum L, and each warp's weight f = e^(wm - M) (0 for a warp
  * that saw no key). */
 __device__ __forceinline__ void warp_weights(const float *wm, const float *wl, float (&f)[4], float &M, float &L) {
@@ -104,6 +102,8 @@ __device__ __forceinline__ void warp_weights(const float *wm, const float *wl, f
     }
 }
 
+/* The block's 4 warps each hold (max m, sum l, unnormalized outputs wo[warp][0 .. Dv-1]): combined, then
+ * written as the output (one split) or as this split's partial result, which the last split merges. */
 template <int W>
 __device__ void combine_warps(const AttnP &P, int i, int h, float *part, const float *wm, const float *wl, const float (*wo)[W]) {
     float f[4], M, L;
