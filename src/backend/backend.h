@@ -189,6 +189,9 @@ typedef struct cf_backend_ops {
     void (*rope)(cf_backend *be, cf_tensor x, cf_tensor pos, int n_heads, int head_dim, int rot_dim, cf_tensor inv_freq);
     /* copies rows of src into cache slots (pos0 + i) % cap for i < src.rows */
     void (*kv_store)(cf_backend *be, cf_tensor cache, cf_tensor src, int pos0, int cap);
+    /* attention, attention_pos and attention_paged may read the cache rows of positions below the pass's first (a
+     * sequence's first row in the batch) before the op queued right before them has finished (CUDA: programmatic
+     * dependent launch): that op may write q and this pass's rows, but not older rows, pos or the batch tables. */
     void (*attention)(cf_backend *be, cf_tensor out, cf_tensor q, cf_tensor k_cache, cf_tensor v_cache, const cf_attn_args *a);
     /* copies src to dst (same shape; dtype conversion allowed) */
     void (*copy)(cf_backend *be, cf_tensor dst, cf_tensor src);

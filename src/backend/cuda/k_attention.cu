@@ -251,43 +251,69 @@ __device__ void combine_cluster(const AttnP &P, int i, int h, const float *wm, c
     cl.sync();   /* the others' shared memory stays until the first block has read it */
 }
 
+/* N consecutive 16-bit values of a row in one load; past L1 (cg) for a row the kernel ahead may have written */
+template <int N, typename KT>
+__device__ __forceinline__ void ld_row(KT (&d)[N], const KT *p, bool cg) {
+    if constexpr (N == 8) *reinterpret_cast<uint4 *>(d) = cg ? __ldcg(reinterpret_cast<const uint4 *>(p)) : *reinterpret_cast<const uint4 *>(p);
+    else if constexpr (N == 4) *reinterpret_cast<uint2 *>(d) = cg ? __ldcg(reinterpret_cast<const uint2 *>(p)) : *reinterpret_cast<const uint2 *>(p);
+    else *reinterpret_cast<unsigned int *>(d) = cg ? __ldcg(reinterpret_cast<const unsigned int *>(p)) : *reinterpret_cast<const unsigned int *>(p);
+}
+
+__device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
 /* The same for 16-bit caches and head sizes 64/128/256, written for latency: each lane's key row is
  * fetched with all its 16-byte loads in flight, and V is read lane-across-dimensions 16 keys at a time
- * with every load issued before use. A block takes 128 keys per round (32 per warp). CL: the splits are one
- * thread block cluster and merge in it (combine_cluster). */
+ * with every load issued before use. A block takes 128 keys per round (32 per warp). Before waiting for the kernel
+ * ahead, each lane of the first round whose key an earlier pass wrote (a position below the pass's first) loads its K
+ * row into registers and prefetches its V row into L1; the rows of this pass are read after the wait, past L1.
+ * CL: the splits are one thread block cluster and merge in it (combine_cluster). */
 template <int D, typename KT, bool CL>
 __global__ void __launch_bounds__(128) attn_decode_kernel(AttnP P) {
     constexpr int VL = D / 32;   /* V elements per lane: 2, 4 or 8 */
     __shared__ __align__(16) float qs[D];
     __shared__ float wm[4], wl[4];
     __shared__ float wo[4][D];
-    pdl_wait();
-    pdl_launch_next();
     const int split = blockIdx.x, h = blockIdx.y, i = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int first_new = query_pos0(P);   /* positions are written before a step's kernels run (backend.h) */
     const KeyRange kr = key_range(P, i, split, 128);
-    const int k0 = kr.k0, k1 = kr.k1;
+    const int k0 = kr.k0, k1 = kr.k1, kvh = h / P.group;
+    const KT *K = (const KT *)P.k + (int64_t)kvh * D, *V = (const KT *)P.v + (int64_t)kvh * D;
+    uint4 kv[D / 8];
+    const int first = k0 + warp * 32;   /* this warp's first round */
+    const bool pre = first + lane < min(k1, first_new);
+    if (pre) {
+        const int64_t slot = (first + lane) % P.cap;
+        const uint4 *kp = reinterpret_cast<const uint4 *>(K + slot * P.kstride);
+#pragma unroll
+        for (int c = 0; c < D / 8; c++) kv[c] = kp[c];
+        const char *vp = reinterpret_cast<const char *>(V + slot * P.vstride);
+#pragma unroll
+        for (int b = 0; b < D * 2; b += 128) prefetch_l1(vp + b);
+    }
+    pdl_wait();
+    pdl_launch_next();
     float *part = part_at(P, i, h, split);
     if (!CL && k0 >= k1) return empty_split(P, i, h, part);   /* in a cluster an empty split takes part in the merge */
-    const int kvh = h / P.group;
     for (int c = threadIdx.x; c < D; c += blockDim.x) qs[c] = ld_elem(P.q, P.qdt, i * P.qstride + (int64_t)h * D + c) * P.scale;
     __syncthreads();
-    const KT *K = (const KT *)P.k + (int64_t)kvh * D, *V = (const KT *)P.v + (int64_t)kvh * D + lane * VL;
     float m = -INFINITY, l = 0.0f, o[VL];
 #pragma unroll
     for (int j = 0; j < VL; j++) o[j] = 0.0f;
-    for (int base = k0 + warp * 32; base < k1; base += 128) {
+    for (int base = first; base < k1; base += 128) {
         const int kk = base + lane;
         float s = -INFINITY;
         if (kk < k1) {
-            const uint4 *kr = reinterpret_cast<const uint4 *>(K + (int64_t)(kk % P.cap) * P.kstride);
-            uint4 kv[D / 8];
+            if (!(pre && base == first)) {
+                const uint4 *kp = reinterpret_cast<const uint4 *>(K + (int64_t)(kk % P.cap) * P.kstride);
+                const bool cg = kk >= first_new;
 #pragma unroll
-            for (int c = 0; c < D / 8; c++) kv[c] = kr[c];
-            float acc = 0.0f;
+                for (int c = 0; c < D / 8; c++) kv[c] = cg ? __ldcg(kp + c) : kp[c];
+            }
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};   /* four chains a quarter as long */
 #pragma unroll
-            for (int c = 0; c < D / 8; c++) acc = dot8<KT>(qs + 8 * c, kv[c], acc);
-            s = score_fix(P, acc);
+            for (int c = 0; c < D / 8; c++) acc[c & 3] = dot8<KT>(qs + 8 * c, kv[c], acc[c & 3]);
+            s = score_fix(P, (acc[0] + acc[1]) + (acc[2] + acc[3]));
         }
         const float pj = softmax_step(s, kk < k1, m, l, o);
         const int nk = min(32, k1 - base), slot0 = base % P.cap;
@@ -296,11 +322,10 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(AttnP P) {
             KT vv[16][VL];
 #pragma unroll
             for (int t = 0; t < 16; t++) {
-                int slot = slot0 + min(t0 + t, nk - 1);   /* past the end: a valid row, weighted 0 */
+                const int r = min(t0 + t, nk - 1);   /* past the end: a valid row, weighted 0 */
+                int slot = slot0 + r;
                 while (slot >= P.cap) slot -= P.cap;
-                const KT *vr = V + (int64_t)slot * P.vstride;
-#pragma unroll
-                for (int j = 0; j < VL; j += 2) *reinterpret_cast<uint32_t *>(&vv[t][j]) = *reinterpret_cast<const uint32_t *>(vr + j);
+                ld_row<VL>(vv[t], V + (int64_t)slot * P.vstride + lane * VL, base + r >= first_new);
             }
 #pragma unroll
             for (int t = 0; t < 16; t++) {
