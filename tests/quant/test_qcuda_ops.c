@@ -2,7 +2,7 @@
  * the plain reference dequantizer (cf_qweight_dequant_row) times x in double precision: matmul with a bias for
  * bits 4 and 8, groups 32/64/128, scales and biases in bf16/f16/f32, activation rows 1, 2, 3, 8, 17, 64, 300, odd
  * output sizes, x in f32 and bf16; the fused matmul_glu, matmul_gated and qkv (one job of three products, and mixed
- * bit widths, which run apart); embed of a quantized table; a decode matmul recorded in a graph. Each runs under
+ * bit widths, which run apart; plain, and with RoPE and the KV stores against the reference turned in double); embed of a quantized table; a decode matmul recorded in a graph. Each runs under
  * three settings of CINFER_QMMA_MAX_ROWS (tuning.qmma_max_rows): 128 (the default: rows 9..128 on the tensor-core
  * kernel, 300 dequantized + cuBLAS), 4096 (every row count above 8 on the tensor-core kernel) and 0 (above 8 through
  * cuBLAS); the last also with the decode GEMV's k split over clusters of up to 4 blocks (tuning.qgemv_tc_splits; the
@@ -263,6 +263,66 @@ static void test_fused(cf_backend *be, int bits_a, int bits_b, int64_t k, int gr
             free(oq);
             free(ok);
             free(ov);
+
+            /* the same with RoPE over whole heads at positions 5 + 3i and k, v stored to f32 caches of CAP slots at
+             * those positions (the tensor-core GEMV does both itself; the other paths in a launch after) */
+            enum { CAP = 400 };
+            int32_t pos[NMAX];
+            float inv_freq[16];
+            for (int i = 0; i < n; i++) pos[i] = 5 + 3 * i;
+            for (int i = 0; i < 16; i++) inv_freq[i] = (float)pow(10000.0, -i / 16.0);
+            cf_tensor post = alloc(be, CF_I32, n, 1), ift = alloc(be, CF_F32, 1, 16), kc = alloc(be, CF_F32, CAP, KV), vc = alloc(be, CF_F32, CAP, KV);
+            be->ops->write(be, post, pos);
+            be->ops->write(be, ift, inv_freq);
+            be->ops->fill(be, kc, NAN);
+            be->ops->fill(be, vc, NAN);
+            be->ops->fill(be, qo, NAN);
+            be->ops->fill(be, ko, NAN);
+            be->ops->fill(be, vo, NAN);
+            cf_qkv_args ar = a;
+            ar.rot_dim = 32;
+            ar.pos = post;
+            ar.inv_freq = ift;
+            ar.dest = (cf_kv_dest){.k_cache = kc, .v_cache = vc, .idx = post, .cap = CAP};
+            be->ops->qkv(be, cf_rows(xt, 0, n), &ar);
+            oq = get(be, cf_rows(qo, 0, n));
+            ok = get(be, cf_rows(ko, 0, n));
+            ov = get(be, cf_rows(vo, 0, n));
+            float *kch = get(be, kc), *vch = get(be, vc);
+            n_bad_out = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const int64_t slot = pos[i] % CAP;
+                for (int h = 0; h < 4; h++) {   /* q's heads 0-2, then k's */
+                    const qbuf *w = h < 3 ? &wq : &wk;
+                    const float *oh = h < 3 ? oq + i * Q + h * 32 : ok + i * KV;
+                    for (int c = 0; c < 16; c++) {
+                        const int64_t r = (h < 3 ? h * 32 : 0) + c;
+                        double b0, b1;
+                        const double x0 = ref_dot(w, x, k, i, r, &b0, n) + (h < 3 ? bq[r] : 0.0);
+                        const double x1 = ref_dot(w, x, k, i, r + 16, &b1, n) + (h < 3 ? bq[r + 16] : 0.0);
+                        const double ang = (double)pos[i] * inv_freq[c], cs = cos(ang), sn = sin(ang);
+                        const double bd = b0 + b1 + 1e-5 * (fabs(x0) + fabs(x1));
+                        expect(oh[c], x0 * cs - x1 * sn, bd, h < 3 ? "qkv+rope q" : "qkv+rope k");
+                        expect(oh[c + 16], x1 * cs + x0 * sn, bd, h < 3 ? "qkv+rope q" : "qkv+rope k");
+                    }
+                }
+                for (int64_t r = 0; r < KV; r++) {
+                    double bd = 0;
+                    const double want = ref_dot(&wv, x, k, i, r, &bd, n);
+                    expect(ov[i * KV + r], want, bd, "qkv+rope v");
+                    expect(kch[slot * KV + r], ok[i * KV + r], 0.0, "k cache");
+                    expect(vch[slot * KV + r], ov[i * KV + r], 0.0, "v cache");
+                }
+            }
+            CHECK(!n_bad_out, "qkv with RoPE and stores %d/%d bits, k %lld, %d rows (qmma_max_rows %d): %lld values off", bits_a, bits_b,
+                  (long long)k, n, qmma_setting, (long long)n_bad_out);
+            free(oq);
+            free(ok);
+            free(ov);
+            free(kch);
+            free(vch);
+            cf_tensor *tt[] = {&post, &ift, &kc, &vc};
+            for (size_t t = 0; t < 4; t++) be->ops->free_tensor(be, tt[t]);
         }
     }
     (void)none;

@@ -605,9 +605,9 @@ static void qjob_run(cuda_backend *b, const cfk_qjob *j, cf_tensor gate, cf_tens
 
 /* ---- fused operations (backend.h) ---- */
 
-/* q, k, v in one GEMV launch where the vector kernel takes them; the RoPE and the stores are done by the
- * GEMV's own blocks when there are no per-head norms and the rotation covers whole heads (Llama, Qwen2),
- * else by one launch of cfk_qkv_post (per-head norms, RoPE and stores of q, k, v: Qwen3, Gemma). */
+/* q, k, v in one GEMV launch where the vector kernel (bf16) or the tensor-core GEMV (4/8 bits) takes them; the RoPE
+ * and the stores are done by the GEMV's own blocks when there are no per-head norms and the rotation covers whole
+ * heads (Llama, Qwen2), else by one launch of cfk_qkv_post (per-head norms, RoPE and stores of q, k, v: Qwen3, Gemma). */
 static void cuda_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) {
     cuda_backend *b = CB(be);
     if (empty(x)) return;
@@ -622,9 +622,20 @@ static void cuda_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) {
             j.w[1] = a->wk.data, j.out[1] = a->k, j.bias[1] = a->bk, j.n_seg = 2;
             if (!v_from_k) j.w[2] = a->wv.data, j.out[2] = a->v, j.bias[2] = a->bv, j.n_seg = 3;
         }
+        /* RoPE and the stores in the tensor-core GEMV where it runs and they are all there is to do (Llama, Qwen2) */
+        const int fold = !norms && !v_from_k && x.rows <= cfk_cfg.qgemv_max_rows && cfk_qgemv_folds(&j) &&
+                         (!rope || (a->rot_dim == a->head_dim && a->head_dim % 2 == 0 && a->inv_freq.dtype == CF_F32 && a->pos.dtype == CF_I32));
+        if (fold && rope) {
+            j.rope[0] = 1, j.rope[1] = own;
+            j.pos = a->pos, j.inv_freq = a->inv_freq, j.head_dim = a->head_dim;
+        }
+        if (fold && store) {
+            j.cache[1] = a->dest.k_cache, j.cache[2] = a->dest.v_cache;
+            j.store_pos = a->dest.idx, j.store_pos0 = a->dest.pos0, j.cap = a->dest.cap;
+        }
         qjob_run(b, &j, none, none, "qkv (quantized)");
         if (v_from_k) cuda_copy(be, a->v, a->k);
-        if (norms || rope || store) check(b, cfk_qkv_post(b->stream, a), "qkv (norms, rope, stores)");
+        if (!fold && (norms || rope || store)) check(b, cfk_qkv_post(b->stream, a), "qkv (norms, rope, stores)");
         return;
     }
     int one = gemv_ok(x, a->wq) && (!own || (gemv_ok(x, a->wk) && a->wk.dtype == a->wq.dtype &&

@@ -124,10 +124,20 @@ typedef struct cfk_qjob {
     cf_tensor out[CFK_QMAX_SEG], bias[CFK_QMAX_SEG];
     cf_tensor glu_out, mul;   /* data NULL: none */
     cf_act act;
+    /* the attention inputs' fold, as cfk_gemv_job's (only where cfk_qgemv_folds says the GEMV takes it): RoPE of the
+     * products with rope[s] set, then a KV-cache store of those with cache[s].data set */
+    int rope[CFK_QMAX_SEG];
+    cf_tensor pos, inv_freq;
+    int head_dim;
+    cf_tensor cache[CFK_QMAX_SEG];
+    cf_tensor store_pos;
+    int store_pos0, cap;
 } cfk_qjob;
 /* whether the kernels take the job as it is (same bits, 4 or 8, for every product; x F32/BF16 and aligned; k a
  * multiple of 32; shapes of the GLU / gate forms) */
 int cfk_qjob_ok(const cfk_qjob *j);
+/* whether cfk_qgemv runs the job (its x as it is) on the tensor-core GEMV, which does the fold's RoPE and stores */
+int cfk_qgemv_folds(const cfk_qjob *j);
 /* few rows (any count; 8 a launch): the GEMV */
 cudaError_t cfk_qgemv(cudaStream_t st, const cfk_qjob *j);
 /* more rows: the tensor-core GEMM (bf16 x); partial: cfk_qmma_scratch(j) bytes of scratch (0: none needed) */

@@ -42,9 +42,20 @@ struct GemvArgs {
     int half, pos0, cap;
 };
 
-__device__ __forceinline__ int64_t store_slot(const GemvArgs &g, int r) {
-    const int64_t p = g.store_pos.p ? (int64_t)((const int32_t *)g.store_pos.p)[r * g.store_pos.stride] : (int64_t)g.pos0 + r;
-    return g.cap ? p % g.cap : p;
+/* the KV-cache slot of activation row r: store_pos[r] % cap, or (store_pos.p NULL) (pos0 + r) % cap; cap 0: no ring */
+__device__ __forceinline__ int64_t kv_slot(TV store_pos, int pos0, int cap, int r) {
+    const int64_t p = store_pos.p ? (int64_t)((const int32_t *)store_pos.p)[r * store_pos.stride] : (int64_t)pos0 + r;
+    return cap ? p % cap : p;
+}
+__device__ __forceinline__ int64_t store_slot(const GemvArgs &g, int r) { return kv_slot(g.store_pos, g.pos0, g.cap, r); }
+
+/* RoPE of one pair: (a, b) of position pos turned by pos * f */
+__device__ __forceinline__ void rope_turn(float &a, float &b, const TV &pos, int r, float f) {
+    float sn, cs;
+    sincosf((float)((const int32_t *)pos.p)[r * pos.stride] * f, &sn, &cs);
+    const float u = a;
+    a = u * cs - b * sn;
+    b = b * cs + u * sn;
 }
 
 __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
@@ -109,13 +120,7 @@ __device__ __forceinline__ void finish_row(const GemvArgs &g, const Seg &S, bool
         if (row2_ok) st(S.out, r, j2, act_fn(g.act, v1) * ld(g.mul, r, j2));
         return;
     }
-    if (S.rope) {   /* (x_j, x_j2) turned by pos * inv_freq */
-        float sn, cs;
-        sincosf((float)((const int32_t *)g.pos.p)[r * g.pos.stride] * f, &sn, &cs);
-        const float u = v0;
-        v0 = u * cs - v1 * sn;
-        v1 = v1 * cs + u * sn;
-    }
+    if (S.rope) rope_turn(v0, v1, g.pos, r, f);   /* (x_j, x_j2) turned by pos * inv_freq */
     st(S.out, r, j, v0);
     if (row2_ok) st(S.out, r, j2, v1);
     if (S.cache.p) {   /* the rounded values, as a store reading out would see them */

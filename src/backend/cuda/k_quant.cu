@@ -23,6 +23,8 @@ struct QSeg {
     int sbt, group, gsh;   /* gsh = log2(group) */
     int64_t d, wpr, G, block0;
     TV out, bias;
+    int rope;   /* qgemv_tc_kernel: turn this product's heads (RoPE; rows j and j + half in one unit) */
+    TV cache;   /* qgemv_tc_kernel: store the rows (as out holds them) to this KV cache too */
 };
 
 struct QArgs {
@@ -35,7 +37,12 @@ struct QArgs {
     int splits, ksteps;
     float *part;          /* split-k partial sums: product s at part + poff[s], [splits][n][d] */
     int64_t poff0, poff1, poff2;
+    /* the tensor-core GEMV's fold (cfk_qjob): positions, frequencies, half a head, the store's slots */
+    TV pos, store_pos;
+    const float *inv_freq;
+    int half, pos0, cap;
 };
+
 
 /* (scale, bias) pair i of a row-major pair array of dtype t */
 __device__ __forceinline__ float2 ld_sb(const void *sb, int t, int64_t i) {
@@ -193,6 +200,9 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
  * and bias in f32 (the pairs' dtype, F16 or bf16, is a template parameter). The sum row costs a sixteenth of the MMAs
  * where an all-ones MMA beside each one cost half. The warps' sums meet in shared memory in warp order; warp 0
  * finishes (bias, GLU, gate).
+ * RoPE (the qkv fold): a product whose heads turn takes 7 pairs (j, j + half) of one head a unit, as MMA rows 0-6 and
+ * 8-14 like the GLU's (gate, up), so warp 0 turns each pair where it finishes the rows; a product with a KV cache also
+ * stores its rows there as out holds them.
  * Split k: when the units are too few to keep 4 blocks on every SM (o, down, q/k/v of Llama-3-8B), a cluster of
  * g.splits blocks shares a unit, block z taking k-blocks [z nkb / splits, (z + 1) nkb / splits); their sums meet in
  * block 0's shared memory in block order (the result does not depend on timing), and block 0 finishes. */
@@ -229,11 +239,14 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
     const QSeg B = glu ? g.s1 : S;   /* MMA rows 8-15 */
     const int split = (int)(blockIdx.x % (unsigned)g.splits);
     const int64_t unit = cu - S.block0;
-    /* weight rows of MMA rows g (side A, product S) and g + 8 (side B); MMA row 15 (and the GLU's row 7) none */
-    const int64_t rowA = glu ? unit * TC_GLU_ROWS + gi : unit * TC_ROWS + gi;
-    const int64_t rowB = glu ? unit * TC_GLU_ROWS + gi : unit * TC_ROWS + 8 + gi;
+    /* weight rows of MMA rows g (side A, product S) and g + 8 (side B); MMA row 15 (and the GLU's row 7) none. RoPE:
+     * pair p = unit * 7 + g of the product's rows (j, j + half) of one head, as the GLU's (gate, up) */
+    const bool rp = !glu && S.rope, paired = glu || rp;
+    const int64_t pr = unit * TC_GLU_ROWS + gi;
+    const int64_t rowA = glu ? pr : rp ? pr / g.half * 2 * g.half + pr % g.half : unit * TC_ROWS + gi;
+    const int64_t rowB = glu ? pr : rp ? rowA + g.half : unit * TC_ROWS + 8 + gi;
     const bool sum_row = gi == TC_ROWS - 8;   /* this thread's side-B row is MMA row 15 */
-    const bool okA = gi < (glu ? TC_GLU_ROWS : 8) && rowA < S.d, okB = !sum_row && rowB < B.d;
+    const bool okA = gi < (paired ? TC_GLU_ROWS : 8) && (rp ? pr < S.d / 2 : rowA < S.d), okB = !sum_row && (rp ? okA : rowB < B.d);
     const uint32_t hiB = sum_row ? 0u : TC_HI8;   /* the sum row's second MMA adds nothing */
     const int nkb = (int)(g.k / TC_KB), kb0 = (int)((int64_t)split * nkb / g.splits) + warp;
     const int kb_end = (int)((int64_t)(split + 1) * nkb / g.splits);
@@ -360,15 +373,18 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
             if (okA) st(g.glu, r, rowA, act_fn(g.act, acc[e]) * acc[2 + e]);
             continue;
         }
-        if (okA) {
-            float v = acc[e] + (S.bias.p ? ld(S.bias, 0, rowA) : 0.0f);
-            if (g.mul.p) v = act_fn(g.act, v) * ld(g.mul, r, rowA);
-            st(S.out, r, rowA, v);
+        float va = acc[e] + (okA && S.bias.p ? ld(S.bias, 0, rowA) : 0.0f), vb = acc[2 + e] + (okB && S.bias.p ? ld(S.bias, 0, rowB) : 0.0f);
+        if (rp && okA) rope_turn(va, vb, g.pos, r, g.inv_freq[rowA % (2 * g.half)]);   /* (x_j, x_j+half) */
+        if (g.mul.p) {
+            if (okA) va = act_fn(g.act, va) * ld(g.mul, r, rowA);
+            if (okB) vb = act_fn(g.act, vb) * ld(g.mul, r, rowB);
         }
-        if (okB) {
-            float v = acc[2 + e] + (S.bias.p ? ld(S.bias, 0, rowB) : 0.0f);
-            if (g.mul.p) v = act_fn(g.act, v) * ld(g.mul, r, rowB);
-            st(S.out, r, rowB, v);
+        if (okA) st(S.out, r, rowA, va);
+        if (okB) st(S.out, r, rowB, vb);
+        if (S.cache.p) {   /* the rounded values, as a store reading out would see them */
+            const int64_t slot = kv_slot(g.store_pos, g.pos0, g.cap, r);
+            if (okA) st(S.cache, slot, rowA, ld(S.out, r, rowA));
+            if (okB) st(S.cache, slot, rowB, ld(S.out, r, rowB));
         }
     }
 }
@@ -703,7 +719,7 @@ __global__ void qembed_kernel(TV out, QSeg S, int bits, TV ids, int64_t cols, fl
 /* ---- host side ---- */
 
 static QSeg qseg(const cf_qweight *w, cf_tensor out, cf_tensor bias, int64_t block0) {
-    QSeg s;
+    QSeg s = {};
     s.q = w->q;
     s.sb = w->scales;
     s.sbt = (int)w->sb_dtype;
@@ -787,8 +803,13 @@ static cfk_qjob qjob_rows(const cfk_qjob *j, int64_t r0, int n) {
         if (j->out[s].data) jr.out[s] = cf_rows(j->out[s], r0, n);
     if (j->glu_out.data) jr.glu_out = cf_rows(j->glu_out, r0, n);
     if (j->mul.data) jr.mul = cf_rows(j->mul, r0, n);
+    if (j->pos.data) jr.pos = cf_rows(j->pos, r0, n);
+    if (j->store_pos.data) jr.store_pos = cf_rows(j->store_pos, r0, n);
+    jr.store_pos0 = j->store_pos0 + (int)r0;
     return jr;
 }
+
+extern "C" int cfk_qgemv_folds(const cfk_qjob *j) { return cfk_qjob_ok(j) && qjob_tc_ok(j); }
 
 template <int BITS, int G>
 static void (*qgemv_tc_pick(bool f16))(QArgs) { return f16 ? qgemv_tc_kernel<BITS, G, true> : qgemv_tc_kernel<BITS, G, false>; }
@@ -807,7 +828,8 @@ static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
     int64_t units = 0, unit0[3] = {0, 0, 0};   /* units in all; the first unit of each product */
     for (int s = 0; s < j->n_seg; s++) {
         unit0[s] = glu ? 0 : units;
-        if (!glu || s == 0) units += ceil_div(j->w[s]->rows, glu ? TC_GLU_ROWS : TC_ROWS);
+        if (!glu || s == 0) units += glu ? ceil_div(j->w[s]->rows, TC_GLU_ROWS) : j->rope[s] ? ceil_div(j->w[s]->rows / 2, TC_GLU_ROWS)
+                                                                                   : ceil_div(j->w[s]->rows, TC_ROWS);
     }
     const int64_t nkb = j->x.cols / TC_KB;
     int splits = 1;
@@ -816,7 +838,17 @@ static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
         const cfk_qjob jr = qjob_rows(j, r0, (int)(j->x.rows - r0 < 8 ? j->x.rows - r0 : 8));
         QArgs g = qargs(&jr);
         QSeg *segs[3] = {&g.s0, &g.s1, &g.s2};
-        for (int s = 0; s < j->n_seg; s++) segs[s]->block0 = unit0[s];
+        for (int s = 0; s < j->n_seg; s++) {
+            segs[s]->block0 = unit0[s];
+            segs[s]->rope = j->rope[s];
+            segs[s]->cache = j->cache[s].data ? tv(j->cache[s]) : TV{};
+        }
+        g.pos = jr.pos.data ? tv(jr.pos) : TV{};
+        g.store_pos = jr.store_pos.data ? tv(jr.store_pos) : TV{};
+        g.inv_freq = (const float *)j->inv_freq.data;
+        g.half = j->head_dim / 2;
+        g.pos0 = jr.store_pos0;
+        g.cap = j->cap;
         g.splits = splits;
         const dim3 grid((unsigned)(units * splits));
         const bool f16 = j->w[0]->sb_dtype == CF_F16;
