@@ -43,7 +43,6 @@ struct QArgs {
     int half, pos0, cap;
 };
 
-
 /* (scale, bias) pair i of a row-major pair array of dtype t */
 __device__ __forceinline__ float2 ld_sb(const void *sb, int t, int64_t i) {
     if (t == CF_F32) return __ldg((const float2 *)sb + i);
