@@ -3,9 +3,10 @@
  * bits 4 and 8, groups 32/64/128, scales and biases in bf16/f16/f32, activation rows 1, 2, 3, 8, 17, 64, 300, odd
  * output sizes, x in f32 and bf16; the fused matmul_glu, matmul_gated and qkv (one job of three products, and mixed
  * bit widths, which run apart; plain, and with RoPE and the KV stores against the reference turned in double); embed
- * of a quantized table; a decode matmul recorded in a graph. Each runs under three settings of CINFER_QMMA_MAX_ROWS (tuning.qmma_max_rows): 128 (the default: rows 9..128 on the tensor-core
- * kernel, 300 dequantized + cuBLAS), 4096 (every row count above 8 on the tensor-core kernel) and 0 (above 8 through
- * cuBLAS); the last also with the decode GEMV's k split over clusters of up to 4 blocks (tuning.qgemv_tc_splits; the
+ * of a quantized table; a decode matmul recorded in a graph. Each runs under three settings of
+ * CINFER_QMMA_MAX_ROWS (tuning.qmma_max_rows): 128 (the default: rows 9..128 on the tensor-core kernel, 300
+ * dequantized + cuBLAS), 4096 (every row count above 8 on the tensor-core kernel) and 0 (above 8 through cuBLAS); the
+ * last also with the decode GEMV's k split over clusters of up to 4 blocks (tuning.qgemv_tc_splits; the
  * default is none).
  *
  * Bounds. The GEMV (at most 8 rows) computes in f32 sum(scale * sum(x q) + bias * sum(x)) per chunk: within
