@@ -11,7 +11,7 @@ bash scripts/gpu-build.sh > $OUT/build.txt 2>&1; echo "build rc=$? $((SECONDS-T)
 grep -E "tests passed|Failed|\*\*\*|Total Test" $OUT/ctest.txt | tail -10
 case "$name" in *H200*) runs="gemma spec q4 engine q8 q4-c64" ;; *) runs="gemma" ;; esac
 for r in $runs; do
-  [ $((SECONDS - T)) -lt 520 ] || { echo "out of time before $r"; break; }
+  [ $((SECONDS - T)) -lt 430 ] || { echo "out of time before $r"; break; }
   bash bench/gpu_targets.sh $OUT/t $r > /dev/null 2>&1; echo "$r $((SECONDS-T))s"
 done
 python3 bench/gpu_targets_summary.py $OUT/t
