@@ -605,6 +605,20 @@ static void qjob_run(cuda_backend *b, const cfk_qjob *j, cf_tensor gate, cf_tens
 
 /* ---- fused operations (backend.h) ---- */
 
+/* the RoPE and the KV stores of a qkv for its GEMV to do (cfk_qkv_fold) */
+static cfk_qkv_fold qkv_fold(const cf_qkv_args *a, int rope, int store) {
+    cfk_qkv_fold f = {0};
+    if (rope) {
+        f.rope[0] = 1, f.rope[1] = a->own_kv;
+        f.pos = a->pos, f.inv_freq = a->inv_freq, f.head_dim = a->head_dim;
+    }
+    if (store) {
+        f.cache[1] = a->dest.k_cache, f.cache[2] = a->dest.v_cache;
+        f.store_pos = a->dest.idx, f.store_pos0 = a->dest.pos0, f.cap = a->dest.cap;
+    }
+    return f;
+}
+
 /* q, k, v in one GEMV launch where the vector kernel (bf16) or the tensor-core GEMV (4/8 bits) takes them; the RoPE
  * and the stores are done by the GEMV's own blocks when there are no per-head norms and the rotation covers whole
  * heads (Llama, Qwen2), else by one launch of cfk_qkv_post (per-head norms, RoPE and stores of q, k, v: Qwen3, Gemma). */
@@ -614,6 +628,9 @@ static void cuda_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) {
     const int own = a->own_kv, v_from_k = own && !a->wv.data, store = own && a->dest.k_cache.data != NULL;
     const int norms = a->q_norm.data || (own && (a->k_norm.data || a->v_norm.data));
     const int rope = a->rot_dim >= 2;
+    /* RoPE and the stores are all there is to do, in the form the GEMVs take */
+    const int foldable = !norms && !v_from_k &&
+                         (!rope || (a->rot_dim == a->head_dim && a->head_dim % 2 == 0 && a->inv_freq.dtype == CF_F32 && a->pos.dtype == CF_I32));
     const cf_tensor qw[3] = {a->wq, a->wk, a->wv};
     if (a->wq.dtype == CF_Q && (!own || q_same(qw, v_from_k ? 2 : 3))) {   /* q, k, v in one quantized job */
         const cf_tensor none = {0};
@@ -622,17 +639,8 @@ static void cuda_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) {
             j.w[1] = a->wk.data, j.out[1] = a->k, j.bias[1] = a->bk, j.n_seg = 2;
             if (!v_from_k) j.w[2] = a->wv.data, j.out[2] = a->v, j.bias[2] = a->bv, j.n_seg = 3;
         }
-        /* RoPE and the stores in the tensor-core GEMV where it runs and they are all there is to do (Llama, Qwen2) */
-        const int fold = !norms && !v_from_k && x.rows <= cfk_cfg.qgemv_max_rows && cfk_qgemv_folds(&j) &&
-                         (!rope || (a->rot_dim == a->head_dim && a->head_dim % 2 == 0 && a->inv_freq.dtype == CF_F32 && a->pos.dtype == CF_I32));
-        if (fold && rope) {
-            j.rope[0] = 1, j.rope[1] = own;
-            j.pos = a->pos, j.inv_freq = a->inv_freq, j.head_dim = a->head_dim;
-        }
-        if (fold && store) {
-            j.cache[1] = a->dest.k_cache, j.cache[2] = a->dest.v_cache;
-            j.store_pos = a->dest.idx, j.store_pos0 = a->dest.pos0, j.cap = a->dest.cap;
-        }
+        const int fold = foldable && x.rows <= cfk_cfg.qgemv_max_rows && cfk_qgemv_folds(&j);   /* the tensor-core GEMV runs */
+        if (fold) j.fold = qkv_fold(a, rope, store);
         qjob_run(b, &j, none, none, "qkv (quantized)");
         if (v_from_k) cuda_copy(be, a->v, a->k);
         if (!fold && (norms || rope || store)) check(b, cfk_qkv_post(b->stream, a), "qkv (norms, rope, stores)");
@@ -647,21 +655,9 @@ static void cuda_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) {
             j.n_seg = 2;
             if (!v_from_k) j.out[2] = a->v, j.w[2] = a->wv, j.bias[2] = a->bv, j.n_seg = 3;
         }
-        const int fold = !norms && !v_from_k && (!rope || (a->rot_dim == a->head_dim && a->inv_freq.dtype == CF_F32)) &&
-                         (!rope || a->pos.dtype == CF_I32);
-        if (fold) {
-            if (rope) {
-                j.rope[0] = 1, j.rope[1] = own;
-                j.pos = a->pos, j.inv_freq = a->inv_freq, j.head_dim = a->head_dim;
-            }
-            if (store) {
-                j.cache[1] = a->dest.k_cache, j.cache[2] = a->dest.v_cache;
-                j.store_pos = a->dest.idx, j.store_pos0 = a->dest.pos0, j.cap = a->dest.cap;
-            }
-            check(b, cfk_gemv(b->stream, &j), "qkv");
-            return;
-        }
+        if (foldable) j.fold = qkv_fold(a, rope, store);
         check(b, cfk_gemv(b->stream, &j), "qkv");
+        if (foldable) return;
     } else {
         cuda_matmul(be, a->q, x, a->wq, a->bq);
         if (own) cuda_matmul(be, a->k, x, a->wk, a->bk);

@@ -85,6 +85,18 @@ cudaError_t cfk_fill_random(cudaStream_t st, cf_tensor t, uint64_t seed, float s
  * with a GLU (glu_out = act(out[0]) * out[1], each warp computing a row of both; out[s].data NULL: those
  * not written), or for one product, with a gate (out = act(x . w^T) * mul). */
 #define CFK_MAX_SEG 3
+/* The attention inputs' fold, for a GEMV job computing q, k, v (cfk_gemv_job, cfk_qjob): RoPE of the products with
+ * rope[s] set (whole heads of head_dim, positions pos, frequencies inv_freq), then a KV-cache store of those with
+ * cache[s].data set (slots store_pos[r] % cap, or (store_pos0 + r) % cap when store_pos.data is NULL; cap 0:
+ * store_pos[r] itself). All zero: none. */
+typedef struct cfk_qkv_fold {
+    int rope[CFK_MAX_SEG];
+    cf_tensor pos, inv_freq;
+    int head_dim;
+    cf_tensor cache[CFK_MAX_SEG];
+    cf_tensor store_pos;
+    int store_pos0, cap;
+} cfk_qkv_fold;
 typedef struct cfk_gemv_job {
     cf_tensor x;
     int n_seg;
@@ -92,15 +104,7 @@ typedef struct cfk_gemv_job {
     cf_tensor glu_out;   /* data NULL: none */
     cf_tensor mul;       /* data NULL: none */
     cf_act act;
-    /* then RoPE of the products with rope[s] set (whole heads of head_dim, positions pos, frequencies
-     * inv_freq), and a KV-cache store of those with cache[s].data set (slots store_pos[r] % cap, or
-     * (store_pos0 + r) % cap when store_pos.data is NULL; cap 0: store_pos[r] itself) */
-    int rope[CFK_MAX_SEG];
-    cf_tensor pos, inv_freq;
-    int head_dim;
-    cf_tensor cache[CFK_MAX_SEG];
-    cf_tensor store_pos;
-    int store_pos0, cap;
+    cfk_qkv_fold fold;   /* done by the GEMV's blocks where the vector kernel takes the job, else in launches after it */
 } cfk_gemv_job;
 /* whether x and w suit the vectorized kernel (the only one that fuses) */
 int cfk_gemv_vec_ok(cf_tensor x, cf_tensor w);
@@ -116,7 +120,7 @@ cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *job);
  * A job: up to CFK_QMAX_SEG products out[s] = x . w[s]^T (+ bias[s]) sharing x (q, k, v), or two products of equal
  * rows finished by the GLU (glu_out = act(x w0^T) * (x w1^T); out[] unused), or one times act() of a gate
  * (out = act(x w^T) * mul). x: F32 or BF16, rows 16-byte aligned. */
-#define CFK_QMAX_SEG 3
+#define CFK_QMAX_SEG CFK_MAX_SEG
 typedef struct cfk_qjob {
     cf_tensor x;
     int n_seg;
@@ -124,14 +128,7 @@ typedef struct cfk_qjob {
     cf_tensor out[CFK_QMAX_SEG], bias[CFK_QMAX_SEG];
     cf_tensor glu_out, mul;   /* data NULL: none */
     cf_act act;
-    /* the attention inputs' fold, as cfk_gemv_job's (only where cfk_qgemv_folds says the GEMV takes it): RoPE of the
-     * products with rope[s] set, then a KV-cache store of those with cache[s].data set */
-    int rope[CFK_QMAX_SEG];
-    cf_tensor pos, inv_freq;
-    int head_dim;
-    cf_tensor cache[CFK_QMAX_SEG];
-    cf_tensor store_pos;
-    int store_pos0, cap;
+    cfk_qkv_fold fold;   /* only where cfk_qgemv_folds says the GEMV takes it */
 } cfk_qjob;
 /* whether the kernels take the job as it is (same bits, 4 or 8, for every product; x F32/BF16 and aligned; k a
  * multiple of 32; shapes of the GLU / gate forms) */

@@ -42,14 +42,14 @@ static Seg seg_of(const cfk_gemv_job *j, int s, int64_t r0, int n, int64_t block
 /* The job's RoPEs, then its stores, as launches of their own (when the kernel cannot take them). */
 static cudaError_t rope_and_store(cudaStream_t st, const cfk_gemv_job *j) {
     for (int s = 0; s < j->n_seg; s++) {
-        if (!j->rope[s]) continue;
-        const int heads = (int)(j->out[s].cols / j->head_dim);
-        cudaError_t e = cfk_rope(st, 1, &j->out[s], &heads, j->pos, j->head_dim, j->head_dim, j->inv_freq, NULL);
+        if (!j->fold.rope[s]) continue;
+        const int heads = (int)(j->out[s].cols / j->fold.head_dim);
+        cudaError_t e = cfk_rope(st, 1, &j->out[s], &heads, j->fold.pos, j->fold.head_dim, j->fold.head_dim, j->fold.inv_freq, NULL);
         if (e != cudaSuccess) return e;
     }
     for (int s = 0; s < j->n_seg; s++) {
-        if (!j->cache[s].data) continue;
-        cfk_kv_args kv = {.n = 1, .cache = {j->cache[s]}, .src = {j->out[s]}, .pos0 = j->store_pos0, .cap = j->cap, .pos = j->store_pos};
+        if (!j->fold.cache[s].data) continue;
+        cfk_kv_args kv = {.n = 1, .cache = {j->fold.cache[s]}, .src = {j->out[s]}, .pos0 = j->fold.store_pos0, .cap = j->fold.cap, .pos = j->fold.store_pos};
         cudaError_t e = cfk_kv_store(st, &kv);
         if (e != cudaSuccess) return e;
     }
@@ -75,15 +75,15 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
     /* RoPE and stores in the kernel, else launches of their own after it */
     bool fold = !glu && !j->mul.data;
     for (int s = 0; s < j->n_seg; s++)
-        if (j->rope[s]) fold = fold && j->head_dim % 2 == 0 && j->w[s].rows % j->head_dim == 0;
+        if (j->fold.rope[s]) fold = fold && j->fold.head_dim % 2 == 0 && j->w[s].rows % j->fold.head_dim == 0;
     /* more rows than the vector kernel takes (the backend asks for at most 16 then): the tensor-core GEMV, a block a
      * unit of 16 weight rows (8 row pairs of the GLU or of RoPE) */
     bool tc = x.rows > cfk_cfg.gemv_max_rows;
     for (int s = 0; s < j->n_seg; s++) tc = tc && cfk_gemv_tc_ok(x, j->w[s]);
     int64_t units[CFK_MAX_SEG], n_units = 0;   /* a warp's work: two rows (see k_gemv.cuh); tc: a block's */
     for (int s = 0; s < j->n_seg; s++) {
-        if (tc) units[s] = glu ? ceil_div(j->w[s].rows, 8) : fold && j->rope[s] ? ceil_div(j->w[s].rows / 2, 8) : ceil_div(j->w[s].rows, 16);
-        else units[s] = glu ? j->w[s].rows : fold && j->rope[s] ? j->w[s].rows / 2 : ceil_div(j->w[s].rows, 2);
+        if (tc) units[s] = glu ? ceil_div(j->w[s].rows, 8) : fold && j->fold.rope[s] ? ceil_div(j->w[s].rows / 2, 8) : ceil_div(j->w[s].rows, 16);
+        else units[s] = glu ? j->w[s].rows : fold && j->fold.rope[s] ? j->w[s].rows / 2 : ceil_div(j->w[s].rows, 2);
         n_units += glu && s ? 0 : units[s];
     }
     int wpr = 1;
@@ -117,15 +117,15 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
         if (glu) g.glu = tv(cf_rows(j->glu_out, r0, n));
         if (fold) {
             for (int s = 0; s < j->n_seg; s++) {
-                segs[s]->rope = j->rope[s];
-                segs[s]->cache = tv(j->cache[s]);
+                segs[s]->rope = j->fold.rope[s];
+                segs[s]->cache = tv(j->fold.cache[s]);
             }
-            g.pos = tv(cf_rows(j->pos, r0, n));
-            g.store_pos = j->store_pos.data ? tv(cf_rows(j->store_pos, r0, n)) : TV{};
-            g.inv_freq = (const float *)j->inv_freq.data;
-            g.half = j->head_dim / 2;
-            g.pos0 = j->store_pos0 + (int)r0;
-            g.cap = j->cap;
+            g.pos = tv(cf_rows(j->fold.pos, r0, n));
+            g.store_pos = j->fold.store_pos.data ? tv(cf_rows(j->fold.store_pos, r0, n)) : TV{};
+            g.inv_freq = (const float *)j->fold.inv_freq.data;
+            g.half = j->fold.head_dim / 2;
+            g.pos0 = j->fold.store_pos0 + (int)r0;
+            g.cap = j->fold.cap;
         }
         cudaError_t e = tc ? gemv_tc_launch(st, g, blocks)
                            : w.dtype == CF_BF16 ? gemv_launch_bf16(st, g, blocks, x.dtype) : gemv_launch_f16(st, g, blocks, x.dtype);

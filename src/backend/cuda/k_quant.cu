@@ -802,9 +802,9 @@ static cfk_qjob qjob_rows(const cfk_qjob *j, int64_t r0, int n) {
         if (j->out[s].data) jr.out[s] = cf_rows(j->out[s], r0, n);
     if (j->glu_out.data) jr.glu_out = cf_rows(j->glu_out, r0, n);
     if (j->mul.data) jr.mul = cf_rows(j->mul, r0, n);
-    if (j->pos.data) jr.pos = cf_rows(j->pos, r0, n);
-    if (j->store_pos.data) jr.store_pos = cf_rows(j->store_pos, r0, n);
-    jr.store_pos0 = j->store_pos0 + (int)r0;
+    if (j->fold.pos.data) jr.fold.pos = cf_rows(j->fold.pos, r0, n);
+    if (j->fold.store_pos.data) jr.fold.store_pos = cf_rows(j->fold.store_pos, r0, n);
+    jr.fold.store_pos0 = j->fold.store_pos0 + (int)r0;
     return jr;
 }
 
@@ -827,7 +827,7 @@ static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
     int64_t units = 0, unit0[3] = {0, 0, 0};   /* units in all; the first unit of each product */
     for (int s = 0; s < j->n_seg; s++) {
         unit0[s] = glu ? 0 : units;
-        if (!glu || s == 0) units += glu ? ceil_div(j->w[s]->rows, TC_GLU_ROWS) : j->rope[s] ? ceil_div(j->w[s]->rows / 2, TC_GLU_ROWS)
+        if (!glu || s == 0) units += glu ? ceil_div(j->w[s]->rows, TC_GLU_ROWS) : j->fold.rope[s] ? ceil_div(j->w[s]->rows / 2, TC_GLU_ROWS)
                                                                                    : ceil_div(j->w[s]->rows, TC_ROWS);
     }
     const int64_t nkb = j->x.cols / TC_KB;
@@ -839,15 +839,15 @@ static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
         QSeg *segs[3] = {&g.s0, &g.s1, &g.s2};
         for (int s = 0; s < j->n_seg; s++) {
             segs[s]->block0 = unit0[s];
-            segs[s]->rope = j->rope[s];
-            segs[s]->cache = j->cache[s].data ? tv(j->cache[s]) : TV{};
+            segs[s]->rope = j->fold.rope[s];
+            segs[s]->cache = j->fold.cache[s].data ? tv(j->fold.cache[s]) : TV{};
         }
-        g.pos = jr.pos.data ? tv(jr.pos) : TV{};
-        g.store_pos = jr.store_pos.data ? tv(jr.store_pos) : TV{};
-        g.inv_freq = (const float *)j->inv_freq.data;
-        g.half = j->head_dim / 2;
-        g.pos0 = jr.store_pos0;
-        g.cap = j->cap;
+        g.pos = jr.fold.pos.data ? tv(jr.fold.pos) : TV{};
+        g.store_pos = jr.fold.store_pos.data ? tv(jr.fold.store_pos) : TV{};
+        g.inv_freq = (const float *)j->fold.inv_freq.data;
+        g.half = j->fold.head_dim / 2;
+        g.pos0 = jr.fold.store_pos0;
+        g.cap = j->fold.cap;
         g.splits = splits;
         const dim3 grid((unsigned)(units * splits));
         const bool f16 = j->w[0]->sb_dtype == CF_F16;
