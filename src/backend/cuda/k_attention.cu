@@ -90,16 +90,31 @@ __device__ __forceinline__ void empty_split(const AttnP &P, int i, int h, float 
     merge_if_last(P, i, h);
 }
 
-/* The 4 warps' (max wm, sum wl) -> the block's max M and sum L, and each warp's weight f = e^(wm - M) (0 for a warp
- * that saw no key). */
-__device__ __forceinline__ void warp_weights(const float *wm, const float *wl, float (&f)[4], float &M, float &L) {
-    M = fmaxf(fmaxf(wm[0], wm[1]), fmaxf(wm[2], wm[3]));
-    L = 0.0f;
-#pragma unroll
-    for (int w = 0; w < 4; w++) {
-        f[w] = wm[w] == -INFINITY ? 0.0f : exp2f(wm[w] - M);
-        L += wl[w] * f[w];
+/* The merge of n online-softmax partial results (max m_s, sum l_s; ml(s) gives (m_s, l_s)): their max M, each one's
+ * weight wt[s] = 2^(m_s - M) (0 for one that saw no key) and the total sum L = sum_s l_s wt[s], returned. Warps,
+ * cluster blocks and split blocks all merge through it, so the three agree to the bit. */
+template <int N, typename ML>
+__device__ __forceinline__ float merge_weights(int n, ML ml, float (&wt)[N], float &M) {
+    M = -INFINITY;
+#pragma unroll(N <= 8 ? N : 1)
+    for (int s = 0; s < N; s++) {
+        if (s >= n) break;
+        wt[s] = ml(s).x;
+        M = fmaxf(M, wt[s]);
     }
+    float L = 0.0f;
+#pragma unroll(N <= 8 ? N : 1)
+    for (int s = 0; s < N; s++) {
+        if (s >= n) break;
+        wt[s] = wt[s] == -INFINITY ? 0.0f : exp2f(wt[s] - M);
+        L += ml(s).y * wt[s];
+    }
+    return L;
+}
+
+/* the 4 warps' (wm, wl) merged: weights f, max M, sum L */
+__device__ __forceinline__ void warp_weights(const float *wm, const float *wl, float (&f)[4], float &M, float &L) {
+    L = merge_weights(4, [&](int w) { return make_float2(wm[w], wl[w]); }, f, M);
 }
 
 /* The block's 4 warps each hold (max m, sum l, unnormalized outputs wo[warp][0 .. Dv-1]): combined, then
@@ -232,19 +247,15 @@ __device__ void combine_cluster(const AttnP &P, int i, int h, const float *wm, c
     cl.sync();
     if (cl.block_rank() == 0) {
         const int S = P.n_splits;
-        float ms[8], wt[8], Mx = -INFINITY, Lt = 0.0f;
-#pragma unroll
-        for (int s = 0; s < 8; s++) ms[s] = s < S ? *cl.map_shared_rank(&bm, s) : -INFINITY, Mx = fmaxf(Mx, ms[s]);
-#pragma unroll
-        for (int s = 0; s < 8; s++) {
-            wt[s] = ms[s] == -INFINITY ? 0.0f : exp2f(ms[s] - Mx);
-            if (s < S) Lt += *cl.map_shared_rank(&bl, s) * wt[s];
-        }
+        float wt[8], Mx;
+        const float Lt = merge_weights(S, [&](int s) { return make_float2(*cl.map_shared_rank(&bm, s), *cl.map_shared_rank(&bl, s)); }, wt, Mx);
         for (int c = threadIdx.x; c < P.Dv; c += blockDim.x) {
             float v = 0.0f;
 #pragma unroll
-            for (int s = 0; s < 8; s++)
+            for (int s = 0; s < 8; s++) {
+                if (s >= S) break;
                 if (wt[s] != 0.0f) v += cl.map_shared_rank(&wo[0][0], s)[c] * wt[s];
+            }
             st(P.out, i, (int64_t)h * P.Dv + c, v / Lt);
         }
     }
@@ -350,14 +361,8 @@ __device__ void merge_splits(const AttnP &P, int i, int h) {
     const float *pp = part_at(P, i, h, 0);
     const int S = P.n_splits, W = P.Dv + 2;
     if (threadIdx.x == 0) {
-        float M = -INFINITY, L = 0.0f;
-        for (int s = 0; s < S; s++) M = fmaxf(M, __ldcg(pp + s * W));
-        for (int s = 0; s < S; s++) {
-            const float m = __ldcg(pp + s * W);
-            wgt[s] = m == -INFINITY ? 0.0f : exp2f(m - M);
-            L += __ldcg(pp + s * W + 1) * wgt[s];
-        }
-        total = L;
+        float M;
+        total = merge_weights(S, [&](int s) { return make_float2(__ldcg(pp + s * W), __ldcg(pp + s * W + 1)); }, wgt, M);
     }
     __syncthreads();
     for (int c = threadIdx.x; c < P.Dv; c += blockDim.x) {
