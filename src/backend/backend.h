@@ -303,8 +303,8 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *                                               rows over 2 or 4 warps (few rows or long ones)
  *   qgemv_tc          CINFER_QGEMV_TC           1: CUDA decode with 4/8-bit weights and bf16 activations runs on the tensor
  *                                               cores (k a multiple of 128, at least 512); 0: the CUDA-core GEMV
- *   qgemv_tc_splits   CINFER_QGEMV_TC_SPLITS    1: at most this many blocks (a cluster, 1, 2, 4 or 8) split the k of one unit of
- *                                               the tensor-core GEMV when its units are too few to fill the GPU; 1: none
+ *   qgemv_tc_splits   CINFER_QGEMV_TC_SPLITS    8: at most this many blocks (a cluster, 1, 2, 4 or 8) split the k of one unit of
+ *                                               the tensor-core GEMV while the doubled grid still runs in one wave; 1: none
  * The measurements behind the CUDA defaults are noted where cuda_backend.c applies them. */
 typedef struct cf_tuning {
     int fused_ops, decode_graphs, device_sampling;

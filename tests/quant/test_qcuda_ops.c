@@ -6,8 +6,8 @@
  * of a quantized table; a decode matmul recorded in a graph. Each runs under three settings of
  * CINFER_QMMA_MAX_ROWS (tuning.qmma_max_rows): 128 (the default: rows 9..128 on the tensor-core kernel, 300
  * dequantized + cuBLAS), 4096 (every row count above 8 on the tensor-core kernel) and 0 (above 8 through cuBLAS); the
- * last also with the decode GEMV's k split over clusters of up to 4 blocks (tuning.qgemv_tc_splits; the
- * default is none).
+ * last also with the decode GEMV's k split over clusters of at most 4 blocks (tuning.qgemv_tc_splits; the
+ * default allows 8, within one wave).
  *
  * Bounds. The GEMV (at most 8 rows) computes in f32 sum(scale * sum(x q) + bias * sum(x)) per chunk: within
  * 4 k 2^-24 (sum |x| (|w| + 2 |bias of the group|)) of the exact product. The other paths multiply bf16 operands

@@ -24,7 +24,7 @@
 
 cfk_config cfk_cfg = {.pdl = 1, .gemv_unroll = 0, .gemv_max_rows = 1, .gemv_tc_max_rows = 16, .gemv_warps = 8, .gemv_block_warps = 4,
                       .attn_bc = 32, .attn_hpb = 2, .attn_group = 1, .attn_group_splits = 64, .attn_cluster = 1,
-                      .paged_mma_group = 0, .paged_sm_blocks = 3, .qmma_max_rows = 128, .qgemv_max_rows = 8, .qgemv_warps = 24, .qgemv_tc = 1, .qgemv_tc_splits = 1, .n_sm = 132};
+                      .paged_mma_group = 0, .paged_sm_blocks = 3, .qmma_max_rows = 128, .qgemv_max_rows = 8, .qgemv_warps = 24, .qgemv_tc = 1, .qgemv_tc_splits = 8, .n_sm = 132};
 
 typedef struct cuda_backend {
     cf_backend base;
@@ -1022,8 +1022,10 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     cfk_cfg.qgemv_max_rows = t->qgemv_max_rows < 8 ? t->qgemv_max_rows : 8;
     cfk_cfg.qgemv_warps = t->qgemv_warps >= 1 ? t->qgemv_warps : 24;   /* 24: not measured yet */
     cfk_cfg.qgemv_tc = t->qgemv_tc;
-    /* qgemv_tc_splits 1 (no split), for the H200: Llama-3-8B q4 decode 339.84 tokens/s there against 317.50 at 2 and
-     * 317.36 at 4 (bench/results/README.md, run25); an H100 prefers 2 (348 against 330) */
+    /* qgemv_tc_splits 8: the split stays within one wave (k_quant.cu), which leaves Llama-3-8B at 2 for o and down.
+     * H100, q4 decode 342.20 -> 361.07 tokens/s, q8 255.50 -> 259.78 against the old rule (bench/results/run36). The
+     * old rule, splitting while the blocks were fewer than 4 an SM, spilled into a second wave: on the H200 339.84
+     * tokens/s unsplit against 317.50 at 2 (run25), so it was off by default. */
     cfk_cfg.qgemv_tc_splits = t->qgemv_tc_splits >= 8 ? 8 : t->qgemv_tc_splits >= 4 ? 4 : t->qgemv_tc_splits >= 2 ? 2 : 1;
 
     cuda_backend *b = calloc(1, sizeof *b);

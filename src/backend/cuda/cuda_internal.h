@@ -140,7 +140,7 @@ cudaError_t cfk_qgemv(cudaStream_t st, const cfk_qjob *j);
 /* more rows: the tensor-core GEMM (bf16 x); partial: cfk_qmma_scratch(j) bytes of scratch (0: none needed) */
 size_t cfk_qmma_scratch(const cfk_qjob *j);
 cudaError_t cfk_qmma(cudaStream_t st, const cfk_qjob *j, void *partial);
-cudaError_t cfk_quant_init(void);   /* the GEMM's large shared memory; once per process (from cfk_init) */
+cudaError_t cfk_quant_init(void);   /* the GEMM's large shared memory, both kernels' blocks an SM; once per process (from cfk_init) */
 /* rows [r0, r0 + nr) of w dequantized to bf16 at out ([nr, cols], 16-byte aligned) */
 cudaError_t cfk_qdequant(cudaStream_t st, const cf_qweight *w, int64_t r0, int64_t nr, void *out);
 /* out[i] = dequantized row ids[i] of table * scale (zeros for ids outside the table) */

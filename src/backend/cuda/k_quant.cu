@@ -206,6 +206,9 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
  * g.splits blocks shares a unit, block z taking k-blocks [z nkb / splits, (z + 1) nkb / splits); their sums meet in
  * block 0's shared memory in block order (the result does not depend on timing), and block 0 finishes. */
 constexpr int TC_WARPS = 4, TC_KB = 128, TC_ROWS = 15, TC_GLU_ROWS = 7;
+/* blocks an SM the kernel is compiled for: 5 at groups 64 and 128 (92-96 registers), 4 at group 32, which would
+ * spill at 5. Five let o and down of Llama-3-8B (274 units) split k over 2 blocks within one wave (qgemv_tc). */
+#define TC_MIN_BLOCKS(G) ((G) == 32 ? 4 : 5)
 
 /* N consecutive 32-bit words of a stream read once (N * 4-byte aligned) into d where ok; elsewhere d keeps its value */
 template <int N>
@@ -222,7 +225,7 @@ __device__ __forceinline__ void ld_words(const uint32_t *p, bool ok, uint32_t *d
 }
 
 template <int BITS, int G, bool F16>
-__global__ void __launch_bounds__(TC_WARPS * 32, 4) qgemv_tc_kernel(QArgs g) {
+__global__ void __launch_bounds__(TC_WARPS * 32, TC_MIN_BLOCKS(G)) qgemv_tc_kernel(QArgs g) {
     constexpr int TC_RING = BITS == 4 ? 3 : 2;   /* k-blocks in flight a warp: 3 or 4 KB of weights */
     constexpr int WKB = TC_KB * BITS / 32;   /* words of a row in a k-block: 16 or 32 */
     constexpr int NG = TC_KB / G;            /* groups in a k-block */
@@ -814,16 +817,19 @@ template <int BITS, int G>
 static void (*qgemv_tc_pick(bool f16))(QArgs) { return f16 ? qgemv_tc_kernel<BITS, G, true> : qgemv_tc_kernel<BITS, G, false>; }
 
 template <int BITS>
-static cudaError_t qgemv_tc_launch(cudaStream_t st, int group, bool f16, dim3 grid, unsigned splits, const QArgs &g) {
-    void (*kernel)(QArgs) = group == 32 ? qgemv_tc_pick<BITS, 32>(f16) : group == 64 ? qgemv_tc_pick<BITS, 64>(f16) : qgemv_tc_pick<BITS, 128>(f16);
-    return launch_cluster(kernel, grid, dim3(TC_WARPS * 32), 0, st, splits, g);
+static void (*qgemv_tc_kernel_of(int group, bool f16))(QArgs) {
+    return group == 32 ? qgemv_tc_pick<BITS, 32>(f16) : group == 64 ? qgemv_tc_pick<BITS, 64>(f16) : qgemv_tc_pick<BITS, 128>(f16);
 }
+
+/* qgemv_tc_kernel's blocks an SM (occupancy API, cfk_quant_init): [bits == 8][group 32, 64, 128] */
+static int tc_blocks_per_sm[2][3];
 
 static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
     const bool glu = j->glu_out.data != NULL;
-    /* k split over a cluster (up to cfk_cfg.qgemv_tc_splits blocks; by default none) while the blocks fall short of 4
-     * an SM and each warp keeps at least 2 k-blocks (Llama-3-8B at most 2: q/k/v, o and down 2 blocks a unit, gate/up
-     * and the output layer 1); it depends on the shapes only, not on the activation rows */
+    /* k split over a cluster of up to cfk_cfg.qgemv_tc_splits blocks while twice the blocks still run in one wave and
+     * each warp keeps at least 2 k-blocks: Llama-3-8B's o and down (274 units) split in 2, q/k/v (436) and gate/up
+     * (2,048) not. It depends on the shapes only, not on the activation rows. */
+    const bool f16 = j->w[0]->sb_dtype == CF_F16;
     int64_t units = 0, unit0[3] = {0, 0, 0};   /* units in all; the first unit of each product */
     for (int s = 0; s < j->n_seg; s++) {
         unit0[s] = glu ? 0 : units;
@@ -831,8 +837,10 @@ static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
                                                                                    : ceil_div(j->w[s]->rows, TC_ROWS);
     }
     const int64_t nkb = j->x.cols / TC_KB;
+    const int g_idx = j->w[0]->group == 32 ? 0 : j->w[0]->group == 64 ? 1 : 2;
+    const int64_t slots = (int64_t)cfk_cfg.n_sm * tc_blocks_per_sm[j->w[0]->bits == 8][g_idx];
     int splits = 1;
-    while (splits < cfk_cfg.qgemv_tc_splits && units * splits < (int64_t)cfk_cfg.n_sm * 4 && nkb >= (int64_t)4 * TC_WARPS * splits) splits *= 2;
+    while (splits < cfk_cfg.qgemv_tc_splits && units * splits * 2 <= slots && nkb >= (int64_t)4 * TC_WARPS * splits) splits *= 2;
     for (int64_t r0 = 0; r0 < j->x.rows; r0 += 8) {
         const cfk_qjob jr = qjob_rows(j, r0, (int)(j->x.rows - r0 < 8 ? j->x.rows - r0 : 8));
         QArgs g = qargs(&jr);
@@ -850,9 +858,8 @@ static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
         g.cap = j->fold.cap;
         g.splits = splits;
         const dim3 grid((unsigned)(units * splits));
-        const bool f16 = j->w[0]->sb_dtype == CF_F16;
-        const cudaError_t e = j->w[0]->bits == 4 ? qgemv_tc_launch<4>(st, j->w[0]->group, f16, grid, (unsigned)splits, g)
-                                                 : qgemv_tc_launch<8>(st, j->w[0]->group, f16, grid, (unsigned)splits, g);
+        void (*kernel)(QArgs) = j->w[0]->bits == 4 ? qgemv_tc_kernel_of<4>(j->w[0]->group, f16) : qgemv_tc_kernel_of<8>(j->w[0]->group, f16);
+        const cudaError_t e = launch_cluster(kernel, grid, dim3(TC_WARPS * 32), 0, st, (unsigned)splits, g);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
@@ -974,6 +981,15 @@ extern "C" cudaError_t cfk_quant_init(void) {
     if (e == cudaSuccess && bf16_pairs_blocks < qa_blocks_per_sm[0]) qa_blocks_per_sm[0] = bf16_pairs_blocks;
     if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&qa_blocks_per_sm[1], qmma_async_kernel<8, false>, QA_THREADS, qa_smem<8>());
     if (e == cudaSuccess && (qa_blocks_per_sm[0] < 1 || qa_blocks_per_sm[1] < 1)) e = cudaErrorInvalidConfiguration;
+    const int groups[3] = {32, 64, 128};
+    for (int b = 0; b < 2 && e == cudaSuccess; b++)
+        for (int gi = 0; gi < 3 && e == cudaSuccess; gi++) {
+            int f = 0, h = 0;   /* bf16 and f16 pairs: the same registers, but take the smaller */
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f, b ? qgemv_tc_kernel_of<8>(groups[gi], false) : qgemv_tc_kernel_of<4>(groups[gi], false), TC_WARPS * 32, 0);
+            if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&h, b ? qgemv_tc_kernel_of<8>(groups[gi], true) : qgemv_tc_kernel_of<4>(groups[gi], true), TC_WARPS * 32, 0);
+            tc_blocks_per_sm[b][gi] = f < h ? f : h;
+            if (e == cudaSuccess && tc_blocks_per_sm[b][gi] < 1) e = cudaErrorInvalidConfiguration;
+        }
     return e;
 }
 
