@@ -24,6 +24,7 @@
 #include "spec/draft.h"
 #include "spec/ngram.h"
 #include "spec/replay.h"
+#include "../engine/gate.h"
 #include "../engine/tiny_model.h"
 #include "../check.h"
 #include "../stats.h"
@@ -363,7 +364,18 @@ static int on_event(const cinfer_event *ev, void *user) {
 }
 
 /* Runs the n requests at once (draft: each request's own q->draft when spec, else "none"). */
-static void run_all(cinfer_engine *e, const req *qs, int n, int spec, out *o) {
+/* Opens the n requests (speculating where spec is set) and keeps their outputs; gated: all behind the engine tests'
+ * gate (tests/engine/gate.h), so that they are queued before the first step, whatever the threads' timing. */
+static void run_behind(cinfer_engine *e, const req *qs, int n, int spec, int gated, out *o) {
+    cinfer_session *gate = NULL;
+    if (gated) {
+        const req g = make_req(2, 2, 999);
+        const char *stops[1];
+        int32_t sid[1];
+        cinfer_request r = request_of(&g, stops, sid, "none");
+        cinfer_error err = {0};
+        CHECK(gate_close(e, &r, &gate, &err) == CINFER_OK, "gate: %s", err.message);
+    }
     cinfer_session **ss = calloc((size_t)n, sizeof *ss);
     for (int i = 0; i < n; i++) {
         const char *stops[1];
@@ -376,6 +388,7 @@ static void run_all(cinfer_engine *e, const req *qs, int n, int spec, out *o) {
         cinfer_error err = {0};
         CHECK(cinfer_session_open(e, &r, &p, &ss[i], &err) == CINFER_OK, "open %d (%s): %s", i, r.draft ? r.draft : "-", err.message);
     }
+    if (gate) gate_open();
     for (int i = 0; i < n; i++) {
         const cinfer_result *res = NULL;
         cinfer_error err = {0};
@@ -383,8 +396,11 @@ static void run_all(cinfer_engine *e, const req *qs, int n, int spec, out *o) {
         if (ss[i] && cinfer_session_wait(ss[i], -1, &res, &err) == CINFER_OK) keep(res, &o[i]);
         cinfer_session_free(ss[i]);
     }
+    cinfer_session_free(gate);
     free(ss);
 }
+
+static void run_all(cinfer_engine *e, const req *qs, int n, int spec, out *o) { run_behind(e, qs, n, spec, 0, o); }
 
 static void check_blocks(cinfer_engine *e, const char *when) {
     cf_engine_stats st = cf_engine_get_stats(e);
@@ -629,7 +645,7 @@ static void check_mixed(void) {
     const int64_t kv = (int64_t)s0.block_bytes * 24;   /* 24 blocks of 16: a few sessions at a time */
     e = engine_with(16, kv, "ngram", NULL);
     if (e) {
-        run_all(e, qs, n, 1, got);
+        run_behind(e, qs, n, 1, 1, got);   /* all queued at once: the preemptions do not hang on thread timing */
         check_blocks(e, "preempted batch");
         cf_engine_stats sp = cf_engine_get_stats(e);
         cinfer_engine_free(e);
