@@ -202,8 +202,8 @@ __global__ void __launch_bounds__(128) qgemv_kernel(QArgs g) {
  * RoPE (the qkv fold): a product whose heads turn takes 7 pairs (j, j + half) of one head a unit, as MMA rows 0-6 and
  * 8-14 like the GLU's (gate, up), so warp 0 turns each pair where it finishes the rows; a product with a KV cache also
  * stores its rows there as out holds them.
- * Split k: when the units are too few to keep 4 blocks on every SM (o, down, q/k/v of Llama-3-8B), a cluster of
- * g.splits blocks shares a unit, block z taking k-blocks [z nkb / splits, (z + 1) nkb / splits); their sums meet in
+ * Split k: when the units are so few that twice the blocks still run in one wave (o and down of Llama-3-8B), a cluster
+ * of g.splits blocks shares a unit, block z taking k-blocks [z nkb / splits, (z + 1) nkb / splits); their sums meet in
  * block 0's shared memory in block order (the result does not depend on timing), and block 0 finishes. */
 constexpr int TC_WARPS = 4, TC_KB = 128, TC_ROWS = 15, TC_GLU_ROWS = 7;
 /* blocks an SM the kernel is compiled for: 5 at groups 64 and 128 (92-96 registers), 4 at group 32, which would
