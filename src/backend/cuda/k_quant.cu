@@ -820,9 +820,13 @@ template <int BITS>
 static void (*qgemv_tc_kernel_of(int group, bool f16))(QArgs) {
     return group == 32 ? qgemv_tc_pick<BITS, 32>(f16) : group == 64 ? qgemv_tc_pick<BITS, 64>(f16) : qgemv_tc_pick<BITS, 128>(f16);
 }
+static void (*qgemv_tc_kernel_for(int bits, int group, bool f16))(QArgs) {
+    return bits == 4 ? qgemv_tc_kernel_of<4>(group, f16) : qgemv_tc_kernel_of<8>(group, f16);
+}
 
 /* qgemv_tc_kernel's blocks an SM (occupancy API, cfk_quant_init): [bits == 8][group 32, 64, 128] */
 static int tc_blocks_per_sm[2][3];
+static int *tc_blocks(int bits, int group) { return &tc_blocks_per_sm[bits == 8][group == 32 ? 0 : group == 64 ? 1 : 2]; }
 
 static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
     const bool glu = j->glu_out.data != NULL;
@@ -837,8 +841,7 @@ static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
                                                                                    : ceil_div(j->w[s]->rows, TC_ROWS);
     }
     const int64_t nkb = j->x.cols / TC_KB;
-    const int g_idx = j->w[0]->group == 32 ? 0 : j->w[0]->group == 64 ? 1 : 2;
-    const int64_t slots = (int64_t)cfk_cfg.n_sm * tc_blocks_per_sm[j->w[0]->bits == 8][g_idx];
+    const int64_t slots = (int64_t)cfk_cfg.n_sm * *tc_blocks(j->w[0]->bits, j->w[0]->group);
     int splits = 1;
     while (splits < cfk_cfg.qgemv_tc_splits && units * splits * 2 <= slots && nkb >= (int64_t)4 * TC_WARPS * splits) splits *= 2;
     for (int64_t r0 = 0; r0 < j->x.rows; r0 += 8) {
@@ -858,8 +861,8 @@ static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
         g.cap = j->fold.cap;
         g.splits = splits;
         const dim3 grid((unsigned)(units * splits));
-        void (*kernel)(QArgs) = j->w[0]->bits == 4 ? qgemv_tc_kernel_of<4>(j->w[0]->group, f16) : qgemv_tc_kernel_of<8>(j->w[0]->group, f16);
-        const cudaError_t e = launch_cluster(kernel, grid, dim3(TC_WARPS * 32), 0, st, (unsigned)splits, g);
+        const cudaError_t e = launch_cluster(qgemv_tc_kernel_for(j->w[0]->bits, j->w[0]->group, f16), grid, dim3(TC_WARPS * 32), 0, st,
+                                             (unsigned)splits, g);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
@@ -981,14 +984,14 @@ extern "C" cudaError_t cfk_quant_init(void) {
     if (e == cudaSuccess && bf16_pairs_blocks < qa_blocks_per_sm[0]) qa_blocks_per_sm[0] = bf16_pairs_blocks;
     if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&qa_blocks_per_sm[1], qmma_async_kernel<8, false>, QA_THREADS, qa_smem<8>());
     if (e == cudaSuccess && (qa_blocks_per_sm[0] < 1 || qa_blocks_per_sm[1] < 1)) e = cudaErrorInvalidConfiguration;
-    const int groups[3] = {32, 64, 128};
+    const int bits[2] = {4, 8}, groups[3] = {32, 64, 128};
     for (int b = 0; b < 2 && e == cudaSuccess; b++)
         for (int gi = 0; gi < 3 && e == cudaSuccess; gi++) {
             int f = 0, h = 0;   /* bf16 and f16 pairs: the same registers, but take the smaller */
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f, b ? qgemv_tc_kernel_of<8>(groups[gi], false) : qgemv_tc_kernel_of<4>(groups[gi], false), TC_WARPS * 32, 0);
-            if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&h, b ? qgemv_tc_kernel_of<8>(groups[gi], true) : qgemv_tc_kernel_of<4>(groups[gi], true), TC_WARPS * 32, 0);
-            tc_blocks_per_sm[b][gi] = f < h ? f : h;
-            if (e == cudaSuccess && tc_blocks_per_sm[b][gi] < 1) e = cudaErrorInvalidConfiguration;
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f, qgemv_tc_kernel_for(bits[b], groups[gi], false), TC_WARPS * 32, 0);
+            if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&h, qgemv_tc_kernel_for(bits[b], groups[gi], true), TC_WARPS * 32, 0);
+            *tc_blocks(bits[b], groups[gi]) = f < h ? f : h;
+            if (e == cudaSuccess && (f < 1 || h < 1)) e = cudaErrorInvalidConfiguration;
         }
     return e;
 }
