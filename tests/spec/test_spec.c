@@ -363,9 +363,9 @@ static int on_event(const cinfer_event *ev, void *user) {
     return ev->kind == CINFER_EVENT_TOKEN && q->cancel_at > 0 && ev->index == q->cancel_at;
 }
 
-/* Runs the n requests at once (draft: each request's own q->draft when spec, else "none"). */
-/* Opens the n requests (speculating where spec is set) and keeps their outputs; gated: all behind the engine tests'
- * gate (tests/engine/gate.h), so that they are queued before the first step, whatever the threads' timing. */
+/* Runs the n requests at once (draft: each request's own q->draft when spec, else "none") and keeps their outputs;
+ * gated: all opened behind the engine tests' gate (tests/engine/gate.h), so that they are queued before the first
+ * step, whatever the threads' timing. */
 static void run_behind(cinfer_engine *e, const req *qs, int n, int spec, int gated, out *o) {
     cinfer_session *gate = NULL;
     if (gated) {
