@@ -13,10 +13,11 @@
  *   random 4- and 8-bit weights (group 64, bf16 pairs) of Llama-3-8B's shapes, by activation rows, for the
  *   tensor-core kernel with k split over at most 1, 2 or 4 blocks and for the CUDA-core kernel; then the batched
  *   decode products (16 and 64 rows: the quantized GEMM) against bf16 weights of the same shapes.
- * Usage: cuda_bench [--quick | --short | --gemv | --paged | --qgemv | --qprofile]  (quick: a 4-layer model and
- * small sweeps, a smoke run; short: the full model, fewer sweep points; gemv: the one-row GEMV table alone; paged:
- * the paged attention table alone; qgemv: the quantized GEMV table alone; qprofile: each one-row product of the
- * quantized table and its bf16 twin launched twice, untimed, for ncu) */
+ * Usage: cuda_bench [--quick | --short | --gemv | --paged | --qgemv | --qgemm | --qprofile [ROWS]]  (quick: a 4-layer
+ * model and small sweeps, a smoke run; short: the full model, fewer sweep points; gemv: the one-row GEMV table alone;
+ * paged: the paged attention table alone; qgemv: the quantized tables alone; qgemm: their batched decode table alone;
+ * qprofile: each product of the quantized table and its bf16 twin at ROWS activation rows (default 1) launched
+ * twice, untimed, for ncu) */
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
@@ -176,7 +177,7 @@ typedef struct qgemv_ctx {
 static void qgemv_work(void *c, int i) {
     qgemv_ctx *g = c;
     cf_tensor none = {0};
-    if (g->glu) op->matmul_glu(be, g->out, g->x, g->w[i % g->nw], g->u[i % g->nw], CF_ACT_SILU, g->gate, g->up);
+    if (g->glu) op->matmul_glu(be, g->out, g->x, (cf_tensor){0}, g->w[i % g->nw], g->u[i % g->nw], CF_ACT_SILU, g->gate, g->up);
     else op->matmul(be, g->out, g->x, g->w[i % g->nw], none);
 }
 
@@ -252,9 +253,9 @@ static void bench_qgemv(void) {
     cfk_cfg.qgemv_tc = dflt_tc;
 }
 
-/* For a profiler (bench/quant_gpu_profile.sh): each of Llama-3-8B's products at one activation row, twice (the first
- * a warm-up), with 4-bit, 8-bit and bf16 weights, one launch each, no timing and no graphs */
-static void qprofile(void) {
+/* For a profiler (bench/quant_gpu_profile.sh): each of Llama-3-8B's products at `rows` activation rows, twice (the
+ * first a warm-up), with 4-bit, 8-bit and bf16 weights, one launch each, no timing and no graphs */
+static void qprofile(int rows) {
     const int bits[] = {4, 8, 16};
     for (size_t b = 0; b < 3; b++)
         for (size_t s = 0; s < sizeof qshapes / sizeof qshapes[0]; s++) {
@@ -267,10 +268,10 @@ static void qprofile(void) {
                 qupload(d, k, bits[b], 1, g.w);
                 if (g.glu) qupload(d, k, bits[b], 1, g.u);
             }
-            g.x = rnd(1, k, 1.0f, 7);
-            g.out = alloc(CF_F32, 1, d);
-            g.gate = alloc(CF_F32, 1, d);
-            g.up = alloc(CF_F32, 1, d);
+            g.x = rnd(rows, k, 1.0f, 7);
+            g.out = alloc(CF_BF16, rows, d);
+            g.gate = alloc(CF_BF16, rows, d);
+            g.up = alloc(CF_BF16, rows, d);
             qgemv_work(&g, 0);
             qgemv_work(&g, 0);
             sync_();
@@ -635,7 +636,7 @@ static void forward(model *m, cf_tensor ids, int n, int pos0, int use_pos) {
         else op->attention(be, att, q, y->kc, y->vc, &a);
         op->matmul(be, o, att, y->wo, none);
         op->add_norm(be, x, o, none, 1.0f, h, y->ffn_norm, 1e-5f, 0.0f);
-        op->matmul_glu(be, gate, h, y->wg, y->wu, CF_ACT_SILU, gate, up);
+        op->matmul_glu(be, gate, h, (cf_tensor){0}, y->wg, y->wu, CF_ACT_SILU, gate, up);
         op->matmul(be, o, gate, y->wd, none);
         op->add_norm(be, x, o, none, 1.0f, l + 1 < m->L ? h : none, l + 1 < m->L ? m->ly[l + 1].attn_norm : none, 1e-5f, 0.0f);
     }
@@ -729,6 +730,11 @@ int main(int argc, char **argv) {
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
     const int gemv_only = argc > 1 && !strcmp(argv[1], "--gemv"), paged_only = argc > 1 && !strcmp(argv[1], "--paged");
     const int qgemv_only = argc > 1 && !strcmp(argv[1], "--qgemv"), qprofile_only = argc > 1 && !strcmp(argv[1], "--qprofile");
+    const int qgemm_only = argc > 1 && !strcmp(argv[1], "--qgemm"), qprofile_rows = qprofile_only && argc > 2 ? atoi(argv[2]) : 1;
+    if (qprofile_rows < 1 || qprofile_rows > 4096) {
+        fprintf(stderr, "cuda_bench: --qprofile ROWS takes 1 to 4096 rows, not %s\n", argv[2]);
+        return 2;
+    }
     short_run = gemv_only || (argc > 1 && !strcmp(argv[1], "--short"));
     setvbuf(stdout, NULL, _IOLBF, 0);   /* every line out as it is made, should the run be cut short */
     cinfer_error e = {0};
@@ -744,10 +750,11 @@ int main(int argc, char **argv) {
     op = be->ops;
     ok(cf_cuda_memcpy_bandwidth(be, (size_t)4 << 30, 20, &copy_bw, &e), &e, "copy bandwidth");
     printf("# cuda_bench%s\n\ndevice-to-device copy (4 GiB, read + write): %.0f GB/s\n", argc > 1 ? argv[1] : "", copy_bw);
-    if (gemv_only || paged_only || qgemv_only || qprofile_only) {
+    if (gemv_only || paged_only || qgemv_only || qgemm_only || qprofile_only) {
         if (gemv_only) bench_gemv(0);
         else if (paged_only) bench_paged(0);
-        else if (qprofile_only) qprofile();
+        else if (qprofile_only) qprofile(qprofile_rows);
+        else if (qgemm_only) bench_qgemm();
         else {
             bench_qgemv();
             bench_qgemm();
