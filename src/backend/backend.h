@@ -316,8 +316,9 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *                                               cores (k a multiple of 128, at least 512); 0: the CUDA-core GEMV
  *   qgemv_tc_splits   CINFER_QGEMV_TC_SPLITS    8: at most this many blocks (a cluster, 1, 2, 4 or 8) split the k of one unit of
  *                                               the tensor-core GEMV while the doubled grid still runs in one wave; 1: none
- *   residual_fold_rows CINFER_RESIDUAL_FOLD_ROWS 1: CUDA passes of at most this many rows (0 to 8) fold the residual updates into
- *                                               the blocks' last products (cf_backend.residual_fold_rows); 0: add_norm launches
+ *   residual_fold_rows CINFER_RESIDUAL_FOLD_ROWS 0: add_norm launches; n (at most 8): CUDA passes of at most n rows fold the
+ *                                               residual updates into the blocks' last products (cf_backend.residual_fold_rows).
+ *                                               Off until it has run on a GPU and been measured (bench/results, stop 53)
  * The measurements behind the CUDA defaults are noted where cuda_backend.c applies them. */
 typedef struct cf_tuning {
     int fused_ops, decode_graphs, device_sampling;

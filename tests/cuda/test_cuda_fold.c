@@ -1,8 +1,8 @@
 /* test_cuda_fold.c: the residual fold (matmul_residual and the x_scale of qkv and matmul_glu) on the CUDA backend,
  * against the same block end as plain ops on the same backend: o = a W^T; add_norm(x, o) -> h; the consumer on h.
- * Weights bf16, 4-bit and 8-bit (group 64); one activation row (the kernels fold: the vector GEMV, the tensor-core
- * GEMV with its k split over a cluster of 2) and three (the fallback: the product, add_norm's deferred form, a
- * row-scaled copy of the consumer's input). Each case runs twice in a row (the fold's counter must be back at 0) and
+ * Weights bf16, 4-bit and 8-bit (group 64), the fold on for one row (tuning.residual_fold_rows 1): one activation
+ * row (the kernels fold: the vector GEMV, the tensor-core GEMV with its k split over a cluster of 2) and three (the
+ * fallback: the product, add_norm's deferred form, a row-scaled copy of the consumer's input). Each case runs twice in a row (the fold's counter must be back at 0) and
  * once more from a recorded graph.
  *
  * Bounds: the updated x is the same sum added to the same x, so equal to f32 rounding (1e-6 of max |x|); h_scale * h
@@ -188,6 +188,7 @@ int main(void) {
     cf_backend_params p = cf_backend_default_params();
     p.device = CF_DEVICE_CUDA;
     p.pool_bytes = (size_t)2 << 30;
+    p.tuning.residual_fold_rows = 1;
     cinfer_error e = {0};
     cinfer_status st = cf_backend_create(&p, &be, &e);
     if (st == CINFER_E_NO_DEVICE || st == CINFER_E_UNSUPPORTED) {

@@ -1124,8 +1124,9 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     b->base.n_threads = 1;
     b->base.async = 1;
     b->base.prefill_chunk = 4096;   /* measured on the H200 (cuda_bench): 4096 tokens at 59% of the GEMM rate in 4096-token passes, 37% in 256 */
-    /* default 1: at one row the vector GEMV (bf16, gemv_max_rows 1) and the tensor-core GEMV (4/8 bits) fold
-     * matmul_residual and take x_scale; at more rows bf16 products would run the norm and a row-scale launch besides */
+    /* 1 is the setting meant: at one row the vector GEMV (bf16, gemv_max_rows 1) and the tensor-core GEMV (4/8 bits)
+     * fold matmul_residual and take x_scale; at more rows bf16 products would run the norm and a row-scale launch
+     * besides. The default is 0 until the fold has run on a GPU (backend.h). */
     b->base.residual_fold_rows = t->residual_fold_rows < 0 ? 0 : t->residual_fold_rows > 8 ? 8 : t->residual_fold_rows;
     b->device = p->gpu_index;
     cinfer_status st = setup(b, p, err);
