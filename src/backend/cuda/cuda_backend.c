@@ -792,7 +792,6 @@ static void cuda_matmul_residual(cf_backend *be, cf_tensor x, cf_tensor a, cf_te
     check(b, cfk_add_norm(b->stream, x, o, none, 1.0f, h, w_h, h_scale, eps, w_offset), "matmul_residual (norm)");
 }
 
-
 static int64_t cuda_mem_available(cf_backend *be) {
     cuda_backend *b = CB(be);
     if (!b->direct) return (int64_t)cf_pool_largest_free(&b->pool);
