@@ -10,7 +10,7 @@ cf_tuning cf_tuning_defaults(void) {
                        .gemv_unroll = 0, .gemv_max_rows = 1, .gemv_tc_max_rows = 16, .gemv_warps = 8, .gemv_block_warps = 4,
                        .attn_bc = 32, .attn_hpb = 2, .attn_group = 1, .attn_group_splits = 64, .attn_cluster = 1, .paged_mma_group = 0,
                        .paged_sm_blocks = 3, .attn_paged_d512 = 1, .qmma_max_rows = 128, .qgemv_max_rows = 8, .qgemv_warps = 24, .qgemv_tc = 1,
-                       .qgemv_tc_splits = 8, .residual_fold_rows = 0};
+                       .qgemv_tc_splits = 8};
 }
 
 static void env_int(const char *name, int *v) {
@@ -44,7 +44,6 @@ cf_tuning cf_tuning_from_env(void) {
     env_int("CINFER_QGEMV_WARPS", &t.qgemv_warps);
     env_int("CINFER_QGEMV_TC", &t.qgemv_tc);
     env_int("CINFER_QGEMV_TC_SPLITS", &t.qgemv_tc_splits);
-    env_int("CINFER_RESIDUAL_FOLD_ROWS", &t.residual_fold_rows);
     return t;
 }
 

@@ -145,7 +145,6 @@ typedef struct cf_qkv_args {
     int rot_dim;
     cf_tensor pos, inv_freq;   /* I32 [n, 1]; F32 [1, rot_dim/2] */
     cf_kv_dest dest;
-    cf_tensor x_scale;         /* F32 [n, 1] or data NULL: the input's row i is x_scale[i] * x[i] (matmul_residual) */
 } cf_qkv_args;
 
 typedef struct cf_backend cf_backend;
@@ -210,9 +209,8 @@ typedef struct cf_backend_ops {
      * are NULL; the CPU defines each as that sequence of plain ops, and tuning.fused_ops 0 hides them). */
     /* the attention inputs of a layer: cf_qkv_args */
     void (*qkv)(cf_backend *be, cf_tensor x, const cf_qkv_args *a);
-    /* out = act(x' Wgate) * (x' Wup), x' = x, or x_scale[i] * x[i] row by row where x_scale.data (F32 [n, 1]: see
-     * matmul_residual); gate, up: [n, ffn] work space the backend may write (out may be gate) */
-    void (*matmul_glu)(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor x_scale, cf_tensor w_gate, cf_tensor w_up, cf_act act,
+    /* out = act(x Wgate) * (x Wup); gate, up: [n, ffn] work space the backend may write (out may be gate) */
+    void (*matmul_glu)(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w_gate, cf_tensor w_up, cf_act act,
                        cf_tensor gate, cf_tensor up);
     /* out = act(x W) * m (m: [n, d], any row stride) */
     void (*matmul_gated)(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf_act act, cf_tensor m);
@@ -220,13 +218,6 @@ typedef struct cf_backend_ops {
      * then, where h.data is set, h = rmsnorm(x) * (w_h + w_offset). o's contents are undefined afterwards. */
     void (*add_norm)(cf_backend *be, cf_tensor x, cf_tensor o, cf_tensor w_o, float scale, cf_tensor h, cf_tensor w_h,
                      float eps, float w_offset);
-    /* A block's last product with the residual update and the next block's norm in its deferred form: x += a W^T
-     * (x: F32 [n, dim]), then, where h.data is set, h = x * (w_h + w_offset) and h_scale[i] = 1 / sqrt(mean(x[i]^2) +
-     * eps) (F32 [n, 1]), so that rmsnorm(x) * (w_h + w_offset) = h_scale * h row by row: qkv (x_scale) and matmul_glu
-     * take the pair as their input. The model asks for it for passes of at most residual_fold_rows rows, where the
-     * backend folds it into the product's kernel and its consumer's (no norm launch of its own). */
-    void (*matmul_residual)(cf_backend *be, cf_tensor x, cf_tensor a, cf_tensor w, cf_tensor h, cf_tensor h_scale, cf_tensor w_h,
-                            float eps, float w_offset);
     /* kv_store and attention with positions read from an I32 device tensor pos [n, 1] instead of host
      * ints: row i of src goes to slot pos[i] % cap; attention_pos uses pos0 = pos[0] (a->pos0 is ignored)
      * and sizes its launch for the longest possible key range (a->window, else a->cap). With these a
@@ -270,8 +261,6 @@ struct cf_backend {
                             step meanwhile; 0: they have run when they return (CPU) */
     int prefill_chunk;   /* positions per forward pass a sequence takes by default (cf_seq_create);
                             0 = the model's default (256). CPU 256; CUDA wants 4096 (GEMM efficiency) */
-    int residual_fold_rows;   /* passes of at most this many rows use matmul_residual where the model's blocks allow;
-                                 0: never (CPU: a request's output must not depend on the rows beside it) */
 };
 
 typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
@@ -316,9 +305,6 @@ typedef enum cf_device { CF_DEVICE_CPU, CF_DEVICE_CUDA } cf_device;
  *                                               cores (k a multiple of 128, at least 512); 0: the CUDA-core GEMV
  *   qgemv_tc_splits   CINFER_QGEMV_TC_SPLITS    8: at most this many blocks (a cluster, 1, 2, 4 or 8) split the k of one unit of
  *                                               the tensor-core GEMV while the doubled grid still runs in one wave; 1: none
- *   residual_fold_rows CINFER_RESIDUAL_FOLD_ROWS 0: add_norm launches; n (at most 8): CUDA passes of at most n rows fold the
- *                                               residual updates into the blocks' last products (cf_backend.residual_fold_rows).
- *                                               Off until it has run on a GPU and been measured (bench/results, stop 53)
  * The measurements behind the CUDA defaults are noted where cuda_backend.c applies them. */
 typedef struct cf_tuning {
     int fused_ops, decode_graphs, device_sampling;
@@ -327,7 +313,6 @@ typedef struct cf_tuning {
     int attn_bc, attn_hpb, attn_group, attn_group_splits, attn_cluster;
     int paged_mma_group, paged_sm_blocks, attn_paged_d512;
     int qmma_max_rows, qgemv_max_rows, qgemv_warps, qgemv_tc, qgemv_tc_splits;
-    int residual_fold_rows;
 } cf_tuning;
 
 cf_tuning cf_tuning_defaults(void);

@@ -9,10 +9,7 @@
  * scaled embeddings x0: ple = (norm(x0 Wm / sqrt(D)) + table[id] * sqrt(P)) / sqrt(2), per layer.
  * Everything runs through backend ops; only MoE routing reads back to the host. Where the backend offers the
  * fused ops (qkv, matmul_glu, matmul_gated, add_norm) the graph asks for them by name, and each block's last
- * residual update also computes the next block's input norm; else it runs the same math as plain ops. In short
- * passes of blocks without post-norms or scalars (Llama, Qwen), the last product of a block does the residual
- * update itself (matmul_residual) and leaves the next block's norm as h and a factor a row, h_scale, which the
- * next fused op applies. */
+ * residual update also computes the next block's input norm; else it runs the same math as plain ops. */
 #include "model/forward.h"
 #include "base/status.h"
 
@@ -55,22 +52,8 @@ static void residual(cf_model *m, cf_tensor x, cf_tensor o, cf_tensor w_o, float
     if (h.data) op->rmsnorm(be, h, x, w_h, hp->norm_eps, hp->norm_w_offset);
 }
 
-/* Whether this pass folds the residual updates into the blocks' last products (matmul_residual): a short pass on a
- * backend with the fused ops, and blocks whose update is x += o alone (no post-norms, experts, per-layer inputs or
- * layer scalars). */
-static int folds_residual(const cf_model *m, int n) {
-    const cf_hparams *hp = &m->hp;
-    const cf_backend_ops *op = m->be->ops;
-    if (!op->matmul_residual || !op->qkv || !op->matmul_glu || n > m->be->residual_fold_rows) return 0;
-    if (hp->sandwich_norm || hp->n_experts || hp->ple_dim) return 0;
-    for (int l = 0; l < hp->n_layers; l++)
-        if (m->layer_scalar[l] != 1.0f) return 0;
-    return 1;
-}
-
-/* h_ready: h already holds attn_norm(x) (the previous layer's last residual update made it), times s->h_scale row by
- * row where xs.data is set; fold: the block ends with matmul_residual. */
-static void attention_block(cf_model *m, const cf_pass *p, int l, cf_tensor x, int h_ready, cf_tensor xs, int fold) {
+/* h_ready: h already holds attn_norm(x) (the previous layer's last residual update made it). */
+static void attention_block(cf_model *m, const cf_pass *p, int l, cf_tensor x, int h_ready) {
     cf_scratch *s = p->s;
     const int n = p->n;
     const cf_hparams *hp = &m->hp;
@@ -95,7 +78,7 @@ static void attention_block(cf_model *m, const cf_pass *p, int l, cf_tensor x, i
                           .bk = w->bk, .bv = w->bv, .q_norm = q_norm, .k_norm = k_norm, .v_norm = v_norm, .eps = eps,
                           .w_offset = wo, .own_kv = own_kv, .n_heads = L->n_heads, .n_kv_heads = L->n_kv_heads,
                           .head_dim = L->head_dim, .v_head_dim = L->v_head_dim, .rot_dim = rs->rot_dim, .pos = pos,
-                          .inv_freq = m->rope_freq[L->rope_set], .x_scale = xs};
+                          .inv_freq = m->rope_freq[L->rope_set]};
         if (own_kv && p->pool) {
             qa.dest = (cf_kv_dest){.k_cache = p->pool->k[l], .v_cache = p->pool->v[l], .idx = bv->slot};
         } else if (own_kv) {
@@ -152,10 +135,6 @@ static void attention_block(cf_model *m, const cf_pass *p, int l, cf_tensor x, i
                           .window = L->window, .scale = L->attn_scale, .softcap = hp->attn_softcap};
         if (p->pos_ops) op->attention_pos(be, att, q, cache->k, cache->v, &a, pos);
         else op->attention(be, att, q, cache->k, cache->v, &a);
-    }
-    if (fold) {
-        op->matmul_residual(be, x, att, w->wo, h, cf_rows(s->h_scale, 0, n), w->ffn_norm, eps, wo);
-        return;
     }
     op->matmul(be, o, att, w->wo, none);
     residual(m, x, o, hp->sandwich_norm ? w->post_attn_norm : none, 1.0f, h, w->ffn_norm);
@@ -228,10 +207,9 @@ static cinfer_status routed_experts(cf_model *m, cf_scratch *s, int l, int n, cf
     return CINFER_OK;
 }
 
-/* h holds ffn_norm(x) (times s->h_scale row by row where fold is set); the residual update ends with h = norm_next(x)
- * where norm_next.data is set (fold: matmul_residual's h and h_scale). */
+/* h holds ffn_norm(x); the residual update ends with h = norm_next(x) where norm_next.data is set. */
 static cinfer_status feed_forward_block(cf_model *m, cf_scratch *s, int l, int n, cf_tensor x, float scale, cf_tensor norm_next,
-                                        int fold, cinfer_error *err) {
+                                        cinfer_error *err) {
     const cf_hparams *hp = &m->hp;
     const cf_layer_hp *L = &hp->layers[l];
     const cf_layer_w *w = &m->lw[l];
@@ -240,18 +218,13 @@ static cinfer_status feed_forward_block(cf_model *m, cf_scratch *s, int l, int n
     const float eps = hp->norm_eps, wo = hp->norm_w_offset;
     cf_tensor h = cf_rows(s->h, 0, n), o = cf_rows(s->o, 0, n);
     cf_tensor gate = scratch(s->gate, n, L->ffn_dim), up = scratch(s->up, n, L->ffn_dim);
-    const cf_tensor xs = fold ? cf_rows(s->h_scale, 0, n) : none;
 
     if (op->matmul_glu) {
-        op->matmul_glu(be, gate, h, xs, w->w_gate, w->w_up, hp->act, gate, up);
+        op->matmul_glu(be, gate, h, w->w_gate, w->w_up, hp->act, gate, up);
     } else {
         op->matmul(be, gate, h, w->w_gate, none);
         op->matmul(be, up, h, w->w_up, none);
         op->glu(be, gate, gate, up, hp->act);
-    }
-    if (fold) {
-        op->matmul_residual(be, x, gate, w->w_down, norm_next.data ? h : none, cf_rows(s->h_scale, 0, n), norm_next, eps, wo);
-        return CINFER_OK;
     }
     op->matmul(be, o, gate, w->w_down, none);
     if (hp->n_experts) {
@@ -323,12 +296,11 @@ cinfer_status cf_forward_layers(cf_model *m, const cf_pass *p, cinfer_error *err
     if (hp->ple_dim) per_layer_inputs(m, s, n, x);
 
     /* each layer's last residual update also makes the next layer's attn_norm(x) */
-    const int fold = folds_residual(m, n);
     for (int l = 0; l < hp->n_layers; l++) {
-        attention_block(m, p, l, x, l > 0, fold && l > 0 ? cf_rows(s->h_scale, 0, n) : none, fold);
+        attention_block(m, p, l, x, l > 0);
         const cf_tensor next = l + 1 < hp->n_layers ? m->lw[l + 1].attn_norm : none;
         const float scale = m->layer_scalar[l];
-        cinfer_status st = feed_forward_block(m, s, l, n, x, hp->ple_dim ? 1.0f : scale, hp->ple_dim ? none : next, fold, err);
+        cinfer_status st = feed_forward_block(m, s, l, n, x, hp->ple_dim ? 1.0f : scale, hp->ple_dim ? none : next, err);
         if (st != CINFER_OK) return st;
         if (hp->ple_dim) per_layer_input_block(m, s, l, n, x, scale, next);
         if (p->n_taps) tap(m, p, l, x);

@@ -11,7 +11,6 @@
 typedef struct cf_scratch {
     int rows, logit_rows;
     cf_tensor x, h, q, k, v, att, o, gate, up, ids, pos, logits;
-    cf_tensor h_scale;                                      /* F32 [C, 1]: h's row factors where matmul_residual made h */
     cf_tensor ple, ple_proj, ple_gate;                      /* per-layer inputs [C, L*P] x2, [C, P] */
     cf_tensor e_x, e_gu, e_act, e_out, e_acc, e_logits;     /* MoE: [C, D], [C, 2I], [C, I], [C, D], [C, D], [C, E] */
     float *route;                                           /* MoE: host copy of e_logits */

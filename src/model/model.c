@@ -507,7 +507,6 @@ cinfer_status cf_scratch_alloc(cf_model *m, int rows, int logit_rows, cf_scratch
     const cf_dtype a = be->act_dtype;
     CF_TRY(be->ops->alloc(be, CF_F32, C, hp->dim, &s->x, err));
     CF_TRY(be->ops->alloc(be, a, C, hp->dim, &s->h, err));
-    CF_TRY(be->ops->alloc(be, CF_F32, C, 1, &s->h_scale, err));
     CF_TRY(be->ops->alloc(be, a, C, qd, &s->q, err));
     CF_TRY(be->ops->alloc(be, a, C, kd, &s->k, err));
     CF_TRY(be->ops->alloc(be, a, C, vd, &s->v, err));
@@ -543,7 +542,7 @@ cinfer_status cf_scratch_alloc(cf_model *m, int rows, int logit_rows, cf_scratch
 
 void cf_scratch_free(cf_model *m, cf_scratch *s) {
     cf_backend *be = m->be;
-    cf_tensor *bufs[] = {&s->x, &s->h, &s->h_scale, &s->q, &s->k, &s->v, &s->att, &s->o, &s->gate, &s->up, &s->ids, &s->pos, &s->logits,
+    cf_tensor *bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->o, &s->gate, &s->up, &s->ids, &s->pos, &s->logits,
                          &s->ple, &s->ple_proj, &s->ple_gate, &s->e_x, &s->e_gu, &s->e_act, &s->e_out, &s->e_acc, &s->e_logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->data) be->ops->free_tensor(be, bufs[i]);

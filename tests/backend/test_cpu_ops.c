@@ -3,8 +3,7 @@
  * positions from its own memory), argmax's tie and NaN rules, sample against the host sampler given the
  * same uniforms (cf_sampler_sample_u), and sample's failures reported once by the next sync or read; and
  * upload_weight's placement: an aligned matrix used in place, a misaligned one copied to a 64-byte boundary
- * with the same products; qkv's and matmul_glu's x_scale against the same ops on the input scaled row by row (bit
- * for bit), and no matmul_residual (the CPU does not fold: residual_fold_rows 0). */
+ * with the same products. */
 #include "backend/backend.h"
 #include "base/status.h"
 #include "sample/sampler.h"
@@ -243,40 +242,6 @@ static void test_upload_placement(void) {
     free(got);
 }
 
-static void test_x_scale(void) {
-    enum { N = 3, K = 64, D = 48, F = 40 };
-    CHECK(!op->matmul_residual && be->residual_fold_rows == 0, "the CPU offers the residual fold");
-    cf_tensor x = alloc(CF_F32, N, K), xs = alloc(CF_F32, N, 1), xp = alloc(CF_F32, N, K), none = {0};
-    cf_tensor wq = alloc(CF_F32, D, K), wk = alloc(CF_F32, D / 3, K), wv = alloc(CF_F32, D / 3, K), bq = alloc(CF_F32, 1, D);
-    cf_tensor wg = alloc(CF_F32, F, K), wu = alloc(CF_F32, F, K);
-    cf_tensor *rnd[] = {&x, &wq, &wk, &wv, &bq, &wg, &wu};
-    for (size_t i = 0; i < sizeof rnd / sizeof rnd[0]; i++) fill_random(*rnd[i]);
-    for (int r = 0; r < N; r++) {
-        const float s = 0.25f + (float)r;
-        ((float *)xs.data)[r] = s;
-        for (int c = 0; c < K; c++) ((float *)xp.data)[r * K + c] = ((float *)x.data)[r * K + c] * s;
-    }
-    cf_tensor out[2][5];
-    for (int v = 0; v < 2; v++) {
-        out[v][0] = alloc(CF_F32, N, D), out[v][1] = alloc(CF_F32, N, D / 3), out[v][2] = alloc(CF_F32, N, D / 3);
-        out[v][3] = alloc(CF_F32, N, F), out[v][4] = alloc(CF_F32, N, F);
-        cf_qkv_args a = {.q = out[v][0], .k = out[v][1], .v = out[v][2], .wq = wq, .wk = wk, .wv = wv, .bq = bq, .eps = 1e-6f,
-                         .own_kv = 1, .n_heads = 3, .n_kv_heads = 1, .head_dim = D / 3, .v_head_dim = D / 3, .x_scale = v ? none : xs};
-        op->qkv(be, v ? xp : x, &a);
-        cf_tensor up = alloc(CF_F32, N, F);
-        op->matmul_glu(be, out[v][3], v ? xp : x, v ? none : xs, wg, wu, CF_ACT_SILU, out[v][3], up);
-        op->free_tensor(be, &up);
-    }
-    const char *what[4] = {"q", "k", "v", "matmul_glu"};
-    for (int i = 0; i < 4; i++)
-        CHECK(!memcmp(out[0][i].data, out[1][i].data, (size_t)(out[0][i].rows * out[0][i].cols) * sizeof(float)),
-              "%s with x_scale differs from %s on the scaled input", what[i], what[i]);
-    for (int v = 0; v < 2; v++)
-        for (int i = 0; i < 5; i++) op->free_tensor(be, &out[v][i]);
-    cf_tensor *all[] = {&x, &xs, &xp, &wq, &wk, &wv, &bq, &wg, &wu};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) op->free_tensor(be, all[i]);
-}
-
 int main(void) {
     cf_backend_params p = cf_backend_default_params();
     p.n_threads = 2;
@@ -292,7 +257,6 @@ int main(void) {
     test_argmax();
     test_sample();
     test_upload_placement();
-    test_x_scale();
     cf_backend_destroy(be);
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;

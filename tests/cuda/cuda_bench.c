@@ -177,7 +177,7 @@ typedef struct qgemv_ctx {
 static void qgemv_work(void *c, int i) {
     qgemv_ctx *g = c;
     cf_tensor none = {0};
-    if (g->glu) op->matmul_glu(be, g->out, g->x, (cf_tensor){0}, g->w[i % g->nw], g->u[i % g->nw], CF_ACT_SILU, g->gate, g->up);
+    if (g->glu) op->matmul_glu(be, g->out, g->x, g->w[i % g->nw], g->u[i % g->nw], CF_ACT_SILU, g->gate, g->up);
     else op->matmul(be, g->out, g->x, g->w[i % g->nw], none);
 }
 
@@ -636,7 +636,7 @@ static void forward(model *m, cf_tensor ids, int n, int pos0, int use_pos) {
         else op->attention(be, att, q, y->kc, y->vc, &a);
         op->matmul(be, o, att, y->wo, none);
         op->add_norm(be, x, o, none, 1.0f, h, y->ffn_norm, 1e-5f, 0.0f);
-        op->matmul_glu(be, gate, h, (cf_tensor){0}, y->wg, y->wu, CF_ACT_SILU, gate, up);
+        op->matmul_glu(be, gate, h, y->wg, y->wu, CF_ACT_SILU, gate, up);
         op->matmul(be, o, gate, y->wd, none);
         op->add_norm(be, x, o, none, 1.0f, l + 1 < m->L ? h : none, l + 1 < m->L ? m->ly[l + 1].attn_norm : none, 1e-5f, 0.0f);
     }

@@ -759,7 +759,7 @@ static void test_fused_rows(void) {
                               .own_kv = 1, .n_heads = H, .n_kv_heads = KVH, .head_dim = HD, .v_head_dim = HD, .rot_dim = HD,
                               .pos = T(pos), .inv_freq = T(inv), .dest = {.k_cache = T(kc), .v_cache = T(vc), .idx = T(slots)}};
             op->qkv(b, T(h), &qa);
-            op->matmul_glu(b, T(glu), T(h), (cf_tensor){0}, T(wg), T(wu), CF_ACT_SILU, T(gate), T(up));
+            op->matmul_glu(b, T(glu), T(h), T(wg), T(wu), CF_ACT_SILU, T(gate), T(up));
             op->matmul_gated(b, T(gated), T(h), T(wu), CF_ACT_GELU_TANH, T(mul));
 #undef T
         }

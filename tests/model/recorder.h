@@ -29,7 +29,6 @@ typedef struct rec {
     cf_paged_attn_args pa;
     cf_batch_view bv;
     cf_qkv_args qa;
-    cf_tensor x_scale;
 } rec;
 
 struct cf_graph {
@@ -81,7 +80,7 @@ static void replay(cf_backend *be, const rec *r) {
     case K_KV_STORE_SLOTS: base->kv_store_slots(be, t[0], t[1], t[2]); break;
     case K_ATTENTION_PAGED: base->attention_paged(be, t[0], t[1], t[2], t[3], &r->pa, &r->bv); break;
     case K_QKV: base->qkv(be, t[0], &r->qa); break;
-    case K_MATMUL_GLU: base->matmul_glu(be, t[0], t[1], r->x_scale, t[2], t[3], (cf_act)r->i[0], t[4], t[5]); break;
+    case K_MATMUL_GLU: base->matmul_glu(be, t[0], t[1], t[2], t[3], (cf_act)r->i[0], t[4], t[5]); break;
     case K_MATMUL_GATED: base->matmul_gated(be, t[0], t[1], t[2], (cf_act)r->i[0], t[3]); break;
     case K_ADD_NORM: base->add_norm(be, t[0], t[1], t[2], r->f[0], t[3], t[4], r->f[1], r->f[2]); break;
     }
@@ -139,9 +138,8 @@ static void w_attention_paged(cf_backend *be, cf_tensor out, cf_tensor q, cf_ten
 }
 
 static void w_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) { RUN_OR_RECORD(K_QKV, .t = {x}, .qa = *a); }
-static void w_matmul_glu(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor xs, cf_tensor wg, cf_tensor wu, cf_act act, cf_tensor g,
-                         cf_tensor u) {
-    RUN_OR_RECORD(K_MATMUL_GLU, .t = {out, x, wg, wu, g, u}, .i = {(int)act}, .x_scale = xs);
+static void w_matmul_glu(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor wg, cf_tensor wu, cf_act act, cf_tensor g, cf_tensor u) {
+    RUN_OR_RECORD(K_MATMUL_GLU, .t = {out, x, wg, wu, g, u}, .i = {(int)act});
 }
 static void w_matmul_gated(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w, cf_act act, cf_tensor m) {
     RUN_OR_RECORD(K_MATMUL_GATED, .t = {out, x, w, m}, .i = {(int)act});

@@ -211,7 +211,7 @@ static void test_fused(cf_backend *be, int bits_a, int bits_b, int64_t k, int gr
         const int n = NS[ni];
         /* matmul_glu: act(x g^T) * (x u^T) */
         be->ops->fill(be, out, NAN);
-        be->ops->matmul_glu(be, cf_rows(out, 0, n), cf_rows(xt, 0, n), (cf_tensor){0}, tg, tu, CF_ACT_SILU, cf_rows(gate, 0, n), cf_rows(up, 0, n));
+        be->ops->matmul_glu(be, cf_rows(out, 0, n), cf_rows(xt, 0, n), tg, tu, CF_ACT_SILU, cf_rows(gate, 0, n), cf_rows(up, 0, n));
         float *o = get(be, cf_rows(out, 0, n));
         n_bad_out = 0;
         for (int64_t i = 0; i < n; i++)
@@ -439,8 +439,8 @@ int main(void) {
         test_matmul(be, 4, 32, CF_BF16, 150, 32, CF_BF16, NMAX);
         test_matmul(be, 8, 32, CF_F16, 150, 32, CF_F32, NMAX);
         if (si == 0) {
-            /* the tensor-core GEMM's k split over clusters: of 8 (few tiles), and of 3 with 70 tiles on a GPU of 132 SMs
-             * holding 2 blocks each */
+            /* the tensor-core GEMM's k split: in 16 (few tiles), and in 3 with 70 tiles on a GPU of 132 SMs holding 2
+             * blocks each */
             test_matmul(be, 4, 64, CF_BF16, 301, 4096, CF_BF16, 64);
             test_matmul(be, 8, 128, CF_BF16, 130, 8192, CF_F32, 17);
             test_matmul(be, 4, 64, CF_BF16, 70 * 128, 768, CF_BF16, 64);

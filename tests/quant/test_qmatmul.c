@@ -143,7 +143,7 @@ static void test_fused_and_embed(void) {
     be->ops->alloc(be, CF_F32, 5, F, &o2, &e);
     for (int64_t i = 0; i < 5 * D; i++) ((float *)x.data)[i] = frand();
     const cf_tensor none = {0};
-    be->ops->matmul_glu(be, o1, x, (cf_tensor){0}, wg, wu, CF_ACT_SILU, gate, up);
+    be->ops->matmul_glu(be, o1, x, wg, wu, CF_ACT_SILU, gate, up);
     be->ops->matmul(be, gate, x, wg, none);
     be->ops->matmul(be, up, x, wu, none);
     be->ops->glu(be, o2, gate, up, CF_ACT_SILU);

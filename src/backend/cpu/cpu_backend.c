@@ -526,31 +526,10 @@ static void cpu_copy(cf_backend *be, cf_tensor dst, cf_tensor src) {
 
 /* ---- fused ops: their definitions, as the plain op sequences they stand for ---- */
 
-/* x with row i times x_scale[i] where x_scale.data is set: a copy in *tmp (the caller frees it; data NULL and the
- * backend failed when out of memory), else x itself */
-static cf_tensor scaled_rows(cf_backend *be, cf_tensor x, cf_tensor x_scale, float **tmp) {
-    *tmp = NULL;
-    if (!x_scale.data) return x;
-    float *c = malloc((size_t)(x.rows * x.cols) * sizeof *c);
-    if (!c) {
-        fail(CPU(be), CINFER_E_OUT_OF_MEMORY, "out of memory for a row-scaled copy of an op's input");
-        return (cf_tensor){0};
-    }
-    const float *xf = x.data, *sf = x_scale.data;
-    for (int64_t i = 0; i < x.rows; i++)
-        for (int64_t j = 0; j < x.cols; j++) c[i * x.cols + j] = xf[i * x.stride + j] * sf[i * x_scale.stride];
-    *tmp = c;
-    return (cf_tensor){.data = c, .dtype = CF_F32, .rows = x.rows, .cols = x.cols, .stride = x.cols};
-}
-
-static void cpu_qkv(cf_backend *be, cf_tensor x_in, const cf_qkv_args *a) {
-    const int64_t n = x_in.rows;
-    float *tmp;
-    const cf_tensor x = scaled_rows(be, x_in, a->x_scale, &tmp);
-    if (!x.data) return;
+static void cpu_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) {
+    const int64_t n = x.rows;
     const cf_tensor out[3] = {a->q, a->k, a->v}, w[3] = {a->wq, a->wk, a->wv}, bias[3] = {a->bq, a->bk, a->bv};
     cpu_matmuls(be, !a->own_kv ? 1 : a->wv.data ? 3 : 2, out, x, w, bias);  /* no wv: values = keys */
-    free(tmp);
     if (a->own_kv && !a->wv.data) cpu_copy(be, a->v, a->k);
     if (a->q_norm.data) {
         cf_tensor qh = cf_reshape(a->q, n * a->n_heads, a->head_dim);
@@ -582,14 +561,10 @@ static void cpu_qkv(cf_backend *be, cf_tensor x_in, const cf_qkv_args *a) {
     }
 }
 
-static void cpu_matmul_glu(cf_backend *be, cf_tensor out, cf_tensor x_in, cf_tensor x_scale, cf_tensor w_gate, cf_tensor w_up, cf_act act,
-                           cf_tensor gate, cf_tensor up) {
-    float *tmp;
-    const cf_tensor x = scaled_rows(be, x_in, x_scale, &tmp);
-    if (!x.data) return;
+static void cpu_matmul_glu(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w_gate, cf_tensor w_up, cf_act act, cf_tensor gate,
+                           cf_tensor up) {
     const cf_tensor o[2] = {gate, up}, w[2] = {w_gate, w_up}, none[2] = {{0}, {0}};
     cpu_matmuls(be, 2, o, x, w, none);
-    free(tmp);
     cpu_glu(be, out, gate, up, act);
 }
 

@@ -48,12 +48,6 @@ typedef struct cuda_backend {
      * and apart from it because gemm() uses scratch for its conversions */
     void *wscratch;
     size_t wscratch_size;
-    /* matmul_residual where its kernel cannot fold: the product, then add_norm; and inputs scaled by rows where the
-     * kernel of a qkv or matmul_glu cannot take x_scale. Grow-only like scratch, and apart from it (matmul uses it) */
-    void *res_out, *xs_buf;
-    size_t res_out_size, xs_buf_size;
-    float *res_part;        /* the residual fold's partial sums: CFK_RES_BLOCKS * 8 */
-    unsigned *res_count;    /* zeroed; the fold leaves it zeroed */
     /* the descriptors of the packed quantized weights (CF_Q tensors point at them; their device memory is in the pool) */
     cf_qweight **qw;
     int n_qw;
@@ -577,9 +571,9 @@ static void qjob_dequant(cuda_backend *b, const cfk_qjob *j, cf_tensor gate, cf_
 }
 
 /* A quantized job by its activation rows: at most qgemv_max_rows (at most 8): the GEMV; at most qmma_max_rows: the
- * tensor-core GEMM; more: dequantize and cuBLAS. x goes to bf16 in scratch first where the kernel cannot read it: for
- * the GEMV anything but F32/BF16 with 16-byte aligned rows, for the GEMM anything but such BF16. gate, up: the GLU's
- * work space for the cuBLAS path. */
+ * tensor-core GEMM; more: dequantize and cuBLAS. x goes to bf16 in scratch first (with the GEMM's split-k partials after
+ * it) where the kernel cannot read it: for the GEMV anything but F32/BF16 with 16-byte aligned rows, for the GEMM anything
+ * but such BF16. gate, up: the GLU's work space for the cuBLAS path. */
 static void qjob_run(cuda_backend *b, const cfk_qjob *j, cf_tensor gate, cf_tensor up, const char *what) {
     const cf_tensor x = j->x;
     const int64_t n = x.rows, k = x.cols;
@@ -593,8 +587,9 @@ static void qjob_run(cuda_backend *b, const cfk_qjob *j, cf_tensor gate, cf_tens
     const size_t xes = cf_dtype_size(x.dtype);
     const int x_ok = (x.dtype == CF_BF16 || (x.dtype == CF_F32 && n <= gmax)) && (uintptr_t)x.data % 16 == 0 && ((size_t)x.stride * xes) % 16 == 0;
     const size_t xb = x_ok ? 0 : ((size_t)(n * k) * 2 + 255) & ~(size_t)255;
-    char *s = xb ? scratch(b, xb) : NULL;
-    if (xb && !s) return;
+    const size_t pb = n > gmax ? cfk_qmma_scratch(j) : 0;
+    char *s = xb + pb ? scratch(b, xb + pb) : NULL;
+    if (xb + pb && !s) return;
     if (!x_ok) {
         jj.x = (cf_tensor){.data = s, .dtype = CF_BF16, .rows = n, .cols = k, .stride = k};
         check(b, cfk_elementwise(b->stream, CFK_COPY, jj.x, x, x, 0), what);
@@ -605,19 +600,10 @@ static void qjob_run(cuda_backend *b, const cfk_qjob *j, cf_tensor gate, cf_tens
         return;
     }
     if (n <= gmax) check(b, cfk_qgemv(b->stream, &jj), what);
-    else check(b, cfk_qmma(b->stream, &jj), what);
+    else check(b, cfk_qmma(b->stream, &jj, pb ? s + xb : NULL), what);
 }
 
 /* ---- fused operations (backend.h) ---- */
-
-/* x with row i times x_scale[i], in xs_buf: the input of a qkv or matmul_glu whose kernel does not take x_scale */
-static cf_tensor row_scaled(cuda_backend *b, cf_tensor x, cf_tensor x_scale) {
-    void *p = grow(b, &b->xs_buf, &b->xs_buf_size, (size_t)(x.rows * x.cols) * cf_dtype_size(x.dtype));
-    if (!p) return (cf_tensor){0};
-    const cf_tensor c = {.data = p, .dtype = x.dtype, .rows = x.rows, .cols = x.cols, .stride = x.cols};
-    check(b, cfk_elementwise(b->stream, CFK_ROW_SCALE, c, x, x_scale, 0), "row scale");
-    return c;
-}
 
 /* the RoPE and the KV stores of a qkv for its GEMV to do (cfk_qkv_fold) */
 static cfk_qkv_fold qkv_fold(const cf_qkv_args *a, int rope, int store) {
@@ -639,7 +625,6 @@ static cfk_qkv_fold qkv_fold(const cf_qkv_args *a, int rope, int store) {
 static void cuda_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) {
     cuda_backend *b = CB(be);
     if (empty(x)) return;
-    cf_tensor xs = a->x_scale;   /* the kernels below that take it get it; else x is scaled first */
     const int own = a->own_kv, v_from_k = own && !a->wv.data, store = own && a->dest.k_cache.data != NULL;
     const int norms = a->q_norm.data || (own && (a->k_norm.data || a->v_norm.data));
     const int rope = a->rot_dim >= 2;
@@ -654,14 +639,7 @@ static void cuda_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) {
             j.w[1] = a->wk.data, j.out[1] = a->k, j.bias[1] = a->bk, j.n_seg = 2;
             if (!v_from_k) j.w[2] = a->wv.data, j.out[2] = a->v, j.bias[2] = a->bv, j.n_seg = 3;
         }
-        const int tc = x.rows <= cfk_cfg.qgemv_max_rows && cfk_qgemv_folds(&j);   /* the tensor-core GEMV runs */
-        if (xs.data && !tc) {
-            j.x = x = row_scaled(b, x, xs);
-            if (!x.data) return;
-        } else {
-            j.x_scale = xs;
-        }
-        const int fold = foldable && tc;
+        const int fold = foldable && x.rows <= cfk_cfg.qgemv_max_rows && cfk_qgemv_folds(&j);   /* the tensor-core GEMV runs */
         if (fold) j.fold = qkv_fold(a, rope, store);
         qjob_run(b, &j, none, none, "qkv (quantized)");
         if (v_from_k) cuda_copy(be, a->v, a->k);
@@ -678,19 +656,9 @@ static void cuda_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) {
             if (!v_from_k) j.out[2] = a->v, j.w[2] = a->wv, j.bias[2] = a->bv, j.n_seg = 3;
         }
         if (foldable) j.fold = qkv_fold(a, rope, store);
-        if (xs.data && !cfk_gemv_vector(&j)) {
-            j.x = x = row_scaled(b, x, xs);
-            if (!x.data) return;
-        } else {
-            j.x_scale = xs;
-        }
         check(b, cfk_gemv(b->stream, &j), "qkv");
         if (foldable) return;
     } else {
-        if (xs.data) {
-            x = row_scaled(b, x, xs);
-            if (!x.data) return;
-        }
         cuda_matmul(be, a->q, x, a->wq, a->bq);
         if (own) cuda_matmul(be, a->k, x, a->wk, a->bk);
         if (own && !v_from_k) cuda_matmul(be, a->v, x, a->wv, a->bv);
@@ -700,37 +668,23 @@ static void cuda_qkv(cf_backend *be, cf_tensor x, const cf_qkv_args *a) {
 }
 
 /* gate and up paired row by row in one GEMV launch, the GLU at its end; many rows: two GEMMs and the GLU */
-static void cuda_matmul_glu(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor x_scale, cf_tensor w_gate, cf_tensor w_up, cf_act act,
+static void cuda_matmul_glu(cf_backend *be, cf_tensor out, cf_tensor x, cf_tensor w_gate, cf_tensor w_up, cf_act act,
                             cf_tensor gate, cf_tensor up) {
     cuda_backend *b = CB(be);
     if (empty(out)) return;
-    const cf_tensor gu[2] = {w_gate, w_up}, none = {0};
+    const cf_tensor gu[2] = {w_gate, w_up};
     if (q_same(gu, 2) && w_gate.rows == w_up.rows) {
-        cfk_qjob j = {.x = x, .n_seg = 2, .w = {w_gate.data, w_up.data}, .glu_out = out, .act = act};
-        if (x_scale.data && x.rows <= cfk_cfg.qgemv_max_rows && cfk_qgemv_folds(&j)) {
-            j.x_scale = x_scale;
-        } else if (x_scale.data) {
-            j.x = row_scaled(b, x, x_scale);
-            if (!j.x.data) return;
-        }
+        const cfk_qjob j = {.x = x, .n_seg = 2, .w = {w_gate.data, w_up.data}, .glu_out = out, .act = act};
         qjob_run(b, &j, gate, up, "matmul_glu (quantized)");
         return;
     }
     if (gemv_ok(x, w_gate) && gemv_ok(x, w_up) && w_gate.dtype == w_up.dtype && w_gate.rows == w_up.rows) {
+        cf_tensor none = {0};
         cfk_gemv_job j = {.x = x, .n_seg = 2, .out = {none, none}, .w = {w_gate, w_up}, .glu_out = out, .act = act};
-        if (x_scale.data && cfk_gemv_vector(&j)) {
-            j.x_scale = x_scale;
-        } else if (x_scale.data) {
-            j.x = row_scaled(b, x, x_scale);
-            if (!j.x.data) return;
-        }
         check(b, cfk_gemv(b->stream, &j), "matmul_glu");
         return;
     }
-    if (x_scale.data) {
-        x = row_scaled(b, x, x_scale);
-        if (!x.data) return;
-    }
+    cf_tensor none = {0};
     cuda_matmul(be, gate, x, w_gate, none);
     cuda_matmul(be, up, x, w_up, none);
     cuda_glu(be, out, gate, up, act);
@@ -756,40 +710,7 @@ static void cuda_matmul_gated(cf_backend *be, cf_tensor out, cf_tensor x, cf_ten
 
 static void cuda_add_norm(cf_backend *be, cf_tensor x, cf_tensor o, cf_tensor w_o, float scale, cf_tensor h, cf_tensor w_h, float eps,
                           float w_offset) {
-    const cf_tensor none = {0};
-    if (!empty(x)) check(CB(be), cfk_add_norm(CB(be)->stream, x, o, w_o, scale, h, w_h, none, eps, w_offset), "add_norm");
-}
-
-/* the product's kernel does the residual update and leaves the norm deferred (cfk_residual) where it can: one row of
- * x, F32, and the vector GEMV (bf16/f16) or the tensor-core GEMV (4/8 bits) running the product; else the product
- * into res_out, then add_norm in its deferred form */
-static void cuda_matmul_residual(cf_backend *be, cf_tensor x, cf_tensor a, cf_tensor w, cf_tensor h, cf_tensor h_scale, cf_tensor w_h,
-                                 float eps, float w_offset) {
-    cuda_backend *b = CB(be);
-    if (empty(x)) return;
-    const cf_tensor none = {0};
-    if (!h.data) h_scale = w_h = none;
-    const cfk_residual res = {.x = x, .h = h, .h_scale = h_scale, .w_h = w_h, .eps = eps, .w_offset = w_offset, .part = b->res_part,
-                              .count = b->res_count};
-    const int rows_ok = x.dtype == CF_F32 && x.rows <= b->base.residual_fold_rows;
-    if (w.dtype == CF_Q) {
-        const cfk_qjob j = {.x = a, .n_seg = 1, .w = {w.data}, .out = {x}, .res = res};
-        if (rows_ok && a.rows <= cfk_cfg.qgemv_max_rows && cfk_qgemv_folds(&j)) {
-            check(b, cfk_qgemv(b->stream, &j), "matmul_residual (quantized)");
-            return;
-        }
-    } else {
-        const cfk_gemv_job j = {.x = a, .n_seg = 1, .out = {x}, .w = {w}, .res = res};
-        if (rows_ok && gemv_rows(a, w) && cfk_gemv_vector(&j)) {
-            check(b, cfk_gemv(b->stream, &j), "matmul_residual");
-            return;
-        }
-    }
-    void *p = grow(b, &b->res_out, &b->res_out_size, (size_t)(x.rows * x.cols) * sizeof(float));
-    if (!p) return;
-    const cf_tensor o = {.data = p, .dtype = CF_F32, .rows = x.rows, .cols = x.cols, .stride = x.cols};
-    cuda_matmul(be, o, a, w, none);
-    check(b, cfk_add_norm(b->stream, x, o, none, 1.0f, h, w_h, h_scale, eps, w_offset), "matmul_residual (norm)");
+    if (!empty(x)) check(CB(be), cfk_add_norm(CB(be)->stream, x, o, w_o, scale, h, w_h, eps, w_offset), "add_norm");
 }
 
 static int64_t cuda_mem_available(cf_backend *be) {
@@ -985,7 +906,6 @@ static const cf_backend_ops cuda_ops = {
     .matmul_glu = cuda_matmul_glu,
     .matmul_gated = cuda_matmul_gated,
     .add_norm = cuda_add_norm,
-    .matmul_residual = cuda_matmul_residual,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
@@ -1022,14 +942,9 @@ static cinfer_status setup(cuda_backend *b, const cf_backend_params *p, cinfer_e
     static const int one_seq[4] = {0, 0, 1, 0};
     b->one_seq = dev_alloc(b, sizeof one_seq);
     if (!b->one_seq) return oom(b, sizeof one_seq, "a batch table", err);
-    const size_t res_bytes = (size_t)CFK_RES_BLOCKS * 8 * sizeof(float) + 256;
-    b->res_part = dev_alloc(b, res_bytes);
-    if (!b->res_part) return oom(b, res_bytes, "the residual fold's sums", err);
-    b->res_count = (unsigned *)(b->res_part + (size_t)CFK_RES_BLOCKS * 8);
     e = cudaMemsetAsync(b->attn_counters, 0, CFK_ATTN_COUNTERS * sizeof(int), b->stream);
     if (e == cudaSuccess) e = cudaMemsetAsync(b->pick_state, 0, CFK_PICK_ROWS * 2 * sizeof(unsigned long long), b->stream);
     if (e == cudaSuccess) e = cudaMemcpyAsync(b->one_seq, one_seq, sizeof one_seq, cudaMemcpyHostToDevice, b->stream);
-    if (e == cudaSuccess) e = cudaMemsetAsync(b->res_count, 0, sizeof *b->res_count, b->stream);
     if (e != cudaSuccess) return cf_fail(err, CINFER_E_DEVICE, "CUDA memset: %s", cudaGetErrorString(e));
     cublasStatus_t bs = cublasCreate(&b->blas);
     if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(b->blas, b->stream);
@@ -1116,17 +1031,13 @@ cinfer_status cf_cuda_backend_create(const cf_backend_params *p, cf_backend **ou
     cuda_backend *b = calloc(1, sizeof *b);
     if (!b) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory");
     b->ops = cuda_ops;
-    if (!t->fused_ops) b->ops.qkv = NULL, b->ops.matmul_glu = NULL, b->ops.matmul_gated = NULL, b->ops.add_norm = NULL, b->ops.matmul_residual = NULL;
+    if (!t->fused_ops) b->ops.qkv = NULL, b->ops.matmul_glu = NULL, b->ops.matmul_gated = NULL, b->ops.add_norm = NULL;
     b->base.ops = &b->ops;
     b->base.act_dtype = t->cuda_f32_act ? CF_F32 : CF_BF16;
     b->paged_d512 = t->attn_paged_d512;
     b->base.n_threads = 1;
     b->base.async = 1;
     b->base.prefill_chunk = 4096;   /* measured on the H200 (cuda_bench): 4096 tokens at 59% of the GEMM rate in 4096-token passes, 37% in 256 */
-    /* 1 is the setting meant: at one row the vector GEMV (bf16, gemv_max_rows 1) and the tensor-core GEMV (4/8 bits)
-     * fold matmul_residual and take x_scale; at more rows bf16 products would run the norm and a row-scale launch
-     * besides. The default is 0 until the fold has run on a GPU (backend.h). */
-    b->base.residual_fold_rows = t->residual_fold_rows < 0 ? 0 : t->residual_fold_rows > 8 ? 8 : t->residual_fold_rows;
     b->device = p->gpu_index;
     cinfer_status st = setup(b, p, err);
     if (st != CINFER_OK) {

@@ -44,18 +44,16 @@ cudaError_t cfk_init(void);   /* per-kernel attributes (large shared memory); on
 
 /* elementwise and row ops (k_elementwise.cu) */
 typedef enum cfk_ew {
-    CFK_ADD, CFK_SCALE, CFK_SOFTCAP, CFK_GLU_SILU, CFK_GLU_GELU, CFK_COPY, CFK_FILL,
-    CFK_ROW_SCALE   /* out[r][c] = a[r][c] * b[r][0] */
+    CFK_ADD, CFK_SCALE, CFK_SOFTCAP, CFK_GLU_SILU, CFK_GLU_GELU, CFK_COPY, CFK_FILL
 } cfk_ew;
 /* out = f(a, b) elementwise over out's shape; b broadcast when it has one row; s = scalar argument */
 cudaError_t cfk_elementwise(cudaStream_t st, cfk_ew op, cf_tensor out, cf_tensor a, cf_tensor b, float s);
 cudaError_t cfk_embed(cudaStream_t st, cf_tensor out, cf_tensor table, cf_tensor ids, float scale);
 cudaError_t cfk_rmsnorm(cudaStream_t st, cf_tensor out, cf_tensor x, cf_tensor w, float eps, float w_offset);
 /* x = (x + [rmsnorm(o) * (w_o + w_offset)]) * scale, then h = rmsnorm(x) * (w_h + w_offset) where h.data
- * (op add_norm), or where h_scale.data too, the deferred form of matmul_residual: h = x * (w_h + w_offset) and
- * h_scale[r] = rmsnorm's factor of row r. One block a row */
-cudaError_t cfk_add_norm(cudaStream_t st, cf_tensor x, cf_tensor o, cf_tensor w_o, float scale, cf_tensor h, cf_tensor w_h,
-                         cf_tensor h_scale, float eps, float w_offset);
+ * (op add_norm): one block a row */
+cudaError_t cfk_add_norm(cudaStream_t st, cf_tensor x, cf_tensor o, cf_tensor w_o, float scale, cf_tensor h, cf_tensor w_h, float eps,
+                         float w_offset);
 /* op qkv after its projections: the per-head norms, RoPE and KV stores of a->q, a->k, a->v, one launch
  * (heads of at most CFK_QKV_MAX_HEAD values) */
 #define CFK_QKV_MAX_HEAD 1024
@@ -99,18 +97,6 @@ typedef struct cfk_qkv_fold {
     cf_tensor store_pos;
     int store_pos0, cap;
 } cfk_qkv_fold;
-/* The residual fold of op matmul_residual, for a job of one product (out[0] unused): x += x_in . w^T, then
- * h = x * (w_h + w_offset) and h_scale[r] = 1 / sqrt(mean(x[r]^2) + eps) (h.data NULL: x only). x: F32 [n, d]; h: the
- * activation dtype [n, d]; h_scale: F32 [n, 1]. part: CFK_RES_BLOCKS * 8 floats of device scratch, count: a device
- * counter that is 0 before the launch (the launch leaves it 0). */
-#define CFK_RES_BLOCKS 16384
-typedef struct cfk_residual {
-    cf_tensor x, h, h_scale, w_h;   /* x.data NULL: none */
-    float eps, w_offset;
-    float *part;
-    unsigned *count;
-} cfk_residual;
-
 typedef struct cfk_gemv_job {
     cf_tensor x;
     int n_seg;
@@ -119,13 +105,9 @@ typedef struct cfk_gemv_job {
     cf_tensor mul;       /* data NULL: none */
     cf_act act;
     cfk_qkv_fold fold;   /* done by the GEMV's blocks where the vector kernel takes the job, else in launches after it */
-    cf_tensor x_scale;   /* F32 [n, 1] or data NULL: x's row r is x_scale[r] * x[r]; only where cfk_gemv_vector */
-    cfk_residual res;    /* only where cfk_gemv_vector */
 } cfk_gemv_job;
 /* whether x and w suit the vectorized kernel (the only one that fuses) */
 int cfk_gemv_vec_ok(cf_tensor x, cf_tensor w);
-/* whether cfk_gemv runs the job on the vectorized kernel, the one that takes x_scale and res (at most 8 rows) */
-int cfk_gemv_vector(const cfk_gemv_job *j);
 /* whether the tensor-core GEMV takes x . w^T (bf16 both, k a multiple of 64, 16-byte aligned rows; it fuses as the
  * vectorized kernel does) */
 int cfk_gemv_tc_ok(cf_tensor x, cf_tensor w);
@@ -147,8 +129,6 @@ typedef struct cfk_qjob {
     cf_tensor glu_out, mul;   /* data NULL: none */
     cf_act act;
     cfk_qkv_fold fold;   /* only where cfk_qgemv_folds says the GEMV takes it */
-    cf_tensor x_scale;   /* as cfk_gemv_job's, only where cfk_qgemv_folds (at most 8 rows) */
-    cfk_residual res;    /* as cfk_gemv_job's, only where cfk_qgemv_folds (at most 8 rows) */
 } cfk_qjob;
 /* whether the kernels take the job as it is (same bits, 4 or 8, for every product; x F32/BF16 and aligned; k a
  * multiple of 32; shapes of the GLU / gate forms) */
@@ -157,8 +137,9 @@ int cfk_qjob_ok(const cfk_qjob *j);
 int cfk_qgemv_folds(const cfk_qjob *j);
 /* few rows (any count; 8 a launch): the GEMV */
 cudaError_t cfk_qgemv(cudaStream_t st, const cfk_qjob *j);
-/* more rows: the tensor-core GEMM (bf16 x) */
-cudaError_t cfk_qmma(cudaStream_t st, const cfk_qjob *j);
+/* more rows: the tensor-core GEMM (bf16 x); partial: cfk_qmma_scratch(j) bytes of scratch (0: none needed) */
+size_t cfk_qmma_scratch(const cfk_qjob *j);
+cudaError_t cfk_qmma(cudaStream_t st, const cfk_qjob *j, void *partial);
 cudaError_t cfk_quant_init(void);   /* the GEMM's large shared memory, both kernels' blocks an SM; once per process (from cfk_init) */
 /* rows [r0, r0 + nr) of w dequantized to bf16 at out ([nr, cols], 16-byte aligned) */
 cudaError_t cfk_qdequant(cudaStream_t st, const cf_qweight *w, int64_t r0, int64_t nr, void *out);

@@ -42,7 +42,6 @@ __global__ void ew_kernel(EwArgs e) {
                 break;
             }
             case CFK_FILL: v = e.s; break;
-            case CFK_ROW_SCALE: v = ld(e.a, r, c) * ld(e.b, r, 0); break;
             default: v = ld(e.a, r, c);
             }
             st(e.out, r, c, v);
@@ -226,12 +225,11 @@ __device__ __forceinline__ float rounded(float v, int dt) {
     return v;
 }
 
-/* x = (x + [norm(o) * (w_o + off)]) * scale, then h = norm(x) * (w_h + off), or with hs (the deferred form):
- * h = x * (w_h + off) and hs[r] = norm's factor 1 / sqrt(mean(x^2) + eps). One block a row, each thread holding
- * its (at most ADD_NORM_PER) values of the row in registers; every load is issued before the first use, the
- * weights before waiting for the kernel ahead. */
+/* x = (x + [norm(o) * (w_o + off)]) * scale, then h = norm(x) * (w_h + off): one block a row, each thread
+ * holding its (at most ADD_NORM_PER) values of the row in registers; every load is issued before the first
+ * use, the weights before waiting for the kernel ahead. */
 #define ADD_NORM_PER 8
-__global__ void add_norm_kernel(TV x, TV o, TV wo, float scale, TV h, TV wh, TV hs, int64_t cols, float eps, float off) {
+__global__ void add_norm_kernel(TV x, TV o, TV wo, float scale, TV h, TV wh, int64_t cols, float eps, float off) {
     const int64_t r = blockIdx.x;
     float wov[ADD_NORM_PER], whv[ADD_NORM_PER], ov[ADD_NORM_PER], xv[ADD_NORM_PER];
 #pragma unroll
@@ -262,11 +260,7 @@ __global__ void add_norm_kernel(TV x, TV o, TV wo, float scale, TV h, TV wh, TV 
         ss2 += xv[e] * xv[e];
     }
     if (!h.p) return;
-    float inv2 = 1.0f / sqrtf(block_sum(ss2) / (float)cols + eps);
-    if (hs.p) {
-        if (threadIdx.x == 0) st(hs, r, 0, inv2);
-        inv2 = 1.0f;
-    }
+    const float inv2 = 1.0f / sqrtf(block_sum(ss2) / (float)cols + eps);
 #pragma unroll
     for (int e = 0; e < ADD_NORM_PER; e++) {
         const int64_t c = threadIdx.x + (int64_t)e * blockDim.x;
@@ -279,7 +273,7 @@ __global__ void add_norm_kernel(TV x, TV o, TV wo, float scale, TV h, TV wh, TV 
  * fetched before waiting for the kernel ahead. The same arithmetic as add_norm_kernel. */
 template <typename WT>
 __global__ void add_norm_row_kernel(float *x, int64_t xstride, const float *o, int64_t ostride, const WT *wo, float scale, TV h,
-                                    const WT *wh, TV hs, int64_t cols, float eps, float off) {
+                                    const WT *wh, int64_t cols, float eps, float off) {
     const int64_t c = 4 * (int64_t)threadIdx.x;
     const bool in = c < cols;
     float wov[4] = {1.0f, 1.0f, 1.0f, 1.0f}, whv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -306,11 +300,7 @@ __global__ void add_norm_row_kernel(float *x, int64_t xstride, const float *o, i
     }
     if (in) *reinterpret_cast<float4 *>(xr + c) = make_float4(xv[0], xv[1], xv[2], xv[3]);
     if (!wh) return;
-    float inv2 = 1.0f / sqrtf(block_sum(ss2) / (float)cols + eps);
-    if (hs.p) {
-        if (threadIdx.x == 0) st(hs, blockIdx.x, 0, inv2);
-        inv2 = 1.0f;
-    }
+    const float inv2 = 1.0f / sqrtf(block_sum(ss2) / (float)cols + eps);
     if (!in) return;
 #pragma unroll
     for (int e = 0; e < 4; e++) st(h, blockIdx.x, c + e, xv[e] * inv2 * whv[e]);
@@ -319,8 +309,8 @@ __global__ void add_norm_row_kernel(float *x, int64_t xstride, const float *o, i
 static bool aligned4(cf_tensor t) { return (uintptr_t)t.data % 16 == 0 && t.stride % 4 == 0; }
 
 extern "C" cudaError_t cfk_add_norm(cudaStream_t st, cf_tensor x, cf_tensor o, cf_tensor w_o, float scale, cf_tensor h, cf_tensor w_h,
-                                    cf_tensor h_scale, float eps, float w_offset) {
-    if (!h.data) w_h.data = NULL, h_scale.data = NULL;
+                                    float eps, float w_offset) {
+    if (!h.data) w_h.data = NULL;
     /* the weights' type: both present ones alike, f32 or bf16 */
     const cf_dtype wt = w_o.data ? w_o.dtype : w_h.data ? w_h.dtype : CF_F32;
     const bool row = x.dtype == CF_F32 && o.dtype == CF_F32 && x.cols % 4 == 0 && x.cols <= 4096 && aligned4(x) && aligned4(o) &&
@@ -329,15 +319,15 @@ extern "C" cudaError_t cfk_add_norm(cudaStream_t st, cf_tensor x, cf_tensor o, c
         const dim3 grid((unsigned)x.rows), block((unsigned)((x.cols / 4 + 31) / 32 * 32));
         if (wt == CF_F32)
             return launch(add_norm_row_kernel<float>, grid, block, 0, st, (float *)x.data, x.stride, (const float *)o.data, o.stride,
-                          (const float *)w_o.data, scale, tv(h), (const float *)w_h.data, tv(h_scale), x.cols, eps, w_offset);
+                          (const float *)w_o.data, scale, tv(h), (const float *)w_h.data, x.cols, eps, w_offset);
         return launch(add_norm_row_kernel<__nv_bfloat16>, grid, block, 0, st, (float *)x.data, x.stride, (const float *)o.data, o.stride,
-                      (const __nv_bfloat16 *)w_o.data, scale, tv(h), (const __nv_bfloat16 *)w_h.data, tv(h_scale), x.cols, eps, w_offset);
+                      (const __nv_bfloat16 *)w_o.data, scale, tv(h), (const __nv_bfloat16 *)w_h.data, x.cols, eps, w_offset);
     }
     int threads = (int)((x.cols + ADD_NORM_PER - 1) / ADD_NORM_PER);
     threads = threads < 256 ? 256 : (threads + 31) / 32 * 32;
     if (threads > 1024) return cudaErrorInvalidValue;   /* rows of at most 8192 values */
-    return launch(add_norm_kernel, dim3((unsigned)x.rows), dim3(threads), 0, st, tv(x), tv(o), tv(w_o), scale, tv(h), tv(w_h), tv(h_scale),
-                  x.cols, eps, w_offset);
+    return launch(add_norm_kernel, dim3((unsigned)x.rows), dim3(threads), 0, st, tv(x), tv(o), tv(w_o), scale, tv(h), tv(w_h), x.cols, eps,
+                  w_offset);
 }
 
 /* One block per (row, head) of q, k and v (blockIdx.y: q heads, then k heads, then v heads): the head's

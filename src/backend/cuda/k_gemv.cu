@@ -56,28 +56,12 @@ static cudaError_t rope_and_store(cudaStream_t st, const cfk_gemv_job *j) {
     return cudaSuccess;
 }
 
-/* whether the vector kernel takes every product of the job; and whether the tensor-core GEMV does (more rows than the
- * vector kernel takes, up to 16: the backend asks for no more) */
-static bool job_vec(const cfk_gemv_job *j) {
-    bool vec = cfk_gemv_vec_ok(j->x, j->w[0]);
-    for (int s = 1; s < j->n_seg; s++) vec = vec && cfk_gemv_vec_ok(j->x, j->w[s]) && j->w[s].dtype == j->w[0].dtype;
-    return vec;
-}
-static bool job_tc(const cfk_gemv_job *j) {
-    bool tc = j->x.rows > cfk_cfg.gemv_max_rows;
-    for (int s = 0; s < j->n_seg; s++) tc = tc && cfk_gemv_tc_ok(j->x, j->w[s]);
-    return tc;
-}
-
-extern "C" int cfk_gemv_vector(const cfk_gemv_job *j) { return j->x.rows <= 8 && job_vec(j) && !job_tc(j); }
-
 extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
     const cf_tensor x = j->x, w = j->w[0];
     const int64_t k = x.cols;
     const bool glu = j->glu_out.data != NULL;
-    const bool vec = job_vec(j);
-    if ((j->x_scale.data || j->res.x.data) && !cfk_gemv_vector(j)) return cudaErrorInvalidValue;
-    if (j->res.x.data && (j->n_seg != 1 || glu || j->mul.data)) return cudaErrorInvalidValue;
+    int vec = cfk_gemv_vec_ok(x, w);
+    for (int s = 1; s < j->n_seg; s++) vec &= cfk_gemv_vec_ok(x, j->w[s]) && j->w[s].dtype == w.dtype;
     if (!vec) {   /* the backend fuses only what the vector kernel takes */
         if (j->n_seg != 1 || glu || j->mul.data) return cudaErrorInvalidValue;
         for (int64_t r0 = 0; r0 < x.rows; r0 += 8) {
@@ -92,8 +76,10 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
     bool fold = !glu && !j->mul.data;
     for (int s = 0; s < j->n_seg; s++)
         if (j->fold.rope[s]) fold = fold && j->fold.head_dim % 2 == 0 && j->w[s].rows % j->fold.head_dim == 0;
-    /* the tensor-core GEMV: a block a unit of 16 weight rows (8 row pairs of the GLU or of RoPE) */
-    const bool tc = job_tc(j);
+    /* more rows than the vector kernel takes (the backend asks for at most 16 then): the tensor-core GEMV, a block a
+     * unit of 16 weight rows (8 row pairs of the GLU or of RoPE) */
+    bool tc = x.rows > cfk_cfg.gemv_max_rows;
+    for (int s = 0; s < j->n_seg; s++) tc = tc && cfk_gemv_tc_ok(x, j->w[s]);
     int64_t units[CFK_MAX_SEG], n_units = 0;   /* a warp's work: two rows (see k_gemv.cuh); tc: a block's */
     for (int s = 0; s < j->n_seg; s++) {
         if (tc) units[s] = glu ? ceil_div(j->w[s].rows, 8) : fold && j->fold.rope[s] ? ceil_div(j->w[s].rows / 2, 8) : ceil_div(j->w[s].rows, 16);
@@ -129,9 +115,6 @@ extern "C" cudaError_t cfk_gemv(cudaStream_t st, const cfk_gemv_job *j) {
         if (glu) blocks = ceil_div(units[0], rpb);
         if (j->mul.data) g.mul = tv(cf_rows(j->mul, r0, n));
         if (glu) g.glu = tv(cf_rows(j->glu_out, r0, n));
-        if (j->x_scale.data) g.xs = tv(cf_rows(j->x_scale, r0, n));
-        g.res = res_fold(j->res, r0, n);
-        if (g.res.x.p && blocks > CFK_RES_BLOCKS) return cudaErrorInvalidValue;
         if (fold) {
             for (int s = 0; s < j->n_seg; s++) {
                 segs[s]->rope = j->fold.rope[s];

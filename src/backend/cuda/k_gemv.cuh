@@ -29,86 +29,12 @@ struct Seg {
     TV cache;   /* .p NULL: none; else also store the (rotated) rows in this KV cache */
 };
 
-/* The residual fold of a block's last product (cfk_residual): value v of activation row r, output j goes to
- * x[r][j] += v and h[r][j] = x[r][j] * (w_h[j] + off) instead of an output; each block's sums of squares of the new x
- * meet in part (8 rows a block), and the last block to finish writes h_scale[r] = 1 / sqrt(sum / d + eps), so that
- * h_scale * h is the next block's rmsnorm(x) * (w_h + off). */
-struct ResFold {
-    TV x, h, wh, hs;   /* x.p NULL: no fold; h.p NULL: x only */
-    float *part;
-    unsigned *count;   /* 0 between launches: the last block sets it back */
-    float eps, off;
-    int64_t d;
-};
-
-__device__ __forceinline__ float res_put(const ResFold &f, int r, int64_t j, float v) {
-    const float xn = ld(f.x, r, j) + v;
-    st(f.x, r, j, xn);
-    if (f.h.p) st(f.h, r, j, xn * (ld(f.wh, 0, j) + f.off));
-    return xn * xn;
-}
-
-/* The fold's end, called once by every thread of every block of the launch; ss[r]: the thread's sums of squares of
- * row r (0 where it put nothing). The block's sums (warps in order) go to part; the last block sums them in block
- * order, so the result does not depend on which block is last. */
-template <int NX>
-__device__ void res_finish(const ResFold &f, int n, const float (&ss)[NX]) {
-    __shared__ float red[32][NX];
-    __shared__ bool last;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-#pragma unroll
-    for (int r = 0; r < NX; r++) {
-        const float v = warp_sum(ss[r]);
-        if (lane == 0) red[warp][r] = v;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int r = 0; r < n; r++) {
-            float s = 0.0f;
-            for (int w = 0; w < nw; w++) s += red[w][r];
-            f.part[(int64_t)blockIdx.x * 8 + r] = s;
-        }
-        __threadfence();
-        last = atomicAdd(f.count, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int r = warp; r < n; r += nw) {
-        float s = 0.0f;
-        for (int64_t b = lane; b < gridDim.x; b += 32) s += __ldcg(f.part + b * 8 + r);
-        s = warp_sum(s);
-        if (lane == 0) st(f.hs, r, 0, 1.0f / sqrtf(s / (float)f.d + f.eps));
-    }
-    if (threadIdx.x == 0) *f.count = 0;
-}
-
-/* the fold of rows [r0, r0 + n) of a job as the kernels take it */
-static inline ResFold res_fold(const cfk_residual &r, int64_t r0, int n) {
-    if (!r.x.data) return ResFold{};
-    ResFold f{};
-    f.x = tv(cf_rows(r.x, r0, n));
-    if (r.h.data) {
-        f.h = tv(cf_rows(r.h, r0, n));
-        f.wh = tv(r.w_h);
-        f.hs = tv(cf_rows(r.h_scale, r0, n));
-    }
-    f.part = r.part;
-    f.count = r.count;
-    f.eps = r.eps;
-    f.off = r.w_offset;
-    f.d = r.x.cols;
-    return f;
-}
-
 struct GemvArgs {
     const void *x;
     int64_t xstride, k;
     int n, wpr, block_warps, nseg, act;   /* block_warps: a multiple of wpr, at most 8 */
     Seg s0, s1, s2;
     TV glu, mul;   /* .p NULL: none */
-    TV xs;         /* .p NULL: none; else x's row r is xs[r] * x[r] (its sums are scaled at the end) */
-    ResFold res;   /* the vector kernel only; one product */
     /* RoPE: in each head of size 2 * half, (x[i], x[i + half]) of row r turns by pos[r] * inv_freq[i].
      * KV stores: row r goes to slot store_pos[r] % cap, or (store_pos.p NULL) (pos0 + r) % cap */
     TV pos, store_pos;
@@ -180,21 +106,19 @@ __device__ __forceinline__ int block_seg(const GemvArgs &g, bool glu) {
 }
 
 /* The end of a two-row unit for activation row r (rows j, j2 of segment S, sums v0, v1 with their bias; f: the
- * unit's RoPE frequency): the GLU, the gate, the residual fold (returning its sum of squares), or RoPE and the KV
- * cache stores. */
-__device__ __forceinline__ float finish_row(const GemvArgs &g, const Seg &S, bool glu, int64_t j, int64_t j2, bool row2_ok, int r,
-                                            float v0, float v1, float f) {
-    if (g.res.x.p) return res_put(g.res, r, j, v0) + (row2_ok ? res_put(g.res, r, j2, v1) : 0.0f);
+ * unit's RoPE frequency): the GLU, the gate, or RoPE and the KV cache stores. */
+__device__ __forceinline__ void finish_row(const GemvArgs &g, const Seg &S, bool glu, int64_t j, int64_t j2, bool row2_ok, int r,
+                                           float v0, float v1, float f) {
     if (glu) {
         if (S.out.p) st(S.out, r, j, v0);
         if (g.s1.out.p) st(g.s1.out, r, j, v1);
         st(g.glu, r, j, act_fn(g.act, v0) * v1);
-        return 0.0f;
+        return;
     }
     if (g.mul.p) {
         st(S.out, r, j, act_fn(g.act, v0) * ld(g.mul, r, j));
         if (row2_ok) st(S.out, r, j2, act_fn(g.act, v1) * ld(g.mul, r, j2));
-        return 0.0f;
+        return;
     }
     if (S.rope) rope_turn(v0, v1, g.pos, r, f);   /* (x_j, x_j2) turned by pos * inv_freq */
     st(S.out, r, j, v0);
@@ -204,14 +128,12 @@ __device__ __forceinline__ float finish_row(const GemvArgs &g, const Seg &S, boo
         st(S.cache, slot, j, ld(S.out, r, j));
         if (row2_ok) st(S.cache, slot, j2, ld(S.out, r, j2));
     }
-    return 0.0f;
 }
 
-/* The end of a two-row unit (rows j, j2 of segment S, sums a0, a1 of activation rows 0..n without bias, each scaled by
- * its row's xs); ss: the residual fold's sums of squares */
+/* The end of a two-row unit (rows j, j2 of segment S, sums a0, a1 of activation rows 0..n without bias) */
 template <int NX>
 __device__ __forceinline__ void finish_pair(const GemvArgs &g, const Seg &S, bool glu, int64_t j, int64_t j2, bool row2_ok,
-                                            const float (&a0)[NX], const float (&a1)[NX], float (&ss)[NX]) {
+                                            const float (&a0)[NX], const float (&a1)[NX]) {
     const float b0 = S.bias.p ? ld(S.bias, 0, j) : 0.0f;
     const TV bias1 = glu ? g.s1.bias : S.bias;
     const float b1 = bias1.p && row2_ok ? ld(bias1, 0, j2) : 0.0f;
@@ -219,8 +141,7 @@ __device__ __forceinline__ void finish_pair(const GemvArgs &g, const Seg &S, boo
 #pragma unroll
     for (int r = 0; r < NX; r++) {
         if (r >= g.n) break;
-        const float sc = g.xs.p ? ld(g.xs, r, 0) : 1.0f;
-        ss[r] = finish_row(g, S, glu, j, j2, row2_ok, r, a0[r] * sc + b0, a1[r] * sc + b1, f);
+        finish_row(g, S, glu, j, j2, row2_ok, r, a0[r] + b0, a1[r] + b1, f);
     }
 }
 
@@ -317,11 +238,8 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs g) {
                 a1[r] = s1;
             }
     }
-    float ss[NX];
-#pragma unroll
-    for (int r = 0; r < NX; r++) ss[r] = 0.0f;
-    if (sub == 0 && lane == 0 && row_ok) finish_pair<NX>(g, S, glu, j, j2, row2_ok, a0, a1, ss);   /* the lane that finishes the unit */
-    if (g.res.x.p) res_finish<NX>(g.res, g.n, ss);
+    if (sub != 0 || lane != 0 || !row_ok) return;   /* the lane that finishes the unit */
+    finish_pair<NX>(g, S, glu, j, j2, row2_ok, a0, a1);
 }
 
 /* Chunks a row per batch (two batches in flight per lane): cfk_cfg.gemv_unroll 1 or 2, or 0 (the default):

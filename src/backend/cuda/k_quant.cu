@@ -1,7 +1,7 @@
 /* k_quant.cu: the kernels for MLX affine-quantized weights kept packed on the GPU (4 and 8 bits, groups 32, 64,
  * 128; the device layout is cuda_internal.h's cfk_qjob comment): the decode GEMV (few activation rows), the
  * tensor-core GEMM for batched decode and short prefills (packed tiles staged by cp.async, dequantized in registers
- * into mma.sync fragments, f32 accumulation, split-k sums meeting in a cluster's shared memory), the whole-matrix
+ * into mma.sync fragments, f32 accumulation, split-k partials summed by an epilogue kernel), the whole-matrix
  * dequantizer for the cuBLAS path of long prefills, and the embedding gather from a quantized table.
  *
  * Values: w = scale * q + bias per group of `group` values along a row; value c of a row is bits [c * bits,
@@ -33,11 +33,10 @@ struct QArgs {
     int n, ks, nseg, act;
     QSeg s0, s1, s2;
     TV glu, mul;   /* .p NULL: none */
-    /* the tensor-core GEMV only: x's row scales and the residual fold (k_gemv.cuh) */
-    TV xs;
-    ResFold res;
-    /* the tensor-core kernels */
+    /* the tensor-core kernel only */
     int splits, ksteps;
+    float *part;          /* split-k partial sums: product s at part + poff[s], [splits][n][d] */
+    int64_t poff0, poff1, poff2;
     /* the tensor-core GEMV's fold (cfk_qjob): positions, frequencies, half a head, the store's slots */
     TV pos, store_pos;
     const float *inv_freq;
@@ -367,25 +366,16 @@ __global__ void __launch_bounds__(TC_WARPS * 32, TC_MIN_BLOCKS(G)) qgemv_tc_kern
             }
         cl.sync();
     }
-    float ss[2] = {0.0f, 0.0f};   /* the residual fold's sums of squares of activation rows 2t, 2t + 1 */
+    if (warp != 0 || split != 0) return;
 #pragma unroll
     for (int e = 0; e < 2; e++) {
         const int r = 2 * t + e;   /* activation row */
-        if (warp != 0 || split != 0 || r >= g.n) continue;
-        if (g.xs.p) {
-            const float sc = ld(g.xs, r, 0);
-            acc[e] *= sc;
-            acc[2 + e] *= sc;
-        }
+        if (r >= g.n) continue;
         if (glu) {
             if (okA) st(g.glu, r, rowA, act_fn(g.act, acc[e]) * acc[2 + e]);
             continue;
         }
         float va = acc[e] + (okA && S.bias.p ? ld(S.bias, 0, rowA) : 0.0f), vb = acc[2 + e] + (okB && S.bias.p ? ld(S.bias, 0, rowB) : 0.0f);
-        if (g.res.x.p) {
-            ss[e] = (okA ? res_put(g.res, r, rowA, va) : 0.0f) + (okB ? res_put(g.res, r, rowB, vb) : 0.0f);
-            continue;
-        }
         if (rp && okA) rope_turn(va, vb, g.pos, r, g.inv_freq[rowA % (2 * g.half)]);   /* (x_j, x_j+half) */
         if (g.mul.p) {
             if (okA) va = act_fn(g.act, va) * ld(g.mul, r, rowA);
@@ -399,65 +389,47 @@ __global__ void __launch_bounds__(TC_WARPS * 32, TC_MIN_BLOCKS(G)) qgemv_tc_kern
             if (okB) st(S.cache, slot, rowB, ld(S.out, r, rowB));
         }
     }
-    if (g.res.x.p) {
-        float rs[8];   /* by activation row: lane (gi, t) holds rows 2t and 2t + 1 */
-#pragma unroll
-        for (int r = 0; r < 8; r++) rs[r] = r >> 1 == t ? ss[r & 1] : 0.0f;
-        res_finish<8>(g.res, g.n, rs);
-    }
 }
 
 /* ---- tensor-core GEMM: more activation rows ---- */
 
 /* Block tile: MB activation rows x NB weight rows (for the GLU, NB / 2 gate rows and the same up rows); the tile's
- * sums go through shared memory [MB][LDC] to qmma_put. Split k over a cluster of `splits` blocks (blockIdx.x % splits)
- * when the tiles are too few to fill the GPU: the blocks' sums meet in shared memory (qmma_finish). */
+ * sums go through shared memory [MB][LDC] to qmma_store. Split k (blockIdx.z) over `splits` ranges of stages when the
+ * tiles are too few to fill the GPU: then each split writes f32 partial sums and qmma_epilogue adds them. */
 constexpr int MB = 64, NB = 128, LDC = NB + 4;
 constexpr size_t QM_C_BYTES = (size_t)MB * LDC * 4;
 
-/* activation row m, tile column i of a GEMM block's sums out: c with the bias, or times the gate's act(), or (GLU,
- * i < NB / 2) act(c) * u, u the up row's sum */
-__device__ __forceinline__ void qmma_put(const QArgs &g, const QSeg &S, int64_t jt0, int64_t m, int i, float c, float u) {
-    const int64_t j = jt0 + i;
-    if (j >= S.d) return;
-    if (g.glu.p) {
-        st(g.glu, m, j, act_fn(g.act, c) * u);
-        return;
-    }
-    float v = c + (S.bias.p ? ld(S.bias, 0, j) : 0.0f);
-    if (g.mul.p) v = act_fn(g.act, v) * ld(g.mul, m, j);
-    st(S.out, m, j, v);
-}
-
-/* The end of a GEMM block, its sums in Cs [MB][LDC] (activation rows m0 .., tile columns jt0 ..): alone, it puts them
- * out; in a cluster of g.splits blocks (split z), block z puts out the z-th share of the tile's values, each the sum
- * of the cluster's blocks' Cs in block order (the same sum at every run). Every thread of every block takes part in
- * both cluster barriers: the shares are read after the first, and each block keeps its Cs until the second. */
-__device__ void qmma_finish(const QArgs &g, const QSeg &S, int64_t jt0, int64_t m0, int z, const float *Cs) {
-    namespace cg = cooperative_groups;
+/* The end of a GEMM block: its tile of sums Cs [MB][LDC] (activation rows m0 .., tile columns jt0 ..) goes out with
+ * the bias, the GLU or the gate, or (splits > 1) to split z's partial sums */
+__device__ void qmma_store(const QArgs &g, const QSeg &S, int si, int64_t jt0, int64_t m0, int z, const float *Cs) {
     const bool glu = g.glu.p != nullptr;
-    const int W = glu ? NB / 2 : NB, rows = (int)min((int64_t)MB, g.n - m0), E = rows * W;
-    const int e0 = (int)((int64_t)z * E / g.splits), e1 = (int)((int64_t)(z + 1) * E / g.splits);
-    if (g.splits == 1) {
-        for (int e = threadIdx.x; e < E; e += blockDim.x) {
-            const int r = e / W, i = e % W;
-            qmma_put(g, S, jt0, m0 + r, i, Cs[r * LDC + i], glu ? Cs[r * LDC + i + NB / 2] : 0.0f);
+    const int64_t poff = si == 0 ? g.poff0 : si == 1 ? g.poff1 : g.poff2;
+    for (int idx = threadIdx.x; idx < MB * NB; idx += blockDim.x) {
+        const int r = idx / NB, i = idx % NB;
+        const int64_t m = m0 + r;
+        if (m >= g.n) continue;
+        const float c = Cs[r * LDC + i];
+        if (glu) {
+            const bool is_up = i >= NB / 2;
+            const int64_t j = jt0 + (is_up ? i - NB / 2 : i);
+            if (j >= S.d) continue;
+            if (g.splits > 1) {
+                g.part[(is_up ? g.poff1 : g.poff0) + ((int64_t)z * g.n + m) * S.d + j] = c;
+            } else if (!is_up) {
+                st(g.glu, m, j, act_fn(g.act, c) * Cs[r * LDC + i + NB / 2]);
+            }
+            continue;
         }
-        return;
-    }
-    cg::cluster_group cl = cg::this_cluster();
-    cl.sync();
-    for (int e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
-        const int r = e / W, i = e % W;
-        float c = 0.0f, u = 0.0f;
-        for (int b = 0; b < g.splits; b++) {
-            const float *C = cl.map_shared_rank(Cs, b);
-            c += C[r * LDC + i];
-            if (glu) u += C[r * LDC + i + NB / 2];
+        const int64_t j = jt0 + i;
+        if (j >= S.d) continue;
+        if (g.splits > 1) {
+            g.part[poff + ((int64_t)z * g.n + m) * S.d + j] = c;
+            continue;
         }
-        qmma_put(g, S, jt0, m0 + r, i, c, u);
+        float v = c + (S.bias.p ? ld(S.bias, 0, j) : 0.0f);
+        if (g.mul.p) v = act_fn(g.act, v) * ld(g.mul, m, j);
+        st(S.out, m, j, v);
     }
-    cl.sync();
 }
 
 /* The GEMM kernel (bf16 x; f32 x is rounded to bf16 in scratch first). A stage is QA_K = 128 values of k: the x tile
@@ -515,13 +487,12 @@ __global__ void __launch_bounds__(QA_THREADS) qmma_async_kernel(QArgs g) {
     constexpr int WROWS = NB * CPR / QA_THREADS;                                               /* weight rows a thread copies */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
     const bool glu = g.glu.p != nullptr;
-    const int64_t tile = (int64_t)(blockIdx.x / (unsigned)g.splits);   /* over all products */
-    const int z = (int)(blockIdx.x % (unsigned)g.splits);
-    const int si = glu ? 0 : (g.nseg > 2 && tile >= g.s2.block0) ? 2 : (g.nseg > 1 && tile >= g.s1.block0) ? 1 : 0;
+    const int si = glu ? 0 : (g.nseg > 2 && (int64_t)blockIdx.x >= g.s2.block0) ? 2 : (g.nseg > 1 && (int64_t)blockIdx.x >= g.s1.block0) ? 1 : 0;
     const QSeg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
     const QSeg &UP = glu ? g.s1 : S;
-    const int64_t jt0 = (tile - S.block0) * (glu ? NB / 2 : NB);
+    const int64_t jt0 = ((int64_t)blockIdx.x - S.block0) * (glu ? NB / 2 : NB);
     const int64_t m0 = (int64_t)blockIdx.y * MB;
+    const int z = blockIdx.z;
     const int kb = (int)((int64_t)z * g.ksteps / g.splits), ke = (int)((int64_t)(z + 1) * g.ksteps / g.splits);
     /* the (scale, bias) layout of this warp's rows (for the GLU warps 0-3 hold gate rows, 4-7 up rows) */
     const QSeg &WS = glu && warp >= 4 ? UP : S;
@@ -675,7 +646,32 @@ __global__ void __launch_bounds__(QA_THREADS) qmma_async_kernel(QArgs g) {
             Cs[(m + 8) * LDC + c + 1] = acc[mi][ni][3];
         }
     __syncthreads();
-    qmma_finish(g, S, jt0, m0, z, Cs);
+    qmma_store(g, S, si, jt0, m0, z, Cs);
+}
+
+/* The split-k sums of qmma_async_kernel and its epilogue: blockIdx.y = product (for the GLU one, reading both partials) */
+__global__ void qmma_epilogue(QArgs g) {
+    pdl_wait();
+    pdl_launch_next();
+    const bool glu = g.glu.p != nullptr;
+    const int si = blockIdx.y;
+    const QSeg S = si == 0 ? g.s0 : si == 1 ? g.s1 : g.s2;
+    const int64_t poff = si == 0 ? g.poff0 : si == 1 ? g.poff1 : g.poff2;
+    const int64_t total = (int64_t)g.n * S.d, plane = total;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t m = e / S.d, j = e % S.d;
+        float v = 0.0f;
+        for (int z = 0; z < g.splits; z++) v += g.part[poff + z * plane + e];
+        if (glu) {
+            float u = 0.0f;
+            for (int z = 0; z < g.splits; z++) u += g.part[g.poff1 + z * plane + e];
+            st(g.glu, m, j, act_fn(g.act, v) * u);
+            continue;
+        }
+        v += S.bias.p ? ld(S.bias, 0, j) : 0.0f;
+        if (g.mul.p) v = act_fn(g.act, v) * ld(g.mul, m, j);
+        st(S.out, m, j, v);
+    }
 }
 
 /* ---- dequantize rows to bf16 (the cuBLAS path) and the embedding gather ---- */
@@ -812,7 +808,6 @@ static cfk_qjob qjob_rows(const cfk_qjob *j, int64_t r0, int n) {
     if (j->fold.pos.data) jr.fold.pos = cf_rows(j->fold.pos, r0, n);
     if (j->fold.store_pos.data) jr.fold.store_pos = cf_rows(j->fold.store_pos, r0, n);
     jr.fold.store_pos0 = j->fold.store_pos0 + (int)r0;
-    if (j->x_scale.data) jr.x_scale = cf_rows(j->x_scale, r0, n);
     return jr;
 }
 
@@ -865,9 +860,6 @@ static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
         g.pos0 = jr.fold.store_pos0;
         g.cap = j->fold.cap;
         g.splits = splits;
-        g.xs = jr.x_scale.data ? tv(jr.x_scale) : TV{};
-        g.res = res_fold(j->res, r0, jr.x.rows);
-        if (g.res.x.p && units * splits > CFK_RES_BLOCKS) return cudaErrorInvalidValue;
         const dim3 grid((unsigned)(units * splits));
         const cudaError_t e = launch_cluster(qgemv_tc_kernel_for(j->w[0]->bits, j->w[0]->group, f16), grid, dim3(TC_WARPS * 32), 0, st,
                                              (unsigned)splits, g);
@@ -879,7 +871,6 @@ static cudaError_t qgemv_tc(cudaStream_t st, const cfk_qjob *j) {
 extern "C" cudaError_t cfk_qgemv(cudaStream_t st, const cfk_qjob *j) {
     if (!cfk_qjob_ok(j)) return cudaErrorInvalidValue;
     if (qjob_tc_ok(j)) return qgemv_tc(st, j);
-    if (j->x_scale.data || j->res.x.data) return cudaErrorInvalidValue;   /* the tensor-core GEMV's alone */
     const bool glu = j->glu_out.data != NULL;
     const int bits = j->w[0]->bits;
     const int64_t nch = j->x.cols * bits / 128;   /* 16-byte chunks a row */
@@ -913,10 +904,10 @@ extern "C" cudaError_t cfk_qgemv(cudaStream_t st, const cfk_qjob *j) {
 
 static int qa_blocks_per_sm[2] = {1, 1};   /* of qmma_async_kernel at 4 bits (the fewer of its two variants) and 8 */
 
-/* the tiles of a job, its stages of k (QA_K values) and its split count: splits of k (a cluster, at most 8 blocks)
- * while the tiles fill less than one wave of the blocks the SMs hold at once, never more than one wave (a nearly empty
- * last wave costs as much as a full one), each split at least 2 stages. Llama-3-8B at 64 rows on an H100 (2 blocks an
- * SM at 4 bits, 1 at 8): q/k/v 5 and 2, o and down 8 and 4, gate/up 1. */
+/* the tiles of a job, its stages of k (QA_K values) and its split count: splits of k while the tiles fill less than
+ * one wave of the blocks the SMs hold at once, never more than one wave (a nearly empty last wave costs as much as a
+ * full one), each split at least 2 stages. Llama-3-8B at 64 rows on an H100 (2 blocks an SM at 4 bits, 1 at 8):
+ * q/k/v 5 and 2, o and down 8 and 4, gate/up 1. */
 static void qmma_plan(const cfk_qjob *j, int64_t *col_tiles, int64_t *m_tiles, int *ksteps, int *splits) {
     const bool glu = j->glu_out.data != NULL;
     int64_t ct = 0;
@@ -927,7 +918,7 @@ static void qmma_plan(const cfk_qjob *j, int64_t *col_tiles, int64_t *m_tiles, i
     const int64_t slots = (int64_t)cfk_cfg.n_sm * qa_blocks_per_sm[j->w[0]->bits == 8];
     if (base < slots) sp = slots / base;
     if (sp > steps / 2) sp = steps / 2;
-    if (sp > 8) sp = 8;
+    if (sp > 16) sp = 16;
     if (sp < 1) sp = 1;
     *col_tiles = ct;
     *m_tiles = mt;
@@ -935,29 +926,52 @@ static void qmma_plan(const cfk_qjob *j, int64_t *col_tiles, int64_t *m_tiles, i
     *splits = (int)sp;
 }
 
-extern "C" cudaError_t cfk_qmma(cudaStream_t st, const cfk_qjob *j) {
-    if (!cfk_qjob_ok(j) || j->x.dtype != CF_BF16 || j->x_scale.data || j->res.x.data) return cudaErrorInvalidValue;
+extern "C" size_t cfk_qmma_scratch(const cfk_qjob *j) {
+    int64_t ct, mt;
+    int ks, sp;
+    qmma_plan(j, &ct, &mt, &ks, &sp);
+    if (sp == 1) return 0;
+    size_t floats = 0;
+    for (int s = 0; s < j->n_seg; s++) floats += (size_t)sp * (size_t)j->x.rows * (size_t)j->w[s]->rows;
+    return floats * sizeof(float);
+}
+
+extern "C" cudaError_t cfk_qmma(cudaStream_t st, const cfk_qjob *j, void *partial) {
+    if (!cfk_qjob_ok(j) || j->x.dtype != CF_BF16) return cudaErrorInvalidValue;
     const bool glu = j->glu_out.data != NULL;
     int64_t ct, mt;
     int ks, sp;
     qmma_plan(j, &ct, &mt, &ks, &sp);
+    if (sp > 1 && !partial) return cudaErrorInvalidValue;
     if (mt > 65535) return cudaErrorInvalidValue;
     QArgs g = qargs(j);
     g.ks = 1;
     g.splits = sp;
     g.ksteps = ks;
+    g.part = (float *)partial;
     QSeg *segs[3] = {&g.s0, &g.s1, &g.s2};
-    int64_t tiles = 0;
+    int64_t *poffs[3] = {&g.poff0, &g.poff1, &g.poff2};
+    int64_t blocks = 0, off = 0;
     for (int s = 0; s < j->n_seg; s++) {
-        segs[s]->block0 = tiles;
-        if (!glu || s == 0) tiles += ceil_div(j->w[s]->rows, glu ? NB / 2 : NB);
+        segs[s]->block0 = blocks;
+        if (!glu || s == 0) blocks += ceil_div(j->w[s]->rows, glu ? NB / 2 : NB);
+        *poffs[s] = off;
+        off += (int64_t)sp * j->x.rows * j->w[s]->rows;
     }
     const int bits = j->w[0]->bits;
-    const dim3 grid((unsigned)(tiles * sp), (unsigned)mt), block(QA_THREADS);
+    const dim3 grid((unsigned)blocks, (unsigned)mt, (unsigned)sp), block(QA_THREADS);
     bool all_bf16_pairs = true;
     for (int s = 0; s < j->n_seg; s++) all_bf16_pairs = all_bf16_pairs && j->w[s]->sb_dtype == CF_BF16;
-    void (*kernel)(QArgs) = bits == 8 ? qmma_async_kernel<8, false> : all_bf16_pairs ? qmma_async_kernel<4, true> : qmma_async_kernel<4, false>;
-    return launch_cluster(kernel, grid, block, bits == 8 ? qa_smem<8>() : qa_smem<4>(), st, (unsigned)sp, g);
+    cudaError_t e;
+    if (bits == 8) e = launch(qmma_async_kernel<8, false>, grid, block, qa_smem<8>(), st, g);
+    else if (all_bf16_pairs) e = launch(qmma_async_kernel<4, true>, grid, block, qa_smem<4>(), st, g);
+    else e = launch(qmma_async_kernel<4, false>, grid, block, qa_smem<4>(), st, g);
+    if (e != cudaSuccess || sp == 1) return e;
+    int64_t most = 0;
+    for (int s = 0; s < j->n_seg; s++) most = j->x.rows * j->w[s]->rows > most ? j->x.rows * j->w[s]->rows : most;
+    int64_t eb = ceil_div(most, 256);
+    if (eb > 4 * (int64_t)cfk_cfg.n_sm) eb = 4 * (int64_t)cfk_cfg.n_sm;
+    return launch(qmma_epilogue, dim3((unsigned)eb, glu ? 1u : (unsigned)j->n_seg), dim3(256), 0, st, g);
 }
 
 extern "C" cudaError_t cfk_quant_init(void) {
