@@ -1,6 +1,6 @@
 /* test_qcuda_ops.c: the CUDA backend's kernels for packed 4- and 8-bit weights (k_quant.cu) through its ops, against
  * the plain reference dequantizer (cf_qweight_dequant_row) times x in double precision: matmul with a bias for
- * bits 4 and 8, groups 32/64/128, scales and biases in bf16/f16/f32, activation rows 1, 2, 3, 8, 17, 64, 300, odd
+ * bits 4 and 8, groups 32/64/128, scales and biases in bf16/f16/f32, activation rows 1, 2, 3, 8, 12, 17, 64, 300, odd
  * output sizes, x in f32 and bf16; the fused matmul_glu, matmul_gated and qkv (one job of three products, and mixed
  * bit widths, which run apart; plain, and with RoPE and the KV stores against the reference turned in double); embed
  * of a quantized table; a decode matmul recorded in a graph. Each runs under three settings of
@@ -139,8 +139,8 @@ static void expect(double got, double want, double bound, const char *what) {
     }
 }
 
-static const int NS[] = {1, 2, 3, 8, 17, 64, 300};
-#define N_NS 7
+static const int NS[] = {1, 2, 3, 8, 12, 17, 64, 300};
+#define N_NS 8
 #define NMAX 300
 
 static void test_matmul(cf_backend *be, int bits, int group, cf_dtype sb, int64_t d, int64_t k, cf_dtype xdt, int n_lim) {

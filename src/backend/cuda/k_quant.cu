@@ -480,8 +480,12 @@ __device__ __forceinline__ uint32_t qa_deq4h(uint32_t w, uint32_t sel, uint32_t 
     return o;
 }
 
-template <int BITS, bool HSB>   /* HSB: 4 bits with bf16 pairs in every product, the bf16x2 dequantization */
-__global__ void __launch_bounds__(QA_THREADS) qmma_async_kernel(QArgs g) {
+/* HSB: 4 bits with bf16 pairs in every product, the bf16x2 dequantization. MT: the m16 tiles of activation rows the
+ * block multiplies (1, 2 or 4: at most 16, 32 or 64 rows in its tile), fixed at compile time so that a k16 step's
+ * MMAs are straight-line code, with the next step's fragments made before them. 4 bits: at most 128 registers, 2
+ * blocks an SM (as their shared memory allows). */
+template <int BITS, bool HSB, int MT>
+__global__ void __launch_bounds__(QA_THREADS, BITS == 4 ? 2 : 1) qmma_async_kernel(QArgs g) {
     extern __shared__ __align__(128) unsigned char qa_smem_buf[];
     constexpr int WLD = qa_wld<BITS>(), STAGE = qa_stage<BITS>(), CPR = QA_K * BITS / 128;   /* 16-byte chunks a row and stage */
     constexpr int WROWS = NB * CPR / QA_THREADS;                                               /* weight rows a thread copies */
@@ -564,14 +568,13 @@ __global__ void __launch_bounds__(QA_THREADS) qmma_async_kernel(QArgs g) {
         }
     };
 
-    float acc[4][2][4];
+    float acc[MT][2][4];   /* m16 tile mi of activation rows, n8 tile ni of the warp's 16 weight rows */
 #pragma unroll
-    for (int mi = 0; mi < 4; mi++)
+    for (int mi = 0; mi < MT; mi++)
 #pragma unroll
         for (int ni = 0; ni < 2; ni++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
-    const int mact = (int)min((int64_t)4, (g.n - m0 + 15) / 16);   /* m16 tiles holding activation rows */
     const uint32_t sel = qa_sel(tq);
 
     /* the first stages: weights before waiting for the kernel ahead (they are not its output), then x */
@@ -594,9 +597,8 @@ __global__ void __launch_bounds__(QA_THREADS) qmma_async_kernel(QArgs g) {
         const unsigned char *base = qa_smem_buf + ((ks - kb) % QA_STAGES) * STAGE;
         const __nv_bfloat16 *xs = reinterpret_cast<const __nv_bfloat16 *>(base);
         const unsigned char *ws = base + QA_XBYTES, *sbs = ws + NB * WLD;
-#pragma unroll
-        for (int j = 0; j < QA_K / 16; j++) {
-            uint32_t b[2][2];
+        /* step j's B fragments (the weight values of rows gq and gq + 8 of the warp's 16 as bf16 pairs) */
+        auto frags = [&](int j, uint32_t (&b)[2][2]) {
 #pragma unroll
             for (int ni = 0; ni < 2; ni++) {
                 const int r = warp * 16 + ni * 8 + gq;
@@ -622,21 +624,31 @@ __global__ void __launch_bounds__(QA_THREADS) qmma_async_kernel(QArgs g) {
                     b[ni][1] = qa_pair8(w1, e, sb.x, sb.y);
                 }
             }
+        };
+        /* the next step's fragments are made before this step's products are issued */
+        uint32_t b[2][2], bn[2][2];
+        frags(0, b);
 #pragma unroll
-            for (int mi = 0; mi < 4; mi++) {
-                if (mi >= mact) break;
-                uint32_t a[4];
-                ldsm_x4(a, xs + (mi * 16 + (lane & 15)) * QA_XLD + 16 * j + (lane >> 4) * 8);
-                mma_bf16(acc[mi][0], a, b[0][0], b[0][1]);
-                mma_bf16(acc[mi][1], a, b[1][0], b[1][1]);
+        for (int j = 0; j < QA_K / 16; j++) {
+            if (j + 1 < QA_K / 16) frags(j + 1, bn);
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++) ldsm_x4(a[mi], xs + (mi * 16 + (lane & 15)) * QA_XLD + 16 * j + (lane >> 4) * 8);
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++) {
+                mma_bf16(acc[mi][0], a[mi], b[0][0], b[0][1]);
+                mma_bf16(acc[mi][1], a[mi], b[1][0], b[1][1]);
             }
+#pragma unroll
+            for (int ni = 0; ni < 2; ni++) b[ni][0] = bn[ni][0], b[ni][1] = bn[ni][1];
         }
     }
     cp_async_wait<0>();
     __syncthreads();
     float *Cs = reinterpret_cast<float *>(qa_smem_buf);   /* [MB][LDC] */
+    /* rows past MT m16 tiles are never stored: MT covers every activation row (cfk_qmma) */
 #pragma unroll
-    for (int mi = 0; mi < 4; mi++)
+    for (int mi = 0; mi < MT; mi++)
 #pragma unroll
         for (int ni = 0; ni < 2; ni++) {
             const int m = mi * 16 + gq, c = warp * 16 + ni * 8 + 2 * tq;
@@ -902,7 +914,12 @@ extern "C" cudaError_t cfk_qgemv(cudaStream_t st, const cfk_qjob *j) {
     return cudaSuccess;
 }
 
-static int qa_blocks_per_sm[2] = {1, 1};   /* of qmma_async_kernel at 4 bits (the fewer of its two variants) and 8 */
+/* qmma_async_kernel's variants [v][m]: v = 8 bits, 4 bits with bf16 pairs, 4 bits with other pairs; m = its m16 tiles
+ * of activation rows 1, 2, 4 */
+#define QA_ROW(B, H) {qmma_async_kernel<B, H, 1>, qmma_async_kernel<B, H, 2>, qmma_async_kernel<B, H, 4>}
+static void (*const qa_kernels[3][3])(QArgs) = {QA_ROW(8, false), QA_ROW(4, true), QA_ROW(4, false)};
+#undef QA_ROW
+static int qa_blocks_per_sm[2] = {1, 1};   /* of qmma_async_kernel at 4 and 8 bits, the fewest over its variants */
 
 /* the tiles of a job, its stages of k (QA_K values) and its split count: splits of k while the tiles fill less than
  * one wave of the blocks the SMs hold at once, never more than one wave (a nearly empty last wave costs as much as a
@@ -962,10 +979,8 @@ extern "C" cudaError_t cfk_qmma(cudaStream_t st, const cfk_qjob *j, void *partia
     const dim3 grid((unsigned)blocks, (unsigned)mt, (unsigned)sp), block(QA_THREADS);
     bool all_bf16_pairs = true;
     for (int s = 0; s < j->n_seg; s++) all_bf16_pairs = all_bf16_pairs && j->w[s]->sb_dtype == CF_BF16;
-    cudaError_t e;
-    if (bits == 8) e = launch(qmma_async_kernel<8, false>, grid, block, qa_smem<8>(), st, g);
-    else if (all_bf16_pairs) e = launch(qmma_async_kernel<4, true>, grid, block, qa_smem<4>(), st, g);
-    else e = launch(qmma_async_kernel<4, false>, grid, block, qa_smem<4>(), st, g);
+    const int v = bits == 8 ? 0 : all_bf16_pairs ? 1 : 2, m = j->x.rows <= 16 ? 0 : j->x.rows <= 32 ? 1 : 2;
+    cudaError_t e = launch(qa_kernels[v][m], grid, block, bits == 8 ? qa_smem<8>() : qa_smem<4>(), st, g);
     if (e != cudaSuccess || sp == 1) return e;
     int64_t most = 0;
     for (int s = 0; s < j->n_seg; s++) most = j->x.rows * j->w[s]->rows > most ? j->x.rows * j->w[s]->rows : most;
@@ -975,15 +990,18 @@ extern "C" cudaError_t cfk_qmma(cudaStream_t st, const cfk_qjob *j, void *partia
 }
 
 extern "C" cudaError_t cfk_quant_init(void) {
-    cudaError_t e = cudaFuncSetAttribute(qmma_async_kernel<4, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)qa_smem<4>());
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(qmma_async_kernel<4, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)qa_smem<4>());
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(qmma_async_kernel<8, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)qa_smem<8>());
-    int bf16_pairs_blocks = 0;
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&qa_blocks_per_sm[0], qmma_async_kernel<4, false>, QA_THREADS, qa_smem<4>());
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bf16_pairs_blocks, qmma_async_kernel<4, true>, QA_THREADS, qa_smem<4>());
-    if (e == cudaSuccess && bf16_pairs_blocks < qa_blocks_per_sm[0]) qa_blocks_per_sm[0] = bf16_pairs_blocks;
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&qa_blocks_per_sm[1], qmma_async_kernel<8, false>, QA_THREADS, qa_smem<8>());
-    if (e == cudaSuccess && (qa_blocks_per_sm[0] < 1 || qa_blocks_per_sm[1] < 1)) e = cudaErrorInvalidConfiguration;
+    cudaError_t e = cudaSuccess;
+    qa_blocks_per_sm[0] = qa_blocks_per_sm[1] = 64;
+    for (int v = 0; v < 3 && e == cudaSuccess; v++)
+        for (int m = 0; m < 3 && e == cudaSuccess; m++) {
+            const size_t smem = v == 0 ? qa_smem<8>() : qa_smem<4>();
+            int n = 0;
+            e = cudaFuncSetAttribute(qa_kernels[v][m], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, qa_kernels[v][m], QA_THREADS, smem);
+            if (e == cudaSuccess && n < 1) e = cudaErrorInvalidConfiguration;
+            int *slot = &qa_blocks_per_sm[v == 0];
+            if (n < *slot) *slot = n;
+        }
     const int bits[2] = {4, 8}, groups[3] = {32, 64, 128};
     for (int b = 0; b < 2 && e == cudaSuccess; b++)
         for (int gi = 0; gi < 3 && e == cudaSuccess; gi++) {
