@@ -438,8 +438,8 @@ __device__ void qmma_store(const QArgs &g, const QSeg &S, int si, int64_t jt0, i
  * weight rows: warp w takes rows 16w .. 16w + 15 for all 64 activation rows, so every weight value is dequantized
  * once a block, in registers, straight into an m16n8k16 B fragment: thread (g, t) of a warp needs values 2t, 2t + 1
  * and 2t + 8, 2t + 9 of its row g of a k16 step (at 4 bits: byte t of the step's two words). x's A fragments come
- * by ldmatrix; activation rows past n are skipped by whole m16 tiles. Values: w = scale * q + bias rounded to bf16
- * (4 bits with bf16 pairs: one bf16x2 FMA on the exact q; otherwise fmaf in f32), f32 sums. */
+ * by ldmatrix, for the m16 tiles the job's rows need (1, 2 or 4: the kernel's MT). Values: w = scale * q + bias
+ * rounded to bf16 (4 bits with bf16 pairs: one bf16x2 FMA on the exact q; otherwise fmaf in f32), f32 sums. */
 constexpr int QA_K = 128, QA_STAGES = 3, QA_THREADS = 256;
 constexpr int QA_XLD = QA_K + 8;   /* bf16 an x row in shared memory: 272 bytes, so ldmatrix's 8 rows hit distinct banks */
 constexpr int QA_SB = 32;          /* bytes of (scale, bias) pairs a weight row and stage: at most 4 groups of 8 bytes */
