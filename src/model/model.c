@@ -40,34 +40,44 @@ static uint64_t splitmix(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-static cinfer_status bind_random(binder *b, const char *name, int64_t rows, int64_t cols, int is_norm, cf_tensor *out, cinfer_error *err) {
-    cf_model *m = b->m;
-    size_t n = (size_t)(rows * cols);
-    uint16_t *buf = aligned_alloc(64, (n * sizeof *buf + 63) & ~(size_t)63);   /* used in place on the CPU: cache-line aligned */
-    void **nb = realloc(m->host_bufs, (size_t)(m->n_host_bufs + 1) * sizeof *nb);
-    if (!buf || !nb) { free(buf); if (nb) m->host_bufs = nb; return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for random weight %s", name); }
-    m->host_bufs = nb;
-    m->host_bufs[m->n_host_bufs++] = buf;
-    uint64_t seed = splitmix(&b->rng);
-    float sc = is_norm ? 0.0f : 0.02f * sqrtf(3.0f);
+/* Random weights: uniform in +-0.02 sqrt(3), rounded to bf16 (norm vectors: ones), from a seed per tensor and a
+ * stream per 4096 values, so the values do not depend on the thread count. With random_qbits, matrices are quantized
+ * as cinfer quantize would (group 64, bf16 scales and biases) from the same bf16 values, made straight into f32. */
+static void random_values(uint64_t seed, size_t n, int is_norm, uint16_t *bf, float *f) {
+    const float sc = is_norm ? 0.0f : 0.02f * sqrtf(3.0f);
     #pragma omp parallel for schedule(static)
     for (size_t blk = 0; blk < (n + 4095) / 4096; blk++) {
         uint64_t s = seed ^ (blk * 0x9e3779b97f4a7c15ull);
         size_t end = (blk + 1) * 4096 < n ? (blk + 1) * 4096 : n;
         for (size_t i = blk * 4096; i < end; i++) {
             float u = (float)(splitmix(&s) >> 40) / (float)(1 << 24) * 2.0f - 1.0f;
-            buf[i] = cf_f32_to_bf16(is_norm ? 1.0f : u * sc);
+            const uint16_t h = cf_f32_to_bf16(is_norm ? 1.0f : u * sc);
+            if (bf) bf[i] = h;
+            else f[i] = cf_bf16_to_f32(h);
         }
     }
-    if (!b->random_qbits || is_norm || rows < 2 || cols % CF_RANDOM_QGROUP || !m->be->ops->upload_qweight)
+}
+
+static cinfer_status bind_random(binder *b, const char *name, int64_t rows, int64_t cols, int is_norm, cf_tensor *out, cinfer_error *err) {
+    cf_model *m = b->m;
+    size_t n = (size_t)(rows * cols);
+    void **nb = realloc(m->host_bufs, (size_t)(m->n_host_bufs + 1) * sizeof *nb);
+    if (!nb) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for random weight %s", name);
+    m->host_bufs = nb;
+    const uint64_t seed = splitmix(&b->rng);
+    if (!b->random_qbits || is_norm || rows < 2 || cols % CF_RANDOM_QGROUP || !m->be->ops->upload_qweight) {
+        uint16_t *buf = aligned_alloc(64, (n * sizeof *buf + 63) & ~(size_t)63);   /* used in place on the CPU: cache-line aligned */
+        if (!buf) return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory for random weight %s", name);
+        m->host_bufs[m->n_host_bufs++] = buf;
+        random_values(seed, n, is_norm, buf, NULL);
         return m->be->ops->upload_weight(m->be, buf, CF_BF16, rows, cols, out, err);
-    /* quantized as cinfer quantize would (bf16 scales and biases); the bf16 values are dropped */
+    }
     const int bits = b->random_qbits, G = CF_RANDOM_QGROUP;
     const int64_t wpr = cf_qweight_words_per_row(bits, cols), ng = rows * (cols / G);
     float *f = malloc(n * sizeof *f);
     void *qbuf = malloc((size_t)(rows * wpr) * 4 + 2 * (size_t)ng * 2);
     if (!f || !qbuf) { free(f); free(qbuf); return cf_fail(err, CINFER_E_OUT_OF_MEMORY, "out of memory quantizing random weight %s", name); }
-    cf_to_f32(f, buf, CF_BF16, n);
+    random_values(seed, n, 0, NULL, f);
     uint32_t *q = qbuf;
     uint16_t *scales = (uint16_t *)(q + rows * wpr), *biases = scales + ng;
     #pragma omp parallel for schedule(static)
@@ -76,8 +86,7 @@ static cinfer_status bind_random(binder *b, const char *name, int64_t rows, int6
         cf_qweight_quantize(f + r0 * cols, nr, cols, bits, G, CF_BF16, q + r0 * wpr, scales + r0 * (cols / G), biases + r0 * (cols / G));
     }
     free(f);
-    free(buf);
-    m->host_bufs[m->n_host_bufs - 1] = qbuf;
+    m->host_bufs[m->n_host_bufs++] = qbuf;
     const cf_qweight qw = {.q = q, .scales = scales, .biases = biases, .sb_dtype = CF_BF16, .bits = bits, .group = G, .rows = rows, .cols = cols};
     b->qseen[bits][G] = 1;
     return m->be->ops->upload_qweight(m->be, &qw, out, err);
