@@ -181,7 +181,8 @@ static void qgemv_work(void *c, int i) {
     else op->matmul(be, g->out, g->x, g->w[i % g->nw], none);
 }
 
-/* random weights quantized once on the host (bits, group 64, bf16 pairs) and uploaded n times */
+/* random weights quantized once on the host (bits, group 64, bf16 pairs) and uploaded n times; rows of 64 at a time
+ * over the host's threads, each from its own stream (the output layer has half a billion values) */
 static void qupload(int64_t d, int64_t k, int bits, int n, cf_tensor *out) {
     const int64_t wpr = cf_qweight_words_per_row(bits, k), G = k / 64;
     float *f = malloc((size_t)(d * k) * sizeof *f);
@@ -191,12 +192,16 @@ static void qupload(int64_t d, int64_t k, int bits, int n, cf_tensor *out) {
         fprintf(stderr, "cuda_bench: out of host memory\n");
         exit(1);
     }
-    uint64_t r = 12345;
-    for (int64_t i = 0; i < d * k; i++) {
-        r = r * 6364136223846793005ull + 1442695040888963407ull;
-        f[i] = ((float)(r >> 40) / (float)(1 << 24) - 0.5f) * 0.04f;
+    #pragma omp parallel for schedule(static)
+    for (int64_t r0 = 0; r0 < d; r0 += 64) {
+        const int64_t nr = d - r0 < 64 ? d - r0 : 64;
+        uint64_t r = 12345 + (uint64_t)r0 * 0x9e3779b97f4a7c15ull;
+        for (int64_t i = r0 * k; i < (r0 + nr) * k; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            f[i] = ((float)(r >> 40) / (float)(1 << 24) - 0.5f) * 0.04f;
+        }
+        cf_qweight_quantize(f + r0 * k, nr, k, bits, 64, CF_BF16, q + r0 * wpr, sc + r0 * G, bi + r0 * G);
     }
-    cf_qweight_quantize(f, d, k, bits, 64, CF_BF16, q, sc, bi);
     const cf_qweight w = {.q = q, .scales = sc, .biases = bi, .sb_dtype = CF_BF16, .bits = bits, .group = 64, .rows = d, .cols = k};
     cinfer_error e = {0};
     for (int i = 0; i < n; i++) ok(op->upload_qweight(be, &w, &out[i], &e), &e, "upload_qweight");
