@@ -40,9 +40,8 @@ static uint64_t splitmix(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-/* Random weights: uniform in +-0.02 sqrt(3), rounded to bf16 (norm vectors: ones), from a seed per tensor and a
- * stream per 4096 values, so the values do not depend on the thread count. With random_qbits, matrices are quantized
- * as cinfer quantize would (group 64, bf16 scales and biases) from the same bf16 values, made straight into f32. */
+/* n random weights: uniform in +-0.02 sqrt(3), rounded to bf16 (norm vectors: ones), from a seed per tensor and a
+ * stream per 4096 values, so the values do not depend on the thread count; into bf when set, else as floats into f */
 static void random_values(uint64_t seed, size_t n, int is_norm, uint16_t *bf, float *f) {
     const float sc = is_norm ? 0.0f : 0.02f * sqrtf(3.0f);
     #pragma omp parallel for schedule(static)
@@ -58,6 +57,8 @@ static void random_values(uint64_t seed, size_t n, int is_norm, uint16_t *bf, fl
     }
 }
 
+/* A random weight; with random_qbits, a matrix is quantized as cinfer quantize would (group 64, bf16 scales and biases)
+ * from the same bf16-rounded values, made straight into f32 */
 static cinfer_status bind_random(binder *b, const char *name, int64_t rows, int64_t cols, int is_norm, cf_tensor *out, cinfer_error *err) {
     cf_model *m = b->m;
     size_t n = (size_t)(rows * cols);
