@@ -1,7 +1,8 @@
 # next stop, first call (any card), after `git apply` of the two diffs here (qdequant-16-byte-loads.diff,
 # glu-16-byte-kernel.diff): the long-prefill path (even 128-row dequantized blocks, committed; a 16-byte-load
 # dequantizer; a vectorized GLU) through cuda.ops / cuda.quant_ops / cuda.quant, prefill of 4096 q4 vs bf16
-# alternated twice, a CUPTI kernel sum of each, then c64 q4 and bf16. Copy to .gpu/ with kern_sum.py; carry [".gpu"].
+# alternated twice, a CUPTI kernel sum of each, prefill of 512 q4 on either path, then c64 q4 and bf16. Copy it to .gpu/
+# with ../prefill-trace/kern_sum.py; carry [".gpu"].
 set -u
 T=$SECONDS
 exec > >(tee $OUT/log.txt) 2>&1
@@ -21,6 +22,12 @@ for q in q4 bf16; do
   CUDA_INJECTION64_PATH=build-gpu/tools/trace/libcupti_trace.so CUPTI_TRACE_OUT=$OUT/t-$q.tsv timeout 100 build-gpu/cinfer bench --device cuda --random-weights $cfg $qa --prompt 4096 --gen 2 --reps 1 > /dev/null 2>&1
   python3 .gpu/kern_sum.py $OUT/t-$q.tsv | c++filt | cut -c1-150; gzip -f $OUT/t-$q.tsv
 done
+# prompts of a few hundred tokens: dequantize + cuBLAS (rows > 128) against the tensor-core GEMM on packed tiles
+for v in 128 4096; do
+  [ $((SECONDS - T)) -lt 420 ] || break
+  CINFER_QMMA_MAX_ROWS=$v timeout 100 build-gpu/cinfer bench --device cuda --random-weights $cfg --quant q4 --prompt 512 --gen 8 --reps 2 > $OUT/pf512-q4-$v.txt 2>&1; echo "pf512-q4 qmma_max_rows=$v rc=$? $(grep prefill $OUT/pf512-q4-$v.txt | head -1)"
+done
+timeout 100 build-gpu/cinfer bench --device cuda --random-weights $cfg --prompt 512 --gen 8 --reps 2 > $OUT/pf512-bf16.txt 2>&1; echo "pf512-bf16 rc=$? $(grep prefill $OUT/pf512-bf16.txt | head -1)"
 b() { local name=$1; shift; local t0=$SECONDS
   timeout 90 build-gpu/cinfer bench --device cuda "$@" > $OUT/$name.txt 2>&1; echo "$name rc=$? $((SECONDS-t0))s $(grep -A1 'concurrency plan' $OUT/$name.txt | tail -1)"; }
 b c64-q4 --random-weights $cfg --quant q4 --prompt 128 --gen 128 --concurrency 64
